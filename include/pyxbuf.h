@@ -1,0 +1,500 @@
+/*
+ * pyxbuf.h -- the extended Python buffer protocol, for producers and consumers.
+ *
+ * This is the whole public C ABI of libpyxbuf. Sections, in order:
+ *   1. export macro and versioning
+ *   2. errors
+ *   3. request flags, grant bits, supported flags
+ *   4. the extended view and acquisition (pyxbuf_get / pyxbuf_release)
+ *   5. device description
+ *   6. producer helpers: filling views, borrow counting, the ready-made exporter
+ *   7. format strings: parser, descriptor, writer, custom-type registry
+ *
+ * ABI rules: every struct uses fixed-width integers (no enums); structs that may
+ * grow either start with `uint32_t size` or end with zeroed reserved space; fields
+ * are only ever appended. Everything not declared here is hidden.
+ *
+ * Extended request flags may only be passed together with a pyxbuf_view (whose
+ * first member is the classic Py_buffer): a producer that honours them writes the
+ * fields that follow the Py_buffer.
+ */
+#ifndef PYXBUF_H
+#define PYXBUF_H
+
+#ifndef PY_SSIZE_T_CLEAN
+#define PY_SSIZE_T_CLEAN
+#endif
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------- */
+/* 1. Export macro and versioning                                            */
+/* ------------------------------------------------------------------------- */
+
+/* PYXBUF_API marks the public functions. Define PYXBUF_STATIC when linking the
+ * static library so that nothing is exported from the final shared object
+ * (each PyO3 extension keeps its own private copy). */
+#if defined(PYXBUF_STATIC)
+#define PYXBUF_API
+#elif defined(_WIN32)
+#if defined(PYXBUF_BUILDING)
+#define PYXBUF_API __declspec(dllexport)
+#else
+#define PYXBUF_API __declspec(dllimport)
+#endif
+#else
+#define PYXBUF_API __attribute__((visibility("default")))
+#endif
+
+#define PYXBUF_VERSION_MAJOR 0
+#define PYXBUF_VERSION_MINOR 1
+#define PYXBUF_VERSION_PATCH 0
+/* Bumped on any incompatible change of a struct layout or a function's meaning. */
+#define PYXBUF_ABI_VERSION 1
+
+/* The ABI version of the library actually loaded; compare with
+ * PYXBUF_ABI_VERSION to detect a header/library mismatch. */
+PYXBUF_API uint32_t pyxbuf_abi_version(void);
+/* "MAJOR.MINOR.PATCH" of the library actually loaded. */
+PYXBUF_API const char *pyxbuf_version_string(void);
+
+/* ------------------------------------------------------------------------- */
+/* 2. Errors                                                                 */
+/* ------------------------------------------------------------------------- */
+
+/* Return codes: 0 is success, every failure is negative. */
+#define PYXBUF_OK 0
+#define PYXBUF_EINVAL (-1)       /* an argument is invalid (NULL, out of range) */
+#define PYXBUF_EFORMAT (-2)      /* a format string is malformed */
+#define PYXBUF_EUNSUPPORTED (-3) /* well formed, but needs what this build lacks */
+#define PYXBUF_EOVERFLOW (-4)    /* a count or size does not fit */
+#define PYXBUF_ENOMEM (-5)       /* allocation failed */
+#define PYXBUF_EBUFFER (-6)      /* a buffer request was refused */
+#define PYXBUF_EBORROW (-7)      /* a borrow conflicts with one already held */
+#define PYXBUF_EDEVICE (-8)      /* device memory where host memory is required */
+#define PYXBUF_EPYTHON (-9)      /* a Python exception is set */
+#define PYXBUF_ENOSPACE (-10)    /* an output buffer is too small */
+
+#define PYXBUF_ERROR_MESSAGE_SIZE 480
+
+/* Filled by functions that take an optional `pyxbuf_error *` (NULL = no detail
+ * wanted). `position` is the byte offset in the input the error refers to
+ * (format strings), or -1. */
+typedef struct pyxbuf_error {
+    int32_t code;
+    int32_t reserved0;
+    int64_t position;
+    int64_t reserved[2];
+    char message[PYXBUF_ERROR_MESSAGE_SIZE];
+} pyxbuf_error;
+
+/* Raise the Python exception that matches `err->code` (ValueError for format
+ * errors, BufferError for refusals and borrows, MemoryError, OverflowError,
+ * RuntimeError otherwise) with the message. Needs the GIL. Returns -1. */
+PYXBUF_API int pyxbuf_error_raise(const pyxbuf_error *err);
+
+/* ------------------------------------------------------------------------- */
+/* 3. Request flags, grant bits, supported flags                             */
+/* ------------------------------------------------------------------------- */
+
+/* Every classic PyBUF_* request bit (PyBUF_WRITABLE .. PyBUF_INDIRECT). */
+#define PYXBUF_CLASSIC_FLAGS 0x01FF
+
+/* Extended request flags (provisional until CPython assigns its own). Producers
+ * in wide use ignore these bits; pyxbuf passes them only to producers whose type
+ * advertises them. */
+#define PYXBUF_DEVICE 0x0400           /* consumer accepts non-CPU memory */
+#define PYXBUF_BORROW_SHARED 0x0800    /* nobody may write while the view is held */
+#define PYXBUF_BORROW_EXCLUSIVE 0x1000 /* only this view may read or write */
+#define PYXBUF_TEMPORARY 0x2000        /* released before control returns to Python */
+#define PYXBUF_EXTENDED_FLAGS \
+    (PYXBUF_DEVICE | PYXBUF_BORROW_SHARED | PYXBUF_BORROW_EXCLUSIVE | PYXBUF_TEMPORARY)
+
+/* Flags a producer may not ignore: the answer decides whether the consumer's
+ * code is correct (writable memory, shape, strides, contiguity, suboffsets).
+ * pyxbuf_get refuses, before calling the producer, a request with one of these
+ * bits that the producer's type does not support. FORMAT and the extended flags
+ * are soft: a producer may ignore them and the consumer checks the answer. */
+#define PYXBUF_REQUIRED_FLAGS 0x01F9
+
+/* Grants, set by the producer in pyxbuf_view.ext_flags. */
+#define PYXBUF_EXT_SHARED 0x1    /* nobody writes the memory while the view lives */
+#define PYXBUF_EXT_EXCLUSIVE 0x2 /* this view alone reads and writes the memory */
+/* The grant comes from pyxbuf's cooperative registry, not the producer: other
+ * pyxbuf consumers respect it, code that bypasses pyxbuf does not. */
+#define PYXBUF_EXT_TRACKED 0x4
+#define PYXBUF_EXT_ALL (PYXBUF_EXT_SHARED | PYXBUF_EXT_EXCLUSIVE | PYXBUF_EXT_TRACKED)
+
+/* Supported-flags values (the bf_supported_flags backport). A type's value is
+ * the class attribute `__pyxbuf_supported_flags__` (an int), set from C with
+ * pyxbuf_type_set_supported_flags. Absent means 0. */
+#define PYXBUF_SUPPORTS_CLASSIC 0      /* every classic flag, no extended one */
+#define PYXBUF_SUPPORTS_SIMPLE_ONLY (-1) /* PyBUF_SIMPLE (and FORMAT) only */
+#define PYXBUF_SUPPORTED_FLAGS_ATTR "__pyxbuf_supported_flags__"
+
+/* Record the flags `type` supports: 0, -1, or a mask of classic and extended
+ * request flags. Works for static and heap types; the value lives in the type's
+ * dict, so every copy of libpyxbuf in the process sees it. Needs the GIL.
+ * Returns 0, or -1 with a Python exception set. */
+PYXBUF_API int pyxbuf_type_set_supported_flags(PyTypeObject *type, int32_t flags);
+
+/* The supported-flags value of `type` as a mask (0 and -1 expanded), cached per
+ * type and invalidated when the type changes. Needs the GIL. Returns 0 with
+ * *supported set, or -1 with a Python exception set (a non-int attribute). */
+PYXBUF_API int pyxbuf_type_supported_flags(PyTypeObject *type, int32_t *supported);
+
+/* The PyObject_CheckBufferSupports of the proposal: 1 if `obj`'s type supports
+ * every bit of `flags`, 0 if not, -1 with a Python exception set. */
+PYXBUF_API int pyxbuf_check_supports(PyObject *obj, int32_t flags);
+
+/* ------------------------------------------------------------------------- */
+/* 4. The extended view and acquisition                                      */
+/* ------------------------------------------------------------------------- */
+
+/* Which protocol produced a view (pyxbuf_view.path). */
+#define PYXBUF_PATH_NONE 0
+#define PYXBUF_PATH_NATIVE 1          /* the object's own extended buffer */
+#define PYXBUF_PATH_DLPACK_C 2        /* DLPack C exchange API */
+#define PYXBUF_PATH_DLPACK 3          /* __dlpack__ capsule */
+#define PYXBUF_PATH_CAI 4             /* __cuda_array_interface__ */
+#define PYXBUF_PATH_CLASSIC 5         /* classic buffer protocol */
+#define PYXBUF_PATH_ARRAY_INTERFACE 6 /* NumPy __array_interface__ */
+
+/* Dimensions a bridge can describe without allocating. */
+#define PYXBUF_INLINE_NDIM 8
+/* The most dimensions pyxbuf accepts anywhere (NumPy 2's limit). */
+#define PYXBUF_MAX_NDIM 64
+
+/* A consumer's view. Allocate it anywhere (the stack is fine); pyxbuf_get fills
+ * it and pyxbuf_release empties it. sizeof(pyxbuf_view) is part of the ABI:
+ * growth goes into `reserved`, with PYXBUF_ABI_VERSION bumped otherwise. */
+typedef struct pyxbuf_view {
+    Py_buffer base;      /* the classic view, its layout untouched */
+    int32_t flags;       /* extended request flags the producer HONOURED */
+    int32_t ext_flags;   /* grants: PYXBUF_EXT_* */
+    const char *device;  /* NULL = CPU; else a unique UTF-8 device identifier */
+    void *device_info;   /* interpreted per `device` (pyxbuf_device_info for
+                            PYXBUF_DEVICE_DLPACK) */
+    /* pyxbuf's own bookkeeping: read `path` freely, leave the rest alone. */
+    int32_t path;        /* PYXBUF_PATH_* */
+    int32_t requested;   /* the flags the consumer asked for */
+    uint32_t state;      /* acquired / released marker */
+    int32_t reserved0;
+    PyObject *owner;     /* what a bridge keeps alive for the view, or NULL */
+    void *bridge_data;   /* a bridge's private state, or NULL */
+    Py_ssize_t inline_dims[2 * PYXBUF_INLINE_NDIM]; /* shape then strides */
+    int64_t reserved[4];
+} pyxbuf_view;
+
+/* Acquire a view of `obj` for the classic and extended request `flags`.
+ *
+ * Extended fields are zeroed first; the producer's type's supported flags are
+ * checked against `flags & PYXBUF_REQUIRED_FLAGS`; then the first protocol that
+ * applies is used (native extended buffer, then the classic buffer; the
+ * DLPack, CUDA Array Interface and array-interface bridges slot in around
+ * them). What a producer returns is validated: an extended bit in `flags` that
+ * was not requested, a device without PYXBUF_DEVICE, PYXBUF_DEVICE with a NULL
+ * device, a grant that was not asked for, or read-only memory for a writable
+ * request all raise BufferError. Needs the GIL.
+ *
+ * Returns 0, or -1 with a Python exception set (BufferError for refusals,
+ * TypeError when the object speaks no buffer protocol pyxbuf knows). On
+ * failure the view holds nothing and need not be released. */
+PYXBUF_API int pyxbuf_get(PyObject *obj, pyxbuf_view *view, int32_t flags);
+
+/* Release a view acquired with pyxbuf_get. Exactly once: a second call is a
+ * no-op (an assertion in debug builds, PYXBUF_DEBUG). Needs the GIL. */
+PYXBUF_API void pyxbuf_release(pyxbuf_view *view);
+
+/* 1 if `view` currently holds an acquisition, else 0. */
+PYXBUF_API int pyxbuf_view_is_acquired(const pyxbuf_view *view);
+
+/* 1 if the view's memory may be dereferenced by the host (CPU memory). */
+PYXBUF_API int pyxbuf_view_is_host(const pyxbuf_view *view);
+
+/* A short name for a PYXBUF_PATH_* value ("native", "classic", ...). */
+PYXBUF_API const char *pyxbuf_path_name(int32_t path);
+
+/* ------------------------------------------------------------------------- */
+/* 5. Device description                                                     */
+/* ------------------------------------------------------------------------- */
+
+/* The generic device identifier; its device_info is a pyxbuf_device_info. */
+#define PYXBUF_DEVICE_DLPACK "pyxbuf.dlpack"
+/* Reserved: never handed out as a device (NULL means CPU). */
+#define PYXBUF_DEVICE_CPU "cpu"
+
+/* DLPack DLDeviceType values, reused for pyxbuf_device_info.device_type. */
+#define PYXBUF_DL_CPU 1
+#define PYXBUF_DL_CUDA 2
+#define PYXBUF_DL_CUDA_HOST 3
+#define PYXBUF_DL_OPENCL 4
+#define PYXBUF_DL_VULKAN 7
+#define PYXBUF_DL_METAL 8
+#define PYXBUF_DL_VPI 9
+#define PYXBUF_DL_ROCM 10
+#define PYXBUF_DL_ROCM_HOST 11
+#define PYXBUF_DL_EXT_DEV 12 /* test devices: pyxbuf's emulated device */
+#define PYXBUF_DL_CUDA_MANAGED 13
+#define PYXBUF_DL_ONEAPI 14
+#define PYXBUF_DL_WEBGPU 15
+#define PYXBUF_DL_HEXAGON 16
+#define PYXBUF_DL_MAIA 17
+
+/* DLPack flag bits carried in pyxbuf_device_info.dl_flags. */
+#define PYXBUF_DL_FLAG_READ_ONLY 0x1
+#define PYXBUF_DL_FLAG_IS_COPIED 0x2
+
+typedef struct pyxbuf_device_info {
+    uint32_t size;        /* sizeof as the writer knew it */
+    int32_t device_type;  /* DLPack DLDeviceType (PYXBUF_DL_*) */
+    int32_t device_id;    /* ordinal */
+    int32_t reserved0;
+    void *sync_event;     /* e.g. a CUevent; NULL = ready now */
+    int64_t stream;       /* producer's stream, informational (DLPack convention) */
+    uint64_t dl_flags;    /* PYXBUF_DL_FLAG_* */
+    int64_t reserved[3];  /* zero */
+} pyxbuf_device_info;
+
+/* Device identifiers are compared by pointer first, then by content. NULL and
+ * "cpu" both mean the host. Returns 1 when equal. */
+PYXBUF_API int pyxbuf_device_equal(const char *a, const char *b);
+
+/* ------------------------------------------------------------------------- */
+/* 6. Producer helpers                                                       */
+/* ------------------------------------------------------------------------- */
+
+/* What a producer exports; the input of pyxbuf_export_fill. */
+typedef struct pyxbuf_export_desc {
+    uint32_t size;            /* sizeof(pyxbuf_export_desc) */
+    int32_t ndim;             /* 0 .. PYXBUF_MAX_NDIM */
+    void *buf;                /* first element (host or device address) */
+    const char *format;       /* NULL = "B"; must outlive every view */
+    Py_ssize_t itemsize;      /* 0 = computed from `format` */
+    Py_ssize_t *shape;        /* ndim entries; must outlive every view */
+    Py_ssize_t *strides;      /* ndim entries in bytes, or NULL for C order */
+    int32_t readonly;         /* nonzero: refuse PyBUF_WRITABLE */
+    int32_t reserved0;
+    const char *device;       /* NULL = host memory; else a device identifier */
+    void *device_info;        /* for `device`; must outlive every view */
+    int64_t reserved[2];
+} pyxbuf_export_desc;
+
+/* Fill `view` (the Py_buffer a bf_getbuffer slot receives) for `exporter` from
+ * `desc`, honouring the classic `flags` as NumPy does (shape only with ND,
+ * strides only with STRIDES, contiguity checked, format only with FORMAT) and
+ * the extended ones: device fields only when PYXBUF_DEVICE was requested, and
+ * BufferError for device memory when it was not. Takes a reference to
+ * `exporter` in view->obj. Returns 0, or -1 with BufferError set. */
+PYXBUF_API int pyxbuf_export_fill(Py_buffer *view, PyObject *exporter, int flags,
+                                  const pyxbuf_export_desc *desc);
+
+/* Borrow counting for a producer's object: embed one, zero-initialised. */
+typedef struct pyxbuf_borrow_counter {
+    int64_t views;     /* live views of any kind */
+    int64_t writable;  /* live views handed out writable */
+    int64_t shared;    /* live shared borrows */
+    int64_t exclusive; /* live exclusive borrows (0 or 1) */
+} pyxbuf_borrow_counter;
+
+/* Decide a request against the counter, called from bf_getbuffer after the
+ * view is filled: an exclusive borrow only when no other view is live; a shared
+ * borrow only when no exclusive borrow and no writable view is live; a plain
+ * request refused while an exclusive borrow is live, refused if writable while
+ * a shared borrow is live, and handed out read-only then. On success, records
+ * the grant in view->internal and (for extended requests) view->ext_flags.
+ * Returns 0, or -1 with BufferError naming who holds what. `owner_name` names
+ * the object in messages. */
+PYXBUF_API int pyxbuf_borrow_acquire(pyxbuf_borrow_counter *counter, Py_buffer *view,
+                                     int flags, const char *owner_name);
+
+/* Undo pyxbuf_borrow_acquire, from bf_releasebuffer. */
+PYXBUF_API void pyxbuf_borrow_release(pyxbuf_borrow_counter *counter, Py_buffer *view);
+
+/* The ready-made exporter: a Python object (type "pyxbuf.Exporter") owning a
+ * C-contiguous block of host memory, exporting it through the extended protocol
+ * with borrow counting. Its memory is zeroed. `format` NULL = "B". Needs the
+ * GIL. Returns a new reference, or NULL with a Python exception set. */
+PYXBUF_API PyObject *pyxbuf_exporter_new(const char *format, int32_t ndim,
+                                         const Py_ssize_t *shape, int32_t readonly);
+
+/* An exporter over memory the caller allocated: `free_fn(free_ctx)` runs once
+ * when the exporter dies (free_fn may be NULL). `desc->shape`/`strides` are
+ * copied; `desc->format` and `desc->device_info` are copied when not NULL. */
+PYXBUF_API PyObject *pyxbuf_exporter_wrap(const pyxbuf_export_desc *desc,
+                                          void (*free_fn)(void *), void *free_ctx);
+
+/* The exporter's data pointer, or NULL with TypeError set if `obj` is not one. */
+PYXBUF_API void *pyxbuf_exporter_data(PyObject *obj);
+
+/* The exporter type (created on first use). Borrowed reference. */
+PYXBUF_API PyTypeObject *pyxbuf_exporter_type(void);
+
+/* ------------------------------------------------------------------------- */
+/* 7. Format strings                                                         */
+/* ------------------------------------------------------------------------- */
+
+/* Node kinds of a parsed format. */
+#define PYXBUF_FMT_ROOT 0    /* node 0: the whole format, a sequence of fields */
+#define PYXBUF_FMT_SCALAR 1  /* a struct / PEP 3118 code: `code` holds it */
+#define PYXBUF_FMT_STRUCT 2  /* T{...}: children are the members */
+#define PYXBUF_FMT_CUSTOM 3  /* [id$payload;...]: the first understood alternative */
+#define PYXBUF_FMT_PADDING 4 /* x: `repeat` bytes of padding */
+
+/* Node flags. */
+#define PYXBUF_FMTN_COMPLEX 0x1 /* Z prefix: two components of the item */
+#define PYXBUF_FMTN_OPAQUE 0x2  /* custom type whose size nobody knows */
+#define PYXBUF_FMTN_POINTER 0x4 /* & prefix: a pointer to the item */
+
+/* Byte-order / size / alignment modes, the prefix character itself. */
+#define PYXBUF_ORDER_NATIVE '@'   /* native order, native sizes, aligned */
+#define PYXBUF_ORDER_STANDARD '=' /* native order, standard sizes, packed */
+#define PYXBUF_ORDER_LITTLE '<'
+#define PYXBUF_ORDER_BIG '>'
+#define PYXBUF_ORDER_NETWORK '!'
+#define PYXBUF_ORDER_UNALIGNED '^' /* native order and sizes, packed */
+
+/* The deepest nesting of T{...} and struct$/buffer$ payloads accepted. */
+#define PYXBUF_FORMAT_MAX_DEPTH 32
+/* Nodes and dimensions stored inside pyxbuf_format before it allocates. */
+#define PYXBUF_FORMAT_INLINE_NODES 4
+#define PYXBUF_FORMAT_INLINE_DIMS 4
+
+/* One item of a format, in a tree stored as an array in pre-order. */
+typedef struct pyxbuf_format_node {
+    int32_t kind;        /* PYXBUF_FMT_* */
+    int32_t code;        /* SCALAR: its character ('f', 'i', 's', 'w', ...) */
+    int32_t byte_order;  /* PYXBUF_ORDER_* in effect for this node */
+    int32_t flags;       /* PYXBUF_FMTN_* */
+    int32_t parent;      /* index of the enclosing ROOT/STRUCT/CUSTOM, -1 for root */
+    int32_t next;        /* next sibling, -1 if last */
+    int32_t first_child; /* STRUCT, ROOT, CUSTOM with struct$/buffer$: first member */
+    int32_t nchildren;
+    int32_t ndim;        /* sub-array dimensions from "(2,3)", 0 if none */
+    int32_t dims_start;  /* index of the first of them in the format's dims */
+    int64_t alignment;   /* bytes; 1 in packed modes */
+    int64_t repeat;      /* count before the code ("3f" = 3); 1 by default;
+                            for 's' and 'p' the byte length of the one item */
+    int64_t offset;      /* byte offset within the parent */
+    int64_t itemsize;    /* bytes of one element; -1 when unknown (opaque) */
+    int64_t nbytes;      /* bytes of the field: itemsize * repeat * prod(dims),
+                            -1 when unknown */
+    const char *name;    /* ":name:" (not NUL-terminated), or NULL */
+    int32_t name_len;
+    int32_t custom_id_len;      /* CUSTOM: length of the id in `custom` */
+    const char *custom;         /* CUSTOM: the chosen "id$payload" (not NUL-
+                                   terminated); the first alternative if none is
+                                   understood */
+    int32_t custom_len;
+    int32_t alternatives_len;   /* CUSTOM: length of everything inside [ ] */
+    const char *alternatives;   /* CUSTOM: everything inside [ ] */
+} pyxbuf_format_node;
+
+/* A parsed format. It borrows the parsed string (and the strings a builder
+ * passed): keep them alive while the descriptor is used. Relocatable (it may be
+ * moved or copied by value while it owns no heap memory, see heap_nodes). */
+typedef struct pyxbuf_format {
+    const char *source;   /* the string parsed, or NULL when built */
+    int64_t itemsize;     /* bytes of one item; -1 when a custom type is opaque */
+    int64_t alignment;
+    int32_t nnodes;
+    int32_t ndims;
+    int32_t flags;        /* PYXBUF_FMTF_* summary */
+    int32_t node_capacity;
+    int32_t dims_capacity;
+    int32_t reserved0;
+    pyxbuf_format_node *heap_nodes; /* NULL while the inline nodes suffice */
+    int64_t *heap_dims;             /* NULL while the inline dims suffice */
+    pyxbuf_format_node inline_nodes[PYXBUF_FORMAT_INLINE_NODES];
+    int64_t inline_dims[PYXBUF_FORMAT_INLINE_DIMS];
+} pyxbuf_format;
+
+/* Summary flags of a whole format. */
+#define PYXBUF_FMTF_SINGLE_SCALAR 0x1 /* one scalar, no repeat, no sub-array */
+#define PYXBUF_FMTF_HAS_STRUCT 0x2
+#define PYXBUF_FMTF_HAS_CUSTOM 0x4
+#define PYXBUF_FMTF_HAS_OPAQUE 0x8 /* itemsize is -1 */
+
+/* The nodes of `f` (inline or heap storage). */
+PYXBUF_API pyxbuf_format_node *pyxbuf_format_nodes(const pyxbuf_format *f);
+/* The sub-array dimensions of `f` (index with node->dims_start). */
+PYXBUF_API int64_t *pyxbuf_format_dims(const pyxbuf_format *f);
+
+/* Parse `fmt` (NUL-terminated; NULL means "B") into `out`. Single-item formats
+ * never allocate. On failure returns a negative PYXBUF_E* code, leaves `out`
+ * empty, and fills `err` (if not NULL) with the byte position and a message.
+ * Formats whose custom types are opaque parse successfully with itemsize -1. */
+PYXBUF_API int pyxbuf_format_parse(const char *fmt, pyxbuf_format *out, pyxbuf_error *err);
+
+/* Free what pyxbuf_format_parse or the builder allocated; `f` becomes empty. */
+PYXBUF_API void pyxbuf_format_clear(pyxbuf_format *f);
+
+/* Size and alignment of one item of `fmt` without building a descriptor. A
+ * format using an opaque custom type fails with PYXBUF_EUNSUPPORTED and a
+ * message naming the type. `alignment` may be NULL. */
+PYXBUF_API int pyxbuf_format_itemsize(const char *fmt, int64_t *itemsize, int64_t *alignment,
+                                      pyxbuf_error *err);
+
+/* Write the canonical format string of `f` into `buf` (capacity `cap`,
+ * NUL-terminated). `*len` (may be NULL) receives the length needed without the
+ * NUL, also when PYXBUF_ENOSPACE is returned. Canonical: byte-order prefix only
+ * where it changes (and at the start of every T{ whose mode is not native),
+ * repeat counts merged, names and sub-arrays kept, padding as "Nx", custom
+ * types with all their alternatives. Parsing the result gives the same layout. */
+PYXBUF_API int pyxbuf_format_write(const pyxbuf_format *f, char *buf, size_t cap, size_t *len,
+                                   pyxbuf_error *err);
+
+/* Builder: start an empty format in mode `byte_order` (0 = native). */
+PYXBUF_API void pyxbuf_format_init(pyxbuf_format *f);
+/* Append a scalar `code` to the struct node `parent` (0 = root). `name` may be
+ * NULL; `dims` may be NULL when ndim is 0. Returns the new node's index, or a
+ * negative PYXBUF_E* code. */
+PYXBUF_API int pyxbuf_format_add_scalar(pyxbuf_format *f, int32_t parent, int32_t code,
+                                        int32_t byte_order, int32_t node_flags, int64_t repeat,
+                                        int32_t ndim, const int64_t *dims, const char *name);
+/* Append an empty T{} to `parent`; returns its index, members go under it. */
+PYXBUF_API int pyxbuf_format_add_struct(pyxbuf_format *f, int32_t parent, int32_t byte_order,
+                                        int64_t repeat, int32_t ndim, const int64_t *dims,
+                                        const char *name);
+/* Append a custom type "[alternatives]" (e.g. "ml_dtypes$bfloat16"). */
+PYXBUF_API int pyxbuf_format_add_custom(pyxbuf_format *f, int32_t parent, const char *alternatives,
+                                        int32_t byte_order, int32_t node_flags, int64_t repeat,
+                                        int32_t ndim, const int64_t *dims, const char *name);
+/* Append `nbytes` of padding. */
+PYXBUF_API int pyxbuf_format_add_padding(pyxbuf_format *f, int32_t parent, int64_t nbytes);
+/* Compute offsets, sizes and alignment of everything added (as the parser
+ * would for the canonical string). */
+PYXBUF_API int pyxbuf_format_finish(pyxbuf_format *f, pyxbuf_error *err);
+
+/* Custom-type registry. A key "id$payload" matches that type exactly; a key
+ * ending in '$' ("mylib$") matches every payload of the id and, when
+ * `size_fn` is set, asks it for the size. Entries are process-wide. */
+typedef struct pyxbuf_dtype_spec {
+    uint32_t size;       /* sizeof(pyxbuf_dtype_spec) */
+    int32_t reserved0;
+    const char *key;     /* copied */
+    int64_t itemsize;
+    int64_t alignment;
+    /* Optional: size and alignment for `payload` (not NUL-terminated); return
+     * 0, or a negative code to leave the type opaque. */
+    int (*size_fn)(const char *payload, size_t payload_len, int64_t *itemsize,
+                   int64_t *alignment, void *ctx);
+    void *ctx;
+    int64_t reserved[2];
+} pyxbuf_dtype_spec;
+
+/* Register (or replace) a custom type. Returns 0 or a negative code. */
+PYXBUF_API int pyxbuf_dtype_register(const pyxbuf_dtype_spec *spec);
+/* Remove the entry with this key. Returns 0, or PYXBUF_EINVAL if absent. */
+PYXBUF_API int pyxbuf_dtype_unregister(const char *key);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PYXBUF_H */
