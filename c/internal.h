@@ -1,0 +1,30 @@
+/* internal.h -- helpers shared by the C files of libpyxbuf. Nothing here is
+ * exported: the library is built with -fvisibility=hidden. */
+#ifndef PYXBUF_INTERNAL_H
+#define PYXBUF_INTERNAL_H
+
+#include "pyxbuf.h"
+
+#if defined(__GNUC__)
+#define PYXBUF_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#define PYXBUF_LIKELY(x) __builtin_expect(!!(x), 1)
+#define PYXBUF_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define PYXBUF_PRINTF(f, a)
+#define PYXBUF_LIKELY(x) (x)
+#define PYXBUF_UNLIKELY(x) (x)
+#endif
+
+/* Fill `err` (if not NULL) and return `code`. */
+int pyxbuf__error(pyxbuf_error *err, int32_t code, int64_t position, const char *fmt, ...)
+    PYXBUF_PRINTF(4, 5);
+
+/* Markers in pyxbuf_view.state. */
+#define PYXBUF__STATE_ACQUIRED 0x50584231u /* "PXB1" */
+#define PYXBUF__STATE_RELEASED 0x50584230u /* "PXB0" */
+
+/* Writes a human-readable list of the request bits in `flags`
+ * ("WRITABLE|STRIDES|PYXBUF_DEVICE") into buf. */
+void pyxbuf__flag_names(int32_t flags, char *buf, size_t cap);
+
+#endif
