@@ -1,0 +1,416 @@
+/* export.c -- producer helpers: filling an extended view from a description,
+ * and the ready-made exporter type (pyxbuf.Exporter) that owns a block of
+ * memory and counts borrows. */
+
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <structmember.h>
+
+/* ------------------------------------------------------------------------- */
+/* Filling a view                                                            */
+/* ------------------------------------------------------------------------- */
+
+static const char *type_name(PyObject *exporter) {
+    return exporter ? Py_TYPE(exporter)->tp_name : "the exporter";
+}
+
+static int is_c_contiguous(int32_t ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
+                           Py_ssize_t itemsize) {
+    if (strides == NULL) return 1;
+    Py_ssize_t expected = itemsize;
+    for (int32_t i = ndim - 1; i >= 0; i--) {
+        if (shape[i] == 0) return 1;
+        if (shape[i] != 1 && strides[i] != expected) return 0;
+        expected *= shape[i];
+    }
+    return 1;
+}
+
+static int is_f_contiguous(int32_t ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
+                           Py_ssize_t itemsize) {
+    if (strides == NULL) return ndim <= 1;
+    Py_ssize_t expected = itemsize;
+    for (int32_t i = 0; i < ndim; i++) {
+        if (shape[i] == 0) return 1;
+        if (shape[i] != 1 && strides[i] != expected) return 0;
+        expected *= shape[i];
+    }
+    return 1;
+}
+
+static int check_contiguity(PyObject *exporter, int flags, const pyxbuf_export_desc *d,
+                            Py_ssize_t itemsize) {
+    int c = is_c_contiguous(d->ndim, d->shape, d->strides, itemsize);
+    const char *need = NULL;
+    if ((flags & PyBUF_C_CONTIGUOUS) == PyBUF_C_CONTIGUOUS && !c)
+        need = "C-contiguous";
+    else if ((flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS &&
+             !is_f_contiguous(d->ndim, d->shape, d->strides, itemsize))
+        need = "Fortran-contiguous";
+    else if ((flags & PyBUF_ANY_CONTIGUOUS) == PyBUF_ANY_CONTIGUOUS && !c &&
+             !is_f_contiguous(d->ndim, d->shape, d->strides, itemsize))
+        need = "contiguous";
+    else if ((flags & PyBUF_STRIDES) != PyBUF_STRIDES && !c)
+        need = "C-contiguous (the request has no PyBUF_STRIDES)";
+    if (need == NULL) return 0;
+    PyErr_Format(PyExc_BufferError,
+                 "pyxbuf: '%.200s' is not %s; request PyBUF_STRIDES and follow the strides, or "
+                 "copy it first",
+                 type_name(exporter), need);
+    return -1;
+}
+
+static int desc_itemsize(const pyxbuf_export_desc *d, Py_ssize_t *itemsize) {
+    if (d->itemsize > 0) {
+        *itemsize = d->itemsize;
+        return 0;
+    }
+    int64_t size;
+    pyxbuf_error err;
+    if (pyxbuf_format_itemsize(d->format, &size, NULL, &err) < 0) return pyxbuf_error_raise(&err);
+    *itemsize = (Py_ssize_t)size;
+    return 0;
+}
+
+static int desc_nbytes(const pyxbuf_export_desc *d, Py_ssize_t itemsize, Py_ssize_t *nbytes) {
+    Py_ssize_t n = itemsize;
+    for (int32_t i = 0; i < d->ndim; i++) {
+        if (d->shape[i] < 0 ||
+            (d->shape[i] != 0 && n > PY_SSIZE_T_MAX / d->shape[i])) {
+            PyErr_Format(PyExc_ValueError,
+                         "pyxbuf: export shape[%d] = %zd is negative or overflows the size",
+                         (int)i, d->shape[i]);
+            return -1;
+        }
+        n *= d->shape[i];
+    }
+    *nbytes = n;
+    return 0;
+}
+
+static int check_desc(const pyxbuf_export_desc *d) {
+    if (d == NULL || d->size < sizeof(pyxbuf_export_desc)) {
+        PyErr_Format(PyExc_ValueError,
+                     "pyxbuf_export_fill: desc is NULL or its size %u is smaller than %zu; set "
+                     "desc.size = sizeof(pyxbuf_export_desc)",
+                     d ? (unsigned)d->size : 0u, sizeof(pyxbuf_export_desc));
+        return -1;
+    }
+    if (d->ndim < 0 || d->ndim > PYXBUF_MAX_NDIM || (d->ndim > 0 && d->shape == NULL)) {
+        PyErr_Format(PyExc_ValueError,
+                     "pyxbuf_export_fill: ndim %d is outside 0..%d or shape is NULL", (int)d->ndim,
+                     PYXBUF_MAX_NDIM);
+        return -1;
+    }
+    if (d->ndim > 1 && d->strides == NULL) {
+        PyErr_SetString(PyExc_ValueError,
+                        "pyxbuf_export_fill: strides are required for ndim > 1 (they must "
+                        "outlive the view)");
+        return -1;
+    }
+    return 0;
+}
+
+static int is_device_memory(const pyxbuf_export_desc *d) {
+    return d->device != NULL && !pyxbuf_device_equal(d->device, NULL);
+}
+
+int pyxbuf_export_fill(Py_buffer *view, PyObject *exporter, int flags,
+                       const pyxbuf_export_desc *d) {
+    if (view == NULL) {
+        PyErr_SetString(PyExc_BufferError, "pyxbuf_export_fill: view is NULL");
+        return -1;
+    }
+    view->obj = NULL;
+    if (check_desc(d) < 0) return -1;
+    if (is_device_memory(d) && !(flags & PYXBUF_DEVICE)) {
+        PyErr_Format(PyExc_BufferError,
+                     "pyxbuf: '%.200s' holds memory on device '%s', which the host cannot read; "
+                     "request PYXBUF_DEVICE and read view->device, or copy it to the host first",
+                     type_name(exporter), d->device);
+        return -1;
+    }
+    if ((flags & PyBUF_WRITABLE) && d->readonly) {
+        PyErr_Format(PyExc_BufferError,
+                     "pyxbuf: '%.200s' is read-only; the request asks for PyBUF_WRITABLE",
+                     type_name(exporter));
+        return -1;
+    }
+    Py_ssize_t itemsize = 0, nbytes = 0;
+    if (desc_itemsize(d, &itemsize) < 0 || desc_nbytes(d, itemsize, &nbytes) < 0) return -1;
+    if (check_contiguity(exporter, flags, d, itemsize) < 0) return -1;
+
+    view->buf = d->buf;
+    view->obj = Py_XNewRef(exporter);
+    view->len = nbytes;
+    view->itemsize = itemsize;
+    view->readonly = d->readonly ? 1 : 0;
+    view->ndim = (int)d->ndim;
+    view->format = (flags & PyBUF_FORMAT) ? (char *)(d->format ? d->format : "B") : NULL;
+    view->shape = (flags & PyBUF_ND) == PyBUF_ND ? d->shape : NULL;
+    view->strides = NULL;
+    if ((flags & PyBUF_STRIDES) == PyBUF_STRIDES)
+        view->strides = d->strides ? d->strides : (d->ndim == 1 ? &view->itemsize : NULL);
+    view->suboffsets = NULL;
+    view->internal = NULL;
+    if ((flags & PYXBUF_DEVICE) && is_device_memory(d)) {
+        pyxbuf_view *x = (pyxbuf_view *)view;
+        x->flags |= PYXBUF_DEVICE;
+        x->device = d->device;
+        x->device_info = d->device_info;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------- */
+/* The exporter type                                                         */
+/* ------------------------------------------------------------------------- */
+
+typedef struct exporter_object {
+    PyObject_HEAD
+    pyxbuf_export_desc desc; /* shape, strides, format, device owned below */
+    void (*free_fn)(void *);
+    void *free_ctx;
+    Py_ssize_t itemsize;
+    Py_ssize_t nbytes;
+    pyxbuf_borrow_counter borrows;
+    pyxbuf_device_info device_info; /* copy, when desc.device_info was given */
+    PyObject *weakreflist;
+} exporter_object;
+
+static PyTypeObject *exporter_type_object = NULL;
+
+static int exporter_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+    exporter_object *e = (exporter_object *)self;
+    if (pyxbuf_export_fill(view, self, flags, &e->desc) < 0) return -1;
+    if (pyxbuf_borrow_acquire(&e->borrows, view, flags, "a pyxbuf.Exporter") < 0) {
+        Py_CLEAR(view->obj);
+        return -1;
+    }
+    return 0;
+}
+
+static void exporter_releasebuffer(PyObject *self, Py_buffer *view) {
+    pyxbuf_borrow_release(&((exporter_object *)self)->borrows, view);
+}
+
+static void exporter_dealloc(PyObject *self) {
+    exporter_object *e = (exporter_object *)self;
+    PyTypeObject *tp = Py_TYPE(self);
+    if (e->weakreflist != NULL) PyObject_ClearWeakRefs(self);
+    if (e->free_fn != NULL) e->free_fn(e->free_ctx);
+    PyMem_Free(e->desc.shape); /* shape and strides share one block */
+    PyMem_Free((void *)e->desc.format);
+    PyMem_Free((void *)e->desc.device);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static PyObject *tuple_of(const Py_ssize_t *values, int32_t n) {
+    PyObject *t = PyTuple_New(n);
+    for (int32_t i = 0; t != NULL && i < n; i++) {
+        PyObject *v = PyLong_FromSsize_t(values[i]);
+        if (v == NULL) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return t;
+}
+
+static PyObject *exporter_get_shape(PyObject *self, void *closure) {
+    (void)closure;
+    exporter_object *e = (exporter_object *)self;
+    return tuple_of(e->desc.shape, e->desc.ndim);
+}
+
+static PyObject *exporter_get_strides(PyObject *self, void *closure) {
+    (void)closure;
+    exporter_object *e = (exporter_object *)self;
+    return tuple_of(e->desc.strides, e->desc.ndim);
+}
+
+static PyObject *exporter_get_format(PyObject *self, void *closure) {
+    (void)closure;
+    return PyUnicode_FromString(((exporter_object *)self)->desc.format);
+}
+
+static PyObject *exporter_get_device(PyObject *self, void *closure) {
+    (void)closure;
+    const char *device = ((exporter_object *)self)->desc.device;
+    return PyUnicode_FromString(device ? device : PYXBUF_DEVICE_CPU);
+}
+
+static PyObject *exporter_get_borrows(PyObject *self, void *closure) {
+    (void)closure;
+    const pyxbuf_borrow_counter *b = &((exporter_object *)self)->borrows;
+    return Py_BuildValue("{sLsLsLsL}", "views", (long long)b->views, "writable",
+                         (long long)b->writable, "shared", (long long)b->shared, "exclusive",
+                         (long long)b->exclusive);
+}
+
+static PyGetSetDef exporter_getset[] = {
+    {"shape", exporter_get_shape, NULL, "Shape of the exported array.", NULL},
+    {"strides", exporter_get_strides, NULL, "Strides in bytes.", NULL},
+    {"format", exporter_get_format, NULL, "Buffer format string of one item.", NULL},
+    {"device", exporter_get_device, NULL, "Device identifier ('cpu' for host memory).", NULL},
+    {"borrows", exporter_get_borrows, NULL, "Live views and borrow grants, by kind.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef exporter_members[] = {
+    {"itemsize", T_PYSSIZET, offsetof(exporter_object, itemsize), READONLY, "Bytes per item."},
+    {"nbytes", T_PYSSIZET, offsetof(exporter_object, nbytes), READONLY, "Bytes in total."},
+    {"readonly", T_INT, offsetof(exporter_object, desc.readonly), READONLY, "Read-only memory."},
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(exporter_object, weakreflist), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot exporter_slots[] = {
+    {Py_tp_dealloc, (void *)exporter_dealloc},
+    {Py_tp_getset, exporter_getset},
+    {Py_tp_members, exporter_members},
+    {Py_bf_getbuffer, (void *)exporter_getbuffer},
+    {Py_bf_releasebuffer, (void *)exporter_releasebuffer},
+    {Py_tp_doc, (void *)"A block of memory exported through the extended buffer protocol, "
+                        "with borrow counting. Created from C by pyxbuf_exporter_new or "
+                        "pyxbuf_exporter_wrap."},
+    {0, NULL},
+};
+
+static PyType_Spec exporter_spec = {
+    .name = "pyxbuf.Exporter",
+    .basicsize = (int)sizeof(exporter_object),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = exporter_slots,
+};
+
+PyTypeObject *pyxbuf_exporter_type(void) {
+    if (exporter_type_object != NULL) return exporter_type_object;
+    PyObject *tp = PyType_FromSpec(&exporter_spec);
+    if (tp == NULL) return NULL;
+    int32_t supported = PYXBUF_CLASSIC_FLAGS | PYXBUF_EXTENDED_FLAGS;
+    if (pyxbuf_type_set_supported_flags((PyTypeObject *)tp, supported) < 0) {
+        Py_DECREF(tp);
+        return NULL;
+    }
+    exporter_type_object = (PyTypeObject *)tp; /* kept for the process */
+    return exporter_type_object;
+}
+
+static char *copy_string(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *c = PyMem_Malloc(n);
+    if (c == NULL) return (char *)PyErr_NoMemory();
+    memcpy(c, s, n);
+    return c;
+}
+
+/* Copy the caller's description into `e`, computing C strides when absent. */
+static int adopt_desc(exporter_object *e, const pyxbuf_export_desc *d) {
+    e->desc = *d;
+    e->desc.shape = NULL;
+    e->desc.strides = NULL;
+    e->desc.format = NULL;
+    e->desc.device = NULL;
+    e->desc.device_info = NULL;
+    e->desc.format = copy_string(d->format ? d->format : "B");
+    if (e->desc.format == NULL) return -1;
+    if (d->device != NULL && !pyxbuf_device_equal(d->device, NULL)) {
+        e->desc.device = copy_string(d->device);
+        if (e->desc.device == NULL) return -1;
+    }
+    if (d->device_info != NULL) {
+        /* Only pyxbuf_device_info is known here; its size field says how much
+         * the writer filled. */
+        const pyxbuf_device_info *info = d->device_info;
+        size_t n = info->size < sizeof e->device_info ? info->size : sizeof e->device_info;
+        memcpy(&e->device_info, info, n);
+        e->device_info.size = (uint32_t)sizeof e->device_info;
+        e->desc.device_info = &e->device_info;
+    }
+    size_t dims = d->ndim > 0 ? (size_t)d->ndim : 1;
+    Py_ssize_t *block = PyMem_Calloc(2 * dims, sizeof(Py_ssize_t));
+    if (block == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    e->desc.shape = block;
+    e->desc.strides = block + dims;
+    if (desc_itemsize(&e->desc, &e->itemsize) < 0) return -1;
+    e->desc.itemsize = e->itemsize;
+    Py_ssize_t stride = e->itemsize;
+    for (int32_t i = d->ndim - 1; i >= 0; i--) {
+        e->desc.shape[i] = d->shape[i];
+        e->desc.strides[i] = d->strides ? d->strides[i] : stride;
+        stride *= d->shape[i] > 0 ? d->shape[i] : 1;
+    }
+    return desc_nbytes(&e->desc, e->itemsize, &e->nbytes);
+}
+
+PyObject *pyxbuf_exporter_wrap(const pyxbuf_export_desc *desc, void (*free_fn)(void *),
+                               void *free_ctx) {
+    if (check_desc(desc) < 0) return NULL;
+    PyTypeObject *tp = pyxbuf_exporter_type();
+    if (tp == NULL) return NULL;
+    exporter_object *e = PyObject_New(exporter_object, tp);
+    if (e == NULL) return NULL;
+    memset((char *)e + sizeof(PyObject), 0, sizeof *e - sizeof(PyObject));
+    if (adopt_desc(e, desc) < 0) {
+        Py_DECREF(e); /* frees what adopt_desc copied; free_fn not yet owned */
+        return NULL;
+    }
+    e->free_fn = free_fn;
+    e->free_ctx = free_ctx;
+    return (PyObject *)e;
+}
+
+PyObject *pyxbuf_exporter_new(const char *format, int32_t ndim, const Py_ssize_t *shape,
+                              int32_t readonly) {
+    pyxbuf_export_desc d;
+    memset(&d, 0, sizeof d);
+    d.size = (uint32_t)sizeof d;
+    d.ndim = ndim;
+    d.format = format ? format : "B";
+    d.shape = (Py_ssize_t *)shape;
+    d.readonly = readonly;
+    if (ndim < 0 || ndim > PYXBUF_MAX_NDIM || (ndim > 0 && shape == NULL)) {
+        PyErr_Format(PyExc_ValueError, "pyxbuf_exporter_new: ndim %d is outside 0..%d or shape is "
+                     "NULL", (int)ndim, PYXBUF_MAX_NDIM);
+        return NULL;
+    }
+    Py_ssize_t itemsize = 0, nbytes = 0;
+    if (desc_itemsize(&d, &itemsize) < 0 || desc_nbytes(&d, itemsize, &nbytes) < 0) return NULL;
+    /* 64-byte alignment suits every scalar and SIMD loads; never size 0. */
+    size_t alloc = ((size_t)nbytes + 63) & ~(size_t)63;
+    void *data = aligned_alloc(64, alloc ? alloc : 64);
+    if (data == NULL) return PyErr_NoMemory();
+    memset(data, 0, alloc ? alloc : 64);
+    d.buf = data;
+    /* C strides are computed by adopt_desc; ndim > 1 needs them up front only
+     * for check_desc, so pass a temporary when the caller gave none. */
+    Py_ssize_t strides[PYXBUF_MAX_NDIM];
+    Py_ssize_t stride = itemsize;
+    for (int32_t i = ndim - 1; i >= 0; i--) {
+        strides[i] = stride;
+        stride *= shape[i] > 0 ? shape[i] : 1;
+    }
+    d.strides = ndim > 0 ? strides : NULL;
+    PyObject *e = pyxbuf_exporter_wrap(&d, free, data);
+    if (e == NULL) free(data);
+    return e;
+}
+
+void *pyxbuf_exporter_data(PyObject *obj) {
+    if (obj == NULL || exporter_type_object == NULL ||
+        !PyObject_TypeCheck(obj, exporter_type_object)) {
+        PyErr_Format(PyExc_TypeError, "pyxbuf_exporter_data: expected a pyxbuf.Exporter, got '%.200s'",
+                     obj ? Py_TYPE(obj)->tp_name : "NULL");
+        return NULL;
+    }
+    return ((exporter_object *)obj)->desc.buf;
+}

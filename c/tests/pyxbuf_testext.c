@@ -1,0 +1,505 @@
+/* pyxbuf_testext.c -- a Python extension that exposes libpyxbuf to the pytest
+ * suite until the Rust module exists, plus producers that only C can write
+ * (a liar that breaks the protocol on purpose). It links the static library:
+ * its own private copy, as a PyO3 extension would. */
+#include <string.h>
+
+#include "pyxbuf.h"
+#include <structmember.h>
+
+int pyxbuf_testext_add_format(PyObject *module); /* testext_format.c */
+
+/* ------------------------------------------------------------------------- */
+/* Views as dicts                                                            */
+/* ------------------------------------------------------------------------- */
+
+static PyObject *ssize_tuple(const Py_ssize_t *values, int n) {
+    if (values == NULL) Py_RETURN_NONE;
+    PyObject *t = PyTuple_New(n);
+    for (int i = 0; t != NULL && i < n; i++) {
+        PyObject *v = PyLong_FromSsize_t(values[i]);
+        if (v == NULL) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return t;
+}
+
+static int put(PyObject *d, const char *key, PyObject *value) {
+    if (value == NULL) return -1;
+    int rc = PyDict_SetItemString(d, key, value);
+    Py_DECREF(value);
+    return rc;
+}
+
+/* The classic fields, exactly as the producer filled them. */
+static PyObject *classic_dict(const Py_buffer *b) {
+    PyObject *d = PyDict_New();
+    if (d == NULL) return NULL;
+    int ok = put(d, "buf", PyLong_FromVoidPtr(b->buf)) == 0 &&
+             put(d, "obj", Py_NewRef(b->obj ? b->obj : Py_None)) == 0 &&
+             put(d, "len", PyLong_FromSsize_t(b->len)) == 0 &&
+             put(d, "itemsize", PyLong_FromSsize_t(b->itemsize)) == 0 &&
+             put(d, "readonly", PyLong_FromLong(b->readonly)) == 0 &&
+             put(d, "ndim", PyLong_FromLong(b->ndim)) == 0 &&
+             put(d, "format", b->format ? PyUnicode_FromString(b->format) : Py_NewRef(Py_None)) == 0 &&
+             put(d, "shape", ssize_tuple(b->shape, b->ndim)) == 0 &&
+             put(d, "strides", ssize_tuple(b->strides, b->ndim)) == 0 &&
+             put(d, "suboffsets", ssize_tuple(b->suboffsets, b->ndim)) == 0 &&
+             put(d, "internal", PyLong_FromVoidPtr(b->internal)) == 0;
+    if (!ok) Py_CLEAR(d);
+    return d;
+}
+
+static PyObject *view_dict(const pyxbuf_view *v) {
+    PyObject *d = classic_dict(&v->base);
+    if (d == NULL) return NULL;
+    int ok = put(d, "flags", PyLong_FromLong(v->flags)) == 0 &&
+             put(d, "ext_flags", PyLong_FromLong(v->ext_flags)) == 0 &&
+             put(d, "device", v->device ? PyUnicode_FromString(v->device) : Py_NewRef(Py_None)) == 0 &&
+             put(d, "device_info", v->device_info ? PyLong_FromVoidPtr(v->device_info)
+                                                  : Py_NewRef(Py_None)) == 0 &&
+             put(d, "path", PyUnicode_FromString(pyxbuf_path_name(v->path))) == 0 &&
+             put(d, "requested", PyLong_FromLong(v->requested)) == 0 &&
+             put(d, "is_host", PyBool_FromLong(pyxbuf_view_is_host(v))) == 0;
+    if (ok && v->device_info != NULL && v->device != NULL &&
+        strcmp(v->device, PYXBUF_DEVICE_DLPACK) == 0) {
+        const pyxbuf_device_info *info = v->device_info;
+        ok = put(d, "device_type", PyLong_FromLong(info->device_type)) == 0 &&
+             put(d, "device_id", PyLong_FromLong(info->device_id)) == 0;
+    }
+    if (!ok) Py_CLEAR(d);
+    return d;
+}
+
+/* ------------------------------------------------------------------------- */
+/* View: a held acquisition                                                  */
+/* ------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    pyxbuf_view view;
+} ViewObject;
+
+static PyTypeObject *View_type;
+
+static void View_dealloc(PyObject *self) {
+    PyTypeObject *tp = Py_TYPE(self);
+    pyxbuf_release(&((ViewObject *)self)->view);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static PyObject *View_release(PyObject *self, PyObject *unused) {
+    (void)unused;
+    pyxbuf_release(&((ViewObject *)self)->view);
+    Py_RETURN_NONE;
+}
+
+static PyObject *View_info(PyObject *self, PyObject *unused) {
+    (void)unused;
+    ViewObject *v = (ViewObject *)self;
+    if (!pyxbuf_view_is_acquired(&v->view)) {
+        PyErr_SetString(PyExc_ValueError, "view is released");
+        return NULL;
+    }
+    return view_dict(&v->view);
+}
+
+static PyObject *View_acquired(PyObject *self, void *closure) {
+    (void)closure;
+    return PyBool_FromLong(pyxbuf_view_is_acquired(&((ViewObject *)self)->view));
+}
+
+static PyMethodDef View_methods[] = {
+    {"release", View_release, METH_NOARGS, "Release the view (a second call is a no-op)."},
+    {"info", View_info, METH_NOARGS, "The view's classic and extended fields as a dict."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef View_getset[] = {
+    {"acquired", View_acquired, NULL, "Whether the view is held.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot View_slots[] = {
+    {Py_tp_dealloc, (void *)View_dealloc},
+    {Py_tp_methods, View_methods},
+    {Py_tp_getset, View_getset},
+    {0, NULL},
+};
+
+static PyType_Spec View_spec = {
+    .name = "_pyxbuf_testext.View",
+    .basicsize = (int)sizeof(ViewObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = View_slots,
+};
+
+static PyObject *acquire(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *obj;
+    int flags = PyBUF_FULL_RO;
+    if (!PyArg_ParseTuple(args, "O|i", &obj, &flags)) return NULL;
+    ViewObject *v = PyObject_New(ViewObject, View_type);
+    if (v == NULL) return NULL;
+    memset(&v->view, 0, sizeof v->view);
+    if (pyxbuf_get(obj, &v->view, flags) < 0) {
+        Py_DECREF(v);
+        return NULL;
+    }
+    return (PyObject *)v;
+}
+
+/* ------------------------------------------------------------------------- */
+/* One-shot functions                                                        */
+/* ------------------------------------------------------------------------- */
+
+static PyObject *inspect(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *obj;
+    int flags = PyBUF_FULL_RO;
+    if (!PyArg_ParseTuple(args, "O|i", &obj, &flags)) return NULL;
+    pyxbuf_view view;
+    if (pyxbuf_get(obj, &view, flags) < 0) return NULL;
+    PyObject *d = view_dict(&view);
+    pyxbuf_release(&view);
+    return d;
+}
+
+static PyObject *classic(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *obj;
+    int flags = PyBUF_FULL_RO;
+    if (!PyArg_ParseTuple(args, "O|i", &obj, &flags)) return NULL;
+    Py_buffer b;
+    if (PyObject_GetBuffer(obj, &b, flags) < 0) return NULL;
+    PyObject *d = classic_dict(&b);
+    PyBuffer_Release(&b);
+    return d;
+}
+
+static PyObject *cycle(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *obj;
+    int flags;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "Oin", &obj, &flags, &n)) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        pyxbuf_view view;
+        if (pyxbuf_get(obj, &view, flags) < 0) return NULL;
+        pyxbuf_release(&view);
+    }
+    Py_RETURN_NONE;
+}
+
+/* Acquire, then release twice; report whether the view was held after each
+ * step and that the second release changed nothing. */
+static PyObject *release_twice(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *obj;
+    int flags = PyBUF_FULL_RO;
+    if (!PyArg_ParseTuple(args, "O|i", &obj, &flags)) return NULL;
+    pyxbuf_view view;
+    if (pyxbuf_get(obj, &view, flags) < 0) return NULL;
+    int held = pyxbuf_view_is_acquired(&view);
+    pyxbuf_release(&view);
+    int after_first = pyxbuf_view_is_acquired(&view);
+    pyxbuf_view snapshot = view;
+    pyxbuf_release(&view);
+    int unchanged = memcmp(&snapshot, &view, sizeof view) == 0;
+    return Py_BuildValue("(iii)", held, after_first, unchanged);
+}
+
+static PyObject *check_supports(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *obj;
+    int flags;
+    if (!PyArg_ParseTuple(args, "Oi", &obj, &flags)) return NULL;
+    int rc = pyxbuf_check_supports(obj, flags);
+    if (rc < 0) return NULL;
+    return PyBool_FromLong(rc);
+}
+
+static PyObject *set_supported_flags(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *type;
+    int flags;
+    if (!PyArg_ParseTuple(args, "O!i", &PyType_Type, &type, &flags)) return NULL;
+    if (pyxbuf_type_set_supported_flags((PyTypeObject *)type, flags) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *type_supported_flags(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *type;
+    if (!PyArg_ParseTuple(args, "O!", &PyType_Type, &type)) return NULL;
+    int32_t mask;
+    if (pyxbuf_type_supported_flags((PyTypeObject *)type, &mask) < 0) return NULL;
+    return PyLong_FromLong(mask);
+}
+
+static int shape_from_sequence(PyObject *seq, Py_ssize_t *shape, int32_t *ndim) {
+    PyObject *fast = PySequence_Fast(seq, "shape must be a sequence of ints");
+    if (fast == NULL) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    if (n > PYXBUF_MAX_NDIM) {
+        Py_DECREF(fast);
+        PyErr_SetString(PyExc_ValueError, "too many dimensions");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        shape[i] = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, i));
+        if (shape[i] == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+    }
+    Py_DECREF(fast);
+    *ndim = (int32_t)n;
+    return 0;
+}
+
+static PyObject *exporter(PyObject *mod, PyObject *args, PyObject *kwargs) {
+    (void)mod;
+    static char *kwlist[] = {"format", "shape", "readonly", NULL};
+    const char *format;
+    PyObject *shape_obj;
+    int readonly = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sO|p", kwlist, &format, &shape_obj, &readonly))
+        return NULL;
+    Py_ssize_t shape[PYXBUF_MAX_NDIM];
+    int32_t ndim;
+    if (shape_from_sequence(shape_obj, shape, &ndim) < 0) return NULL;
+    return pyxbuf_exporter_new(format, ndim, shape, readonly);
+}
+
+/* An exporter that claims its (host) memory lives on a device: enough to test
+ * the protocol's device rules before the device backends exist. */
+static void free_block(void *p) { PyMem_Free(p); }
+
+static PyObject *device_exporter(PyObject *mod, PyObject *args) {
+    (void)mod;
+    Py_ssize_t n;
+    int device_type = PYXBUF_DL_EXT_DEV, device_id = 0;
+    if (!PyArg_ParseTuple(args, "n|ii", &n, &device_type, &device_id)) return NULL;
+    void *block = PyMem_Calloc((size_t)(n > 0 ? n : 1), 1);
+    if (block == NULL) return PyErr_NoMemory();
+    pyxbuf_device_info info;
+    memset(&info, 0, sizeof info);
+    info.size = (uint32_t)sizeof info;
+    info.device_type = device_type;
+    info.device_id = device_id;
+    pyxbuf_export_desc d;
+    memset(&d, 0, sizeof d);
+    d.size = (uint32_t)sizeof d;
+    d.ndim = 1;
+    d.buf = block;
+    d.format = "B";
+    d.shape = &n;
+    d.device = PYXBUF_DEVICE_DLPACK;
+    d.device_info = &info;
+    PyObject *e = pyxbuf_exporter_wrap(&d, free_block, block);
+    if (e == NULL) PyMem_Free(block);
+    return e;
+}
+
+static PyObject *exporter_poke(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *obj;
+    Py_ssize_t index;
+    int value;
+    if (!PyArg_ParseTuple(args, "Oni", &obj, &index, &value)) return NULL;
+    unsigned char *data = pyxbuf_exporter_data(obj);
+    if (data == NULL) return NULL;
+    data[index] = (unsigned char)value;
+    Py_RETURN_NONE;
+}
+
+static PyObject *versions(PyObject *mod, PyObject *unused) {
+    (void)mod;
+    (void)unused;
+    return Py_BuildValue("(Is)", pyxbuf_abi_version(), pyxbuf_version_string());
+}
+
+/* ------------------------------------------------------------------------- */
+/* Liar: a producer that breaks the extended protocol in a chosen way        */
+/* ------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    int mode;
+    Py_ssize_t gets, releases;
+    Py_ssize_t shape;
+    unsigned char data[16];
+} LiarObject;
+
+static const char *const liar_modes[] = {
+    "honest",               /* 0: fills the view correctly, CPU memory */
+    "unrequested_flag",     /* 1: sets PYXBUF_TEMPORARY in flags though not asked */
+    "device_without_flag",  /* 2: sets device but leaves the PYXBUF_DEVICE bit clear */
+    "null_device_with_bit", /* 3: sets the PYXBUF_DEVICE bit with a NULL device */
+    "cpu_device",           /* 4: names the reserved "cpu" device */
+    "unrequested_grant",    /* 5: grants EXT_EXCLUSIVE though only SHARED was asked */
+    "tracked_grant",        /* 6: claims the registry's EXT_TRACKED grant */
+    "readonly_for_writable",/* 7: hands out read-only memory for a WRITABLE request */
+    "device_unrequested",   /* 8: fills device fields without PYXBUF_DEVICE asked */
+    NULL,
+};
+
+static PyTypeObject *Liar_type;
+
+static PyObject *Liar_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    (void)kwargs;
+    const char *mode;
+    if (!PyArg_ParseTuple(args, "s", &mode)) return NULL;
+    int m = -1;
+    for (int i = 0; liar_modes[i] != NULL; i++)
+        if (strcmp(liar_modes[i], mode) == 0) m = i;
+    if (m < 0) {
+        PyErr_Format(PyExc_ValueError, "unknown liar mode '%s'", mode);
+        return NULL;
+    }
+    LiarObject *self = (LiarObject *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->mode = m;
+    self->shape = (Py_ssize_t)sizeof self->data;
+    return (PyObject *)self;
+}
+
+static pyxbuf_device_info liar_info = {sizeof(pyxbuf_device_info), PYXBUF_DL_EXT_DEV, 0, 0,
+                                       NULL, 0, 0, {0, 0, 0}};
+
+static int Liar_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+    LiarObject *l = (LiarObject *)self;
+    pyxbuf_view *x = (pyxbuf_view *)view; /* valid: pyxbuf passes a pyxbuf_view */
+    view->obj = Py_NewRef(self);
+    view->buf = l->data;
+    view->len = l->shape;
+    view->itemsize = 1;
+    view->readonly = l->mode == 7;
+    view->ndim = 1;
+    view->format = (flags & PyBUF_FORMAT) ? "B" : NULL;
+    view->shape = (flags & PyBUF_ND) ? &l->shape : NULL;
+    view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? &view->itemsize : NULL;
+    view->suboffsets = NULL;
+    view->internal = NULL;
+    switch (l->mode) {
+    case 1: x->flags |= PYXBUF_TEMPORARY; break;
+    case 2: x->device = PYXBUF_DEVICE_DLPACK; x->device_info = &liar_info; break;
+    case 3: x->flags |= PYXBUF_DEVICE; break;
+    case 4: x->flags |= PYXBUF_DEVICE; x->device = PYXBUF_DEVICE_CPU; break;
+    case 5: x->flags |= PYXBUF_BORROW_SHARED; x->ext_flags |= PYXBUF_EXT_EXCLUSIVE; break;
+    case 6: x->flags |= PYXBUF_BORROW_SHARED; x->ext_flags |= PYXBUF_EXT_SHARED | PYXBUF_EXT_TRACKED; break;
+    case 8: x->flags |= PYXBUF_DEVICE; x->device = PYXBUF_DEVICE_DLPACK; x->device_info = &liar_info; break;
+    default: break;
+    }
+    l->gets++;
+    return 0;
+}
+
+static void Liar_releasebuffer(PyObject *self, Py_buffer *view) {
+    (void)view;
+    ((LiarObject *)self)->releases++;
+}
+
+static void Liar_dealloc(PyObject *self) {
+    PyTypeObject *tp = Py_TYPE(self);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static PyMemberDef Liar_members[] = {
+    {"gets", T_PYSSIZET, offsetof(LiarObject, gets), READONLY, "getbuffer calls"},
+    {"releases", T_PYSSIZET, offsetof(LiarObject, releases), READONLY, "releasebuffer calls"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot Liar_slots[] = {
+    {Py_tp_new, (void *)Liar_new},
+    {Py_tp_dealloc, (void *)Liar_dealloc},
+    {Py_tp_members, Liar_members},
+    {Py_bf_getbuffer, (void *)Liar_getbuffer},
+    {Py_bf_releasebuffer, (void *)Liar_releasebuffer},
+    {0, NULL},
+};
+
+static PyType_Spec Liar_spec = {
+    .name = "_pyxbuf_testext.Liar",
+    .basicsize = (int)sizeof(LiarObject),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = Liar_slots,
+};
+
+/* ------------------------------------------------------------------------- */
+/* Module                                                                    */
+/* ------------------------------------------------------------------------- */
+
+static PyMethodDef module_methods[] = {
+    {"acquire", acquire, METH_VARARGS, "acquire(obj, flags) -> View held until release()."},
+    {"inspect", inspect, METH_VARARGS, "inspect(obj, flags) -> dict of the pyxbuf view."},
+    {"classic", classic, METH_VARARGS, "classic(obj, flags) -> dict from PyObject_GetBuffer."},
+    {"cycle", cycle, METH_VARARGS, "cycle(obj, flags, n): n pyxbuf_get/pyxbuf_release pairs."},
+    {"release_twice", release_twice, METH_VARARGS, "Acquire, release twice; report states."},
+    {"check_supports", check_supports, METH_VARARGS, "pyxbuf_check_supports(obj, flags)."},
+    {"set_supported_flags", set_supported_flags, METH_VARARGS, "Set a type's supported flags."},
+    {"type_supported_flags", type_supported_flags, METH_VARARGS, "A type's supported mask."},
+    {"exporter", (PyCFunction)(void (*)(void))exporter, METH_VARARGS | METH_KEYWORDS,
+     "exporter(format, shape, readonly=False) -> pyxbuf.Exporter"},
+    {"device_exporter", device_exporter, METH_VARARGS,
+     "device_exporter(nbytes, device_type, device_id) -> Exporter claiming device memory"},
+    {"exporter_poke", exporter_poke, METH_VARARGS, "Write one byte of an exporter's memory."},
+    {"versions", versions, METH_NOARGS, "(abi_version, version_string)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_pyxbuf_testext", "pyxbuf's C test extension", -1,
+    module_methods, NULL, NULL, NULL, NULL,
+};
+
+static int add_constants(PyObject *m) {
+    static const struct {
+        const char *name;
+        long value;
+    } constants[] = {
+        {"PyBUF_SIMPLE", PyBUF_SIMPLE}, {"PyBUF_WRITABLE", PyBUF_WRITABLE},
+        {"PyBUF_FORMAT", PyBUF_FORMAT}, {"PyBUF_ND", PyBUF_ND}, {"PyBUF_STRIDES", PyBUF_STRIDES},
+        {"PyBUF_C_CONTIGUOUS", PyBUF_C_CONTIGUOUS}, {"PyBUF_F_CONTIGUOUS", PyBUF_F_CONTIGUOUS},
+        {"PyBUF_ANY_CONTIGUOUS", PyBUF_ANY_CONTIGUOUS}, {"PyBUF_INDIRECT", PyBUF_INDIRECT},
+        {"PyBUF_CONTIG", PyBUF_CONTIG}, {"PyBUF_CONTIG_RO", PyBUF_CONTIG_RO},
+        {"PyBUF_STRIDED", PyBUF_STRIDED}, {"PyBUF_STRIDED_RO", PyBUF_STRIDED_RO},
+        {"PyBUF_RECORDS", PyBUF_RECORDS}, {"PyBUF_RECORDS_RO", PyBUF_RECORDS_RO},
+        {"PyBUF_FULL", PyBUF_FULL}, {"PyBUF_FULL_RO", PyBUF_FULL_RO},
+        {"PYXBUF_DEVICE", PYXBUF_DEVICE}, {"PYXBUF_BORROW_SHARED", PYXBUF_BORROW_SHARED},
+        {"PYXBUF_BORROW_EXCLUSIVE", PYXBUF_BORROW_EXCLUSIVE},
+        {"PYXBUF_TEMPORARY", PYXBUF_TEMPORARY}, {"PYXBUF_CLASSIC_FLAGS", PYXBUF_CLASSIC_FLAGS},
+        {"PYXBUF_EXTENDED_FLAGS", PYXBUF_EXTENDED_FLAGS},
+        {"PYXBUF_REQUIRED_FLAGS", PYXBUF_REQUIRED_FLAGS},
+        {"PYXBUF_EXT_SHARED", PYXBUF_EXT_SHARED}, {"PYXBUF_EXT_EXCLUSIVE", PYXBUF_EXT_EXCLUSIVE},
+        {"PYXBUF_EXT_TRACKED", PYXBUF_EXT_TRACKED}, {"PYXBUF_ABI_VERSION", PYXBUF_ABI_VERSION},
+        {"PYXBUF_DL_EXT_DEV", PYXBUF_DL_EXT_DEV}, {"PYXBUF_DL_CUDA", PYXBUF_DL_CUDA},
+    };
+    for (size_t i = 0; i < sizeof constants / sizeof *constants; i++)
+        if (PyModule_AddIntConstant(m, constants[i].name, constants[i].value) < 0) return -1;
+    return PyModule_AddStringConstant(m, "PYXBUF_DEVICE_DLPACK", PYXBUF_DEVICE_DLPACK);
+}
+
+PyMODINIT_FUNC PyInit__pyxbuf_testext(void) {
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL) return NULL;
+    View_type = (PyTypeObject *)PyType_FromSpec(&View_spec);
+    Liar_type = (PyTypeObject *)PyType_FromSpec(&Liar_spec);
+    if (View_type == NULL || Liar_type == NULL ||
+        pyxbuf_type_set_supported_flags(Liar_type, PYXBUF_CLASSIC_FLAGS | PYXBUF_EXTENDED_FLAGS) < 0 ||
+        PyModule_AddObjectRef(m, "View", (PyObject *)View_type) < 0 ||
+        PyModule_AddObjectRef(m, "Liar", (PyObject *)Liar_type) < 0 ||
+        PyModule_AddObjectRef(m, "Exporter", (PyObject *)pyxbuf_exporter_type()) < 0 ||
+        add_constants(m) < 0 || pyxbuf_testext_add_format(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

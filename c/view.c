@@ -1,0 +1,380 @@
+/* view.c -- acquisition and release of extended views, supported-flags
+ * lookups, and validation of what producers hand back.
+ *
+ * pyxbuf_get tries the protocols in DESIGN.md's order. Today: the object's
+ * native extended buffer, then the classic buffer. The bridges (DLPack,
+ * __cuda_array_interface__, __array_interface__) plug into acquire_by_bridges()
+ * and release_by_bridge(); nothing else here needs to change for them. */
+
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------- */
+/* Supported flags                                                           */
+/* ------------------------------------------------------------------------- */
+
+#define KNOWN_REQUEST_FLAGS (PYXBUF_CLASSIC_FLAGS | PYXBUF_EXTENDED_FLAGS)
+
+/* The mask a supported-flags value stands for. -1 allows FORMAT because it is
+ * soft: a SIMPLE-only producer may leave format NULL and mean "B". */
+static int32_t expand_supported(long value) {
+    if (value == PYXBUF_SUPPORTS_CLASSIC) return PYXBUF_CLASSIC_FLAGS;
+    if (value == PYXBUF_SUPPORTS_SIMPLE_ONLY) return PyBUF_FORMAT;
+    return (int32_t)value;
+}
+
+static int check_supported_value(const char *type_name, long value) {
+    if (value == PYXBUF_SUPPORTS_SIMPLE_ONLY) return 0;
+    if (value < 0 || (value & ~(long)KNOWN_REQUEST_FLAGS) != 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "pyxbuf: supported flags %ld for type '%.200s' are invalid: expected 0 "
+                     "(every classic flag), -1 (PyBUF_SIMPLE only) or a mask of classic and "
+                     "PYXBUF_* request flags (0x%x)",
+                     value, type_name, (unsigned)KNOWN_REQUEST_FLAGS);
+        return -1;
+    }
+    return 0;
+}
+
+/* One entry per type seen recently. A type's version tag changes whenever its
+ * dict changes and is never reused, so (type, tag) identifies the answer even
+ * if the type dies and another is allocated at the same address. */
+typedef struct supported_cache_entry {
+    PyTypeObject *type;
+    unsigned int tag;
+    int32_t mask;
+} supported_cache_entry;
+
+#define SUPPORTED_CACHE_SIZE 256
+static supported_cache_entry supported_cache[SUPPORTED_CACHE_SIZE];
+
+static size_t cache_slot(PyTypeObject *type) {
+    uintptr_t p = (uintptr_t)type;
+    return (size_t)((p >> 4) ^ (p >> 12)) & (SUPPORTED_CACHE_SIZE - 1);
+}
+
+static PyObject *supported_attr_name(void) {
+    static PyObject *name = NULL; /* interned, immortal for the process */
+    if (name == NULL) name = PyUnicode_InternFromString(PYXBUF_SUPPORTED_FLAGS_ATTR);
+    return name;
+}
+
+static int lookup_supported(PyTypeObject *type, int32_t *mask) {
+    PyObject *name = supported_attr_name();
+    if (name == NULL) return -1;
+    /* _PyType_Lookup searches the MRO only (not the metaclass), raises
+     * nothing and gives the type a version tag we can cache under. */
+    PyObject *value = _PyType_Lookup(type, name);
+    if (value == NULL) {
+        *mask = PYXBUF_CLASSIC_FLAGS;
+        return 0;
+    }
+    if (!PyLong_Check(value)) {
+        PyErr_Format(PyExc_TypeError,
+                     "pyxbuf: %s of type '%.200s' must be an int, found '%.200s'; set it to 0, "
+                     "-1 or a mask of request flags",
+                     PYXBUF_SUPPORTED_FLAGS_ATTR, type->tp_name, Py_TYPE(value)->tp_name);
+        return -1;
+    }
+    long raw = PyLong_AsLong(value);
+    if (raw == -1 && PyErr_Occurred()) return -1;
+    if (check_supported_value(type->tp_name, raw) < 0) return -1;
+    *mask = expand_supported(raw);
+    return 0;
+}
+
+int pyxbuf_type_supported_flags(PyTypeObject *type, int32_t *supported) {
+    supported_cache_entry *e = &supported_cache[cache_slot(type)];
+    if (PYXBUF_LIKELY(e->type == type && e->tag != 0 && e->tag == type->tp_version_tag)) {
+        *supported = e->mask;
+        return 0;
+    }
+    if (lookup_supported(type, supported) < 0) return -1;
+    if (type->tp_version_tag != 0) {
+        e->type = type;
+        e->tag = type->tp_version_tag;
+        e->mask = *supported;
+    }
+    return 0;
+}
+
+int pyxbuf_type_set_supported_flags(PyTypeObject *type, int32_t flags) {
+    if (type == NULL) {
+        PyErr_SetString(PyExc_ValueError, "pyxbuf_type_set_supported_flags: type is NULL");
+        return -1;
+    }
+    if (check_supported_value(type->tp_name, flags) < 0) return -1;
+    PyObject *value = PyLong_FromLong(flags);
+    if (value == NULL) return -1;
+    /* Write the dict directly: immutable and static types refuse setattr, and
+     * the dict is what every copy of libpyxbuf reads. */
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *dict = PyType_GetDict(type);
+#else
+    PyObject *dict = Py_XNewRef(type->tp_dict);
+#endif
+    if (dict == NULL) {
+        Py_DECREF(value);
+        PyErr_Format(PyExc_TypeError, "pyxbuf: type '%.200s' has no dict (is it ready?)",
+                     type->tp_name);
+        return -1;
+    }
+    int rc = PyDict_SetItemString(dict, PYXBUF_SUPPORTED_FLAGS_ATTR, value);
+    Py_DECREF(dict);
+    Py_DECREF(value);
+    if (rc == 0) PyType_Modified(type);
+    return rc;
+}
+
+int pyxbuf_check_supports(PyObject *obj, int32_t flags) {
+    if (obj == NULL) {
+        PyErr_SetString(PyExc_ValueError, "pyxbuf_check_supports: obj is NULL");
+        return -1;
+    }
+    int32_t mask;
+    if (pyxbuf_type_supported_flags(Py_TYPE(obj), &mask) < 0) return -1;
+    return (flags & ~mask) == 0;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Errors raised during acquisition                                          */
+/* ------------------------------------------------------------------------- */
+
+static void reset_view(pyxbuf_view *view, int32_t requested) {
+    memset(&view->base, 0, sizeof view->base);
+    view->flags = 0;
+    view->ext_flags = 0;
+    view->device = NULL;
+    view->device_info = NULL;
+    view->path = PYXBUF_PATH_NONE;
+    view->requested = requested;
+    view->state = PYXBUF__STATE_RELEASED;
+    view->owner = NULL;
+    view->bridge_data = NULL;
+}
+
+/* Replace the producer's exception with a BufferError whose message names the
+ * object's type, the path and the request, keeping the original as __cause__.
+ * Producers disagree on the type of a refusal (NumPy raises ValueError for
+ * contiguity, bytes BufferError for writability); consumers of pyxbuf catch
+ * one. Other exceptions (MemoryError, KeyboardInterrupt...) keep their type. */
+static void add_context(PyObject *obj, const char *path, int32_t flags) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value == NULL) {
+        PyErr_Restore(type, value, tb);
+        return;
+    }
+    char names[256];
+    pyxbuf__flag_names(flags, names, sizeof names);
+    PyObject *text = PyObject_Str(value);
+    const char *reason = text ? PyUnicode_AsUTF8(text) : NULL;
+    if (reason == NULL) {
+        PyErr_Clear();
+        reason = "(no message)";
+    }
+    /* pyxbuf's own exporters already start with "pyxbuf: "; say it once. */
+    if (strncmp(reason, "pyxbuf: ", 8) == 0) reason += 8;
+    PyObject *raised = type;
+    if (PyErr_GivenExceptionMatches(type, PyExc_ValueError) ||
+        PyErr_GivenExceptionMatches(type, PyExc_TypeError) ||
+        PyErr_GivenExceptionMatches(type, PyExc_BufferError))
+        raised = PyExc_BufferError;
+    PyErr_Format(raised, "pyxbuf: %s buffer of '%.200s' refused the request %s: %s", path,
+                 Py_TYPE(obj)->tp_name, names, reason);
+    Py_XDECREF(text);
+    PyObject *t2, *v2, *tb2;
+    PyErr_Fetch(&t2, &v2, &tb2);
+    PyErr_NormalizeException(&t2, &v2, &tb2);
+    if (tb != NULL) PyException_SetTraceback(value, tb);
+    PyException_SetCause(v2, value); /* steals value */
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    PyErr_Restore(t2, v2, tb2);
+}
+
+static int refuse_unsupported(PyObject *obj, int32_t flags, int32_t missing) {
+    char want[256], miss[256];
+    pyxbuf__flag_names(flags, want, sizeof want);
+    pyxbuf__flag_names(missing, miss, sizeof miss);
+    PyErr_Format(PyExc_BufferError,
+                 "pyxbuf: '%.200s' does not support the required flag(s) %s of the request %s "
+                 "(its %s says so); ask for less, or copy the data into a buffer that can",
+                 Py_TYPE(obj)->tp_name, miss, want, PYXBUF_SUPPORTED_FLAGS_ATTR);
+    return -1;
+}
+
+/* Undo a producer's answer that pyxbuf refuses, then raise BufferError. */
+static int refuse_answer(pyxbuf_view *view, PyObject *obj, const char *reason, int32_t bits) {
+    PyBuffer_Release(&view->base);
+    reset_view(view, view->requested);
+    char names[256];
+    pyxbuf__flag_names(bits, names, sizeof names);
+    PyErr_Format(PyExc_BufferError,
+                 "pyxbuf: the buffer of '%.200s' is invalid: %s (%s); the producer breaks the "
+                 "extended buffer protocol and must be fixed",
+                 Py_TYPE(obj)->tp_name, reason, names);
+    return -1;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Acquisition                                                               */
+/* ------------------------------------------------------------------------- */
+
+/* The grants a producer may give for the extended flags it was passed. An
+ * exclusive request may be answered with the weaker shared grant. TRACKED is
+ * pyxbuf's own registry's, never a producer's. */
+static int32_t allowed_grants(int32_t passed) {
+    int32_t allowed = 0;
+    if (passed & PYXBUF_BORROW_SHARED) allowed |= PYXBUF_EXT_SHARED;
+    if (passed & PYXBUF_BORROW_EXCLUSIVE) allowed |= PYXBUF_EXT_SHARED | PYXBUF_EXT_EXCLUSIVE;
+    return allowed;
+}
+
+static int validate_extended(pyxbuf_view *view, PyObject *obj, int32_t passed) {
+    int32_t passed_ext = passed & PYXBUF_EXTENDED_FLAGS;
+    if (view->flags & ~passed_ext)
+        return refuse_answer(view, obj, "it set extended flags that were not requested",
+                             view->flags & ~passed_ext);
+    if (view->device != NULL && !(view->flags & PYXBUF_DEVICE))
+        return refuse_answer(view, obj, "it set a device without setting PYXBUF_DEVICE in flags",
+                             view->flags);
+    if ((view->flags & PYXBUF_DEVICE) && view->device == NULL)
+        return refuse_answer(view, obj, "it set PYXBUF_DEVICE in flags but left device NULL",
+                             view->flags);
+    if (view->device != NULL && strcmp(view->device, PYXBUF_DEVICE_CPU) == 0)
+        return refuse_answer(view, obj, "it named the reserved device \"cpu\" (NULL means CPU)",
+                             view->flags);
+    int32_t allowed = allowed_grants(passed);
+    if (view->ext_flags & ~allowed)
+        return refuse_answer(view, obj, "it granted a borrow that was not requested (ext_flags)",
+                             passed_ext);
+    return 0;
+}
+
+static int validate_classic(pyxbuf_view *view, PyObject *obj, int32_t passed) {
+    if (PYXBUF_UNLIKELY((passed & PyBUF_WRITABLE) && view->base.readonly))
+        return refuse_answer(view, obj, "it returned read-only memory for a WRITABLE request",
+                             passed);
+    return 0;
+}
+
+static int acquire_native(PyObject *obj, pyxbuf_view *view, int32_t flags, int32_t supported) {
+    /* Extended bits go only to types that advertise them; unsupported soft
+     * flags are dropped (the consumer sees them clear in view->flags). */
+    int32_t passed = flags & (PYXBUF_CLASSIC_FLAGS | (supported & PYXBUF_EXTENDED_FLAGS));
+    if (PyObject_GetBuffer(obj, &view->base, passed) < 0) {
+        reset_view(view, flags);
+        add_context(obj, "native extended", passed);
+        return -1;
+    }
+    view->path = PYXBUF_PATH_NATIVE;
+    if (validate_extended(view, obj, passed) < 0) return -1;
+    return validate_classic(view, obj, passed);
+}
+
+static int acquire_classic(PyObject *obj, pyxbuf_view *view, int32_t flags) {
+    int32_t passed = flags & PYXBUF_CLASSIC_FLAGS;
+    if (PyObject_GetBuffer(obj, &view->base, passed) < 0) {
+        reset_view(view, flags);
+        add_context(obj, "classic", passed);
+        return -1;
+    }
+    view->path = PYXBUF_PATH_CLASSIC;
+    return validate_classic(view, obj, passed);
+}
+
+/* The seam for the bridges (DLPack, __cuda_array_interface__,
+ * __array_interface__): 1 = acquired, 0 = not applicable, -1 = error. None is
+ * built yet, so nothing applies. */
+static int acquire_by_bridges(PyObject *obj, pyxbuf_view *view, int32_t flags) {
+    (void)obj;
+    (void)view;
+    (void)flags;
+    return 0;
+}
+
+static void release_by_bridge(pyxbuf_view *view) { (void)view; }
+
+static int refuse_no_protocol(PyObject *obj) {
+    PyErr_Format(PyExc_TypeError,
+                 "pyxbuf: '%.200s' exports no buffer pyxbuf can read (tried: native extended "
+                 "buffer, classic buffer); pass an object that supports the buffer protocol",
+                 Py_TYPE(obj)->tp_name);
+    return -1;
+}
+
+int pyxbuf_get(PyObject *obj, pyxbuf_view *view, int32_t flags) {
+    if (PYXBUF_UNLIKELY(obj == NULL || view == NULL)) {
+        PyErr_SetString(PyExc_ValueError, "pyxbuf_get: obj and view must not be NULL");
+        return -1;
+    }
+    reset_view(view, flags);
+    if (PYXBUF_UNLIKELY(flags & ~KNOWN_REQUEST_FLAGS)) {
+        PyErr_Format(PyExc_ValueError,
+                     "pyxbuf_get: request flags 0x%x contain unknown bits 0x%x; use PyBUF_* and "
+                     "PYXBUF_* flags only",
+                     (unsigned)flags, (unsigned)(flags & ~KNOWN_REQUEST_FLAGS));
+        return -1;
+    }
+    int32_t supported;
+    if (pyxbuf_type_supported_flags(Py_TYPE(obj), &supported) < 0) return -1;
+    int32_t missing = flags & PYXBUF_REQUIRED_FLAGS & ~supported;
+    if (PYXBUF_UNLIKELY(missing)) return refuse_unsupported(obj, flags, missing);
+
+    int rc;
+    if (supported & PYXBUF_EXTENDED_FLAGS) {
+        rc = acquire_native(obj, view, flags, supported);
+    } else {
+        rc = acquire_by_bridges(obj, view, flags);
+        if (rc == 0) {
+            if (PYXBUF_UNLIKELY(!PyObject_CheckBuffer(obj))) return refuse_no_protocol(obj);
+            rc = acquire_classic(obj, view, flags);
+        } else if (rc == 1) {
+            rc = 0;
+        }
+    }
+    if (rc < 0) return -1;
+    view->state = PYXBUF__STATE_ACQUIRED;
+    return 0;
+}
+
+void pyxbuf_release(pyxbuf_view *view) {
+    if (view == NULL || view->state != PYXBUF__STATE_ACQUIRED) {
+#ifdef PYXBUF_DEBUG
+        fprintf(stderr, "pyxbuf_release: view %p was not acquired or is already released\n",
+                (void *)view);
+        abort();
+#endif
+        return;
+    }
+    if (view->path == PYXBUF_PATH_NATIVE || view->path == PYXBUF_PATH_CLASSIC)
+        PyBuffer_Release(&view->base);
+    else
+        release_by_bridge(view);
+    reset_view(view, 0);
+}
+
+int pyxbuf_view_is_acquired(const pyxbuf_view *view) {
+    return view != NULL && view->state == PYXBUF__STATE_ACQUIRED;
+}
+
+int pyxbuf_view_is_host(const pyxbuf_view *view) {
+    return view != NULL && view->device == NULL;
+}
+
+const char *pyxbuf_path_name(int32_t path) {
+    switch (path) {
+    case PYXBUF_PATH_NATIVE: return "native";
+    case PYXBUF_PATH_DLPACK_C: return "dlpack-c";
+    case PYXBUF_PATH_DLPACK: return "dlpack";
+    case PYXBUF_PATH_CAI: return "cuda-array-interface";
+    case PYXBUF_PATH_CLASSIC: return "classic";
+    case PYXBUF_PATH_ARRAY_INTERFACE: return "array-interface";
+    default: return "none";
+    }
+}

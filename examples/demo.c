@@ -1,0 +1,132 @@
+/* examples/demo.c -- `make demo`: a C consumer that embeds Python, builds a few real
+ * arrays and asks pyxbuf what each acquisition found. */
+#include "pyxbuf.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Objects to read, built by Python code (the demo consumer is this C file). */
+static const char *const make_objects =
+    "import array, numpy as np, ml_dtypes\n"
+    "a = np.arange(12, dtype=np.float32).reshape(3, 4)\n"
+    "rec = np.dtype([('id', '<i4'), ('pos', '<f8', (3,)), ('ok', '?')], align=True)\n"
+    "objects = [\n"
+    "  ('numpy float32 (3, 4)', a),\n"
+    "  ('numpy a[::-1, ::2] (negative strides)', a[::-1, ::2]),\n"
+    "  ('numpy aligned struct', np.zeros(2, dtype=rec)),\n"
+    "  ('numpy complex128', np.ones(3, dtype=np.complex128)),\n"
+    "  ('bytes', b'pyxbuf'),\n"
+    "  (\"array.array('d')\", array.array('d', [1.0, 2.0, 3.0])),\n"
+    "  ('ml_dtypes bfloat16 (NumPy user dtype)', np.ones(4, dtype=ml_dtypes.bfloat16)),\n"
+    "]\n";
+
+static void print_tuple(const char *label, const Py_ssize_t *v, int n) {
+    printf("    %-9s ", label);
+    if (v == NULL) {
+        printf("(not given)\n");
+        return;
+    }
+    printf("(");
+    for (int i = 0; i < n; i++) printf(i ? ", %zd" : "%zd", v[i]);
+    printf(n == 1 ? ",)\n" : ")\n");
+}
+
+static void print_format(const char *fmt) {
+    pyxbuf_format f;
+    pyxbuf_error err;
+    if (pyxbuf_format_parse(fmt, &f, &err) < 0) {
+        printf("    format    '%s' -> parse error at %lld: %s\n", fmt, (long long)err.position,
+               err.message);
+        return;
+    }
+    char canonical[256];
+    if (pyxbuf_format_write(&f, canonical, sizeof canonical, NULL, NULL) < 0)
+        strcpy(canonical, "(too long)");
+    printf("    format    '%s' -> itemsize %lld, alignment %lld, %d field(s), canonical '%s'\n",
+           fmt, (long long)f.itemsize, (long long)f.alignment,
+           pyxbuf_format_nodes(&f)[0].nchildren, canonical);
+    pyxbuf_format_clear(&f);
+}
+
+static void print_grants(int32_t ext_flags) {
+    printf("    grants    %s%s%s%s\n", ext_flags == 0 ? "none" : "",
+           ext_flags & PYXBUF_EXT_EXCLUSIVE ? "exclusive " : "",
+           ext_flags & PYXBUF_EXT_SHARED ? "shared " : "",
+           ext_flags & PYXBUF_EXT_TRACKED ? "tracked " : "");
+}
+
+static void show(const char *label, PyObject *obj, int32_t flags) {
+    pyxbuf_view view;
+    printf("\n%s\n", label);
+    if (pyxbuf_get(obj, &view, flags) < 0) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyObject *msg = value ? PyObject_Str(value) : NULL;
+        printf("    refused   %s: %s\n", ((PyTypeObject *)type)->tp_name,
+               msg ? PyUnicode_AsUTF8(msg) : "?");
+        Py_XDECREF(msg);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        return;
+    }
+    printf("    path      %s\n", pyxbuf_path_name(view.path));
+    print_format(view.base.format ? view.base.format : "B");
+    print_tuple("shape", view.base.shape, view.base.ndim);
+    print_tuple("strides", view.base.strides, view.base.ndim);
+    printf("    device    %s\n", view.device ? view.device : "cpu (host memory)");
+    printf("    readonly  %s\n", view.base.readonly ? "yes" : "no");
+    print_grants(view.ext_flags);
+    pyxbuf_release(&view);
+}
+
+static int run(void) {
+    PyObject *globals = PyDict_New();
+    if (globals == NULL) return -1;
+    PyDict_SetItemString(globals, "__builtins__", PyEval_GetBuiltins());
+    PyObject *r = PyRun_String(make_objects, Py_file_input, globals, globals);
+    if (r == NULL) {
+        Py_DECREF(globals);
+        return -1;
+    }
+    Py_DECREF(r);
+    printf("pyxbuf %s (ABI %u): what pyxbuf_get finds for real objects\n",
+           pyxbuf_version_string(), pyxbuf_abi_version());
+    printf("request: PyBUF_RECORDS_RO | PYXBUF_DEVICE | PYXBUF_BORROW_SHARED\n");
+    PyObject *objects = PyDict_GetItemString(globals, "objects");
+    int32_t flags = PyBUF_RECORDS_RO | PYXBUF_DEVICE | PYXBUF_BORROW_SHARED;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(objects); i++) {
+        PyObject *pair = PyList_GET_ITEM(objects, i);
+        show(PyUnicode_AsUTF8(PyTuple_GET_ITEM(pair, 0)), PyTuple_GET_ITEM(pair, 1), flags);
+    }
+
+    /* pyxbuf's own exporter keeps borrow promises. */
+    Py_ssize_t shape[2] = {2, 3};
+    PyObject *exp = pyxbuf_exporter_new("<f", 2, shape, 0);
+    if (exp == NULL) {
+        Py_DECREF(globals);
+        return -1;
+    }
+    pyxbuf_view held;
+    if (pyxbuf_get(exp, &held, PyBUF_RECORDS_RO | PYXBUF_BORROW_SHARED) < 0) {
+        Py_DECREF(exp);
+        Py_DECREF(globals);
+        return -1;
+    }
+    show("pyxbuf.Exporter '<f' (2, 3), while another consumer holds a shared borrow", exp, flags);
+    show("... the same exporter, asking for an exclusive borrow", exp,
+         PyBUF_RECORDS | PYXBUF_BORROW_EXCLUSIVE);
+    pyxbuf_release(&held);
+    show("... after the shared borrow is released", exp, PyBUF_RECORDS | PYXBUF_BORROW_EXCLUSIVE);
+    Py_DECREF(exp);
+    Py_DECREF(globals);
+    return 0;
+}
+
+int main(void) {
+    Py_Initialize();
+    int rc = run();
+    if (rc < 0) PyErr_Print();
+    if (Py_FinalizeEx() < 0) rc = -1;
+    return rc < 0 ? 1 : 0;
+}
