@@ -1,9 +1,10 @@
 /* errors.c -- pyxbuf_error filling and its translation into Python exceptions. */
+
+#include "internal.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-#include "internal.h"
 
 int pyxbuf__error(pyxbuf_error *err, int32_t code, int64_t position, const char *fmt, ...) {
     if (err == NULL) return code;
