@@ -46,6 +46,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,9 +143,13 @@ static void scalar_layout(int code, int mode, int32_t flags, int64_t *size, int6
 /* ------------------------------------------------------------------------- */
 
 static bool mul_ok(int64_t a, int64_t b, int64_t *r) {
+#if defined(__GNUC__)
+    return !__builtin_mul_overflow(a, b, r); /* no division on the hot path */
+#else
     if (a != 0 && b > INT64_MAX / a) return false;
     *r = a * b;
     return true;
+#endif
 }
 
 static bool add_ok(int64_t a, int64_t b, int64_t *r) {
@@ -153,10 +158,14 @@ static bool add_ok(int64_t a, int64_t b, int64_t *r) {
     return true;
 }
 
+/* Alignments are powers of two (C's are; registry entries are checked). */
 static bool align_up_ok(int64_t off, int64_t align, int64_t *r) {
-    int64_t pad = (align - off % align) % align;
-    return add_ok(off, pad, r);
+    if (!add_ok(off, align - 1, r)) return false;
+    *r &= ~(align - 1);
+    return true;
 }
+
+static bool is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
 /* ------------------------------------------------------------------------- */
 /* Custom-type registry                                                      */
@@ -176,6 +185,9 @@ typedef struct dtype_entry {
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static dtype_entry *registry;
 static size_t registry_len, registry_cap;
+/* registry_len, readable without the lock: while it is 0 a lookup needs only
+ * the built-in table. */
+static atomic_size_t registry_used;
 
 /* ml_dtypes' types, known to every consumer: ml_dtypes stores each sub-byte
  * type in one byte. */
@@ -202,6 +214,18 @@ static bool key_eq(const char *key, size_t key_len, const char *s, size_t n) {
     return key_len == n && memcmp(key, s, n) == 0;
 }
 
+static bool builtin_lookup(const char *alt, size_t len, int64_t *size, int64_t *align) {
+    for (size_t b = 0; b < sizeof BUILTIN_DTYPES / sizeof *BUILTIN_DTYPES; b++) {
+        const char *k = BUILTIN_DTYPES[b].key;
+        if (strncmp(k, alt, len) == 0 && k[len] == '\0') {
+            *size = BUILTIN_DTYPES[b].itemsize;
+            *align = BUILTIN_DTYPES[b].alignment;
+            return true;
+        }
+    }
+    return false;
+}
+
 static ptrdiff_t registry_find(const char *key, size_t n) {
     for (size_t i = 0; i < registry_len; i++)
         if (key_eq(registry[i].key, registry[i].key_len, key, n)) return (ptrdiff_t)i;
@@ -212,19 +236,16 @@ static ptrdiff_t registry_find(const char *key, size_t n) {
  * size_fn runs outside the lock so that it may use the registry itself. */
 static bool registry_lookup(const char *alt, size_t len, size_t id_len, int64_t *size,
                             int64_t *align) {
+    if (atomic_load_explicit(&registry_used, memory_order_acquire) == 0)
+        return builtin_lookup(alt, len, size, align);
     dtype_entry hit = {0};
     bool found = false;
     pthread_mutex_lock(&registry_lock);
     ptrdiff_t i = registry_find(alt, len);
     if (i < 0) {
-        for (size_t b = 0; b < sizeof BUILTIN_DTYPES / sizeof *BUILTIN_DTYPES; b++) {
-            const char *k = BUILTIN_DTYPES[b].key;
-            if (key_eq(k, strlen(k), alt, len)) {
-                pthread_mutex_unlock(&registry_lock);
-                *size = BUILTIN_DTYPES[b].itemsize;
-                *align = BUILTIN_DTYPES[b].alignment;
-                return true;
-            }
+        if (builtin_lookup(alt, len, size, align)) {
+            pthread_mutex_unlock(&registry_lock);
+            return true;
         }
         i = registry_find(alt, id_len + 1); /* "id$": every payload of the id */
     }
@@ -241,7 +262,7 @@ static bool registry_lookup(const char *alt, size_t len, size_t id_len, int64_t 
     }
     int64_t s = -1, a = 1;
     if (hit.size_fn(alt + id_len + 1, len - id_len - 1, &s, &a, hit.ctx) < 0) return false;
-    if (s < 0 || a < 1) return false;
+    if (s < 0 || !is_pow2(a)) return false;
     *size = s;
     *align = a;
     return true;
@@ -268,8 +289,7 @@ int pyxbuf_dtype_register(const pyxbuf_dtype_spec *spec) {
                          memcmp(spec->key, "buffer", 6) == 0)))
         return PYXBUF_EINVAL;
     if (spec->size_fn == NULL &&
-        (spec->itemsize < 0 || spec->alignment < 1 ||
-         (spec->alignment & (spec->alignment - 1)) != 0))
+        (spec->itemsize < 0 || !is_pow2(spec->alignment)))
         return PYXBUF_EINVAL;
     size_t n = strlen(spec->key);
     char *key = malloc(n + 1);
@@ -297,6 +317,7 @@ int pyxbuf_dtype_register(const pyxbuf_dtype_spec *spec) {
         registry_cap = cap;
     }
     registry[registry_len++] = e;
+    atomic_store_explicit(&registry_used, registry_len, memory_order_release);
     pthread_mutex_unlock(&registry_lock);
     return PYXBUF_OK;
 }
@@ -308,6 +329,7 @@ int pyxbuf_dtype_unregister(const char *key) {
     if (i >= 0) {
         free(registry[i].key);
         registry[i] = registry[--registry_len];
+        atomic_store_explicit(&registry_used, registry_len, memory_order_release);
     }
     pthread_mutex_unlock(&registry_lock);
     return i >= 0 ? PYXBUF_OK : PYXBUF_EINVAL;
@@ -341,8 +363,8 @@ static void format_reset(pyxbuf_format *f, const char *source) {
 
 void pyxbuf_format_clear(pyxbuf_format *f) {
     if (f == NULL) return;
-    free(f->heap_nodes);
-    free(f->heap_dims);
+    if (f->heap_nodes) free(f->heap_nodes);
+    if (f->heap_dims) free(f->heap_dims);
     format_reset(f, NULL);
 }
 
@@ -491,7 +513,7 @@ static int parse_number(parser *p, const char *what, int64_t *value) {
     int64_t v = 0;
     while (p->s < p->end && is_digit(*p->s)) {
         int d = *p->s - '0';
-        if (v > (INT64_MAX - d) / 10)
+        if (v > INT64_MAX / 10 || (v == INT64_MAX / 10 && d > INT64_MAX % 10))
             return fail(p, PYXBUF_EOVERFLOW, start,
                         "%s at position %lld does not fit in 64 bits", what, POS(p, start));
         v = v * 10 + d;
@@ -521,6 +543,44 @@ typedef struct item {
     const char *alts, *custom;
     int32_t alts_len, custom_len, custom_id_len;
 } item;
+
+/* Every field set one by one: a zeroing initializer compiles to "rep stos",
+ * which costs more than the whole parse of "f" on some machines. */
+static void item_init(item *it, const char *start) {
+    it->start = it->count_at = start;
+    it->kind = PYXBUF_FMT_SCALAR;
+    it->code = it->flags = it->mode = 0;
+    it->repeat = 1;
+    it->ndim = it->dims_start = 0;
+    it->dims_prod = 1;
+    it->size = -1;
+    it->align = 1;
+    it->node = it->first_child = -1;
+    it->nchildren = 0;
+    it->name = it->alts = it->custom = NULL;
+    it->name_len = it->alts_len = it->custom_len = it->custom_id_len = 0;
+}
+
+/* A node with no name, shape or custom type; every field written. */
+static void node_set(pyxbuf_format_node *n, int32_t kind, int32_t code, int32_t order,
+                     int32_t flags, int32_t parent, int32_t first_child, int32_t nchildren,
+                     int64_t align, int64_t size) {
+    n->kind = kind;
+    n->code = code;
+    n->byte_order = order;
+    n->flags = flags;
+    n->parent = parent;
+    n->next = -1;
+    n->first_child = first_child;
+    n->nchildren = nchildren;
+    n->ndim = n->dims_start = 0;
+    n->alignment = align;
+    n->repeat = 1;
+    n->offset = 0;
+    n->itemsize = n->nbytes = size;
+    n->name = n->custom = n->alternatives = NULL;
+    n->name_len = n->custom_id_len = n->custom_len = n->alternatives_len = 0;
+}
 
 /* Members being laid out: a root, a struct, or a custom type's payload. */
 typedef struct seq {
@@ -966,11 +1026,8 @@ static int parse_struct_body(parser *p, item *it);
 
 /* One item: prefixes, shape, count, '&', 'Z', the body, a name. */
 static int parse_item(parser *p, seq *q) {
-    item it = {0};
-    it.start = it.count_at = p->s;
-    it.node = it.first_child = -1;
-    it.repeat = 1;
-    it.dims_prod = 1;
+    item it;
+    item_init(&it, p->s);
     bool had_prefix = is_order(peek(p)), had_count = false;
     int rc = prefix_slot(p, &it);
     if (rc < 0) return rc;
@@ -1017,6 +1074,12 @@ static int parse_item(parser *p, seq *q) {
                         POS(p, p->s));
         scalar_layout(c, it.mode, it.flags, &it.size, &it.align);
         p->s++;
+        /* NumPy pads with runs of 'x': take them at once (a named one ends it). */
+        if (c == 'x' && !had_count && it.ndim == 0 && it.flags == 0)
+            while (p->s + 1 < p->end && p->s[0] == 'x' && p->s[1] != ':') {
+                it.repeat++;
+                p->s++;
+            }
     } else if (c == 'T') {
         if ((rc = parse_struct_body(p, &it)) < 0) return rc;
     } else if (c == '[') {
@@ -1103,43 +1166,53 @@ static int parse_sequence(parser *p, seq *q, int closer, const char *opener) {
 
 static void parser_init(parser *p, const char *fmt, size_t len, pyxbuf_format *out,
                         pyxbuf_error *err) {
-    memset(p, 0, sizeof *p);
     p->src = p->s = p->seq_start = fmt;
     p->src_end = p->end = fmt + len;
     p->label = "format";
     p->out = out;
     p->err = err;
+    p->fflags = 0;
+    p->depth = 0;
     p->mode = '@';
+    p->struct_only = false;
+    p->opaque_at = p->opaque_alts = NULL;
+    p->opaque_len = 0;
 }
 
-/* "f", "<d", "Zf", "B": filled directly. Returns 1 when not such a format. */
-static int parse_single(const char *fmt, pyxbuf_format *out) {
+/* "f", "<d", "Zf", "B": one scalar, laid out without the parser. Returns
+ * false when `fmt` is anything else. */
+static bool single_scalar(const char *fmt, int *mode, int *code, int32_t *flags, int64_t *size,
+                          int64_t *align) {
     const char *s = fmt;
-    int mode = '@';
-    int32_t flags = 0;
-    if (is_order((unsigned char)*s)) mode = *s++;
+    *mode = '@';
+    *flags = 0;
+    if (is_order((unsigned char)*s)) *mode = *s++;
     if (*s == 'Z') {
-        flags = PYXBUF_FMTN_COMPLEX;
+        *flags = PYXBUF_FMTN_COMPLEX;
         s++;
     }
-    int c = (unsigned char)*s;
-    const code_info *ci = code_info_of(c);
-    if (ci == NULL || c == 'x' || s[1] != '\0' || (flags && !(ci->flags & CI_COMPLEX))) return 1;
+    *code = (unsigned char)*s;
+    const code_info *ci = code_info_of(*code);
+    if (ci == NULL || *code == 'x' || s[1] != '\0' || (*flags && !(ci->flags & CI_COMPLEX)))
+        return false;
+    scalar_layout(*code, *mode, *flags, size, align);
+    if (*mode != '@') *align = 1;
+    return true;
+}
+
+/* The fast path of pyxbuf_format_parse: root and one node, written directly. */
+static int parse_single(const char *fmt, pyxbuf_format *out) {
+    int mode, code;
+    int32_t flags;
     int64_t size, align;
-    scalar_layout(c, mode, flags, &size, &align);
-    if (mode != '@') align = 1;
+    if (!single_scalar(fmt, &mode, &code, &flags, &size, &align)) return 1;
     format_reset(out, fmt);
     out->itemsize = size;
     out->alignment = align;
     out->nnodes = 2;
     out->flags = PYXBUF_FMTF_SINGLE_SCALAR;
-    out->inline_nodes[0] = (pyxbuf_format_node){
-        .kind = PYXBUF_FMT_ROOT, .byte_order = '@', .parent = -1, .next = -1, .first_child = 1,
-        .nchildren = 1, .alignment = align, .repeat = 1, .itemsize = size, .nbytes = size};
-    out->inline_nodes[1] = (pyxbuf_format_node){
-        .kind = PYXBUF_FMT_SCALAR, .code = c, .byte_order = mode, .flags = flags, .parent = 0,
-        .next = -1, .first_child = -1, .alignment = align, .repeat = 1, .itemsize = size,
-        .nbytes = size};
+    node_set(&out->inline_nodes[0], PYXBUF_FMT_ROOT, 0, '@', 0, -1, 1, 1, align, size);
+    node_set(&out->inline_nodes[1], PYXBUF_FMT_SCALAR, code, mode, flags, 0, -1, 0, align, size);
     return 0;
 }
 
@@ -1147,10 +1220,7 @@ static int parse_single(const char *fmt, pyxbuf_format *out) {
 static void close_root(parser *p, const seq *q, int64_t size, int64_t align) {
     pyxbuf_format *f = p->out;
     pyxbuf_format_node *nodes = pyxbuf_format_nodes(f);
-    nodes[0] = (pyxbuf_format_node){
-        .kind = PYXBUF_FMT_ROOT, .byte_order = '@', .parent = -1, .next = -1,
-        .first_child = q->first, .nchildren = q->count, .alignment = align, .repeat = 1,
-        .itemsize = size, .nbytes = size};
+    node_set(&nodes[0], PYXBUF_FMT_ROOT, 0, '@', 0, -1, q->first, q->count, align, size);
     f->itemsize = size;
     f->alignment = align;
     f->flags = p->fflags | (size < 0 ? PYXBUF_FMTF_HAS_OPAQUE : 0);
@@ -1204,15 +1274,16 @@ int pyxbuf_format_itemsize(const char *fmt, int64_t *itemsize, int64_t *alignmen
     if (fmt == NULL) fmt = "B";
     if (itemsize == NULL)
         return pyxbuf__error(err, PYXBUF_EINVAL, -1, "pyxbuf_format_itemsize: itemsize is NULL");
-    pyxbuf_format one;
-    if (parse_single(fmt, &one) == 0) {
-        *itemsize = one.itemsize;
-        if (alignment) *alignment = one.alignment;
+    int mode, code;
+    int32_t flags;
+    int64_t size, align;
+    if (single_scalar(fmt, &mode, &code, &flags, &size, &align)) {
+        *itemsize = size;
+        if (alignment) *alignment = align;
         return PYXBUF_OK;
     }
     parser p;
     parser_init(&p, fmt, strlen(fmt), NULL, err);
-    int64_t size, align;
     int rc = parse_root(&p, &size, &align);
     if (rc < 0) return rc;
     if (p.opaque_at != NULL && size < 0) return fail_opaque(&p);
@@ -1345,9 +1416,7 @@ int pyxbuf_format_write(const pyxbuf_format *f, char *buf, size_t cap, size_t *l
 void pyxbuf_format_init(pyxbuf_format *f) {
     format_reset(f, NULL);
     f->nnodes = 1;
-    f->inline_nodes[0] = (pyxbuf_format_node){
-        .kind = PYXBUF_FMT_ROOT, .byte_order = '@', .parent = -1, .next = -1, .first_child = -1,
-        .alignment = 1, .repeat = 1};
+    node_set(&f->inline_nodes[0], PYXBUF_FMT_ROOT, 0, '@', 0, -1, -1, 0, 1, 0);
 }
 
 /* A new child of `parent`, linked last. Returns its index or a negative code. */
@@ -1434,14 +1503,13 @@ static int build_seq(parser *p, const pyxbuf_format *src, int32_t parent, seq *q
 
 static int build_node(parser *p, const pyxbuf_format *src, int32_t si, seq *q, int parent_mode) {
     const pyxbuf_format_node *sn = &pyxbuf_format_nodes(src)[si];
-    item it = {0};
-    it.node = it.first_child = -1;
+    item it;
+    item_init(&it, NULL);
     it.kind = sn->kind;
     it.code = sn->code;
     it.flags = sn->flags & (PYXBUF_FMTN_COMPLEX | PYXBUF_FMTN_POINTER);
     it.mode = sn->byte_order ? sn->byte_order : parent_mode;
     it.repeat = sn->repeat;
-    it.dims_prod = 1;
     it.name = sn->name;
     it.name_len = sn->name_len;
     it.dims_start = p->out->ndims;
@@ -1499,7 +1567,6 @@ static int build_node(parser *p, const pyxbuf_format *src, int32_t si, seq *q, i
         return fail(p, PYXBUF_EINVAL, NULL, "node %d has kind %d, not a member kind", (int)si,
                     (int)sn->kind);
     }
-    it.start = it.count_at = NULL;
     return emit_item(p, q, &it);
 }
 
