@@ -11,6 +11,7 @@ WERROR ?= ON
 CMAKE_ARGS ?=
 
 export PYTHONDONTWRITEBYTECODE := 1
+MAKEFLAGS += --no-print-directory
 
 .PHONY: all build test test-c test-python demo clean distclean venv
 

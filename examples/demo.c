@@ -31,6 +31,34 @@ static void print_tuple(const char *label, const Py_ssize_t *v, int n) {
     printf(n == 1 ? ",)\n" : ")\n");
 }
 
+/* "id i@0, pos (3)d@8, ok ?@32": the members of the item (of its one struct). */
+static void print_fields(const pyxbuf_format *f) {
+    const pyxbuf_format_node *nodes = pyxbuf_format_nodes(f);
+    const int64_t *dims = pyxbuf_format_dims(f);
+    int32_t i = nodes[0].first_child;
+    if (nodes[0].nchildren == 1 && nodes[i].kind == PYXBUF_FMT_STRUCT) i = nodes[i].first_child;
+    printf("    fields   ");
+    for (; i >= 0; i = nodes[i].next) {
+        const pyxbuf_format_node *n = &nodes[i];
+        if (n->kind == PYXBUF_FMT_PADDING) continue;
+        printf(" %.*s", n->name ? (int)n->name_len : 1, n->name ? n->name : "-");
+        printf(" ");
+        for (int32_t d = 0; d < n->ndim; d++)
+            printf("%s%lld%s", d ? "," : "(", (long long)dims[n->dims_start + d],
+                   d + 1 == n->ndim ? ")" : "");
+        if (n->flags & PYXBUF_FMTN_COMPLEX) printf("Z");
+        if (n->kind == PYXBUF_FMT_CUSTOM)
+            printf("[%.*s]", (int)n->custom_len, n->custom);
+        else if (n->kind == PYXBUF_FMT_STRUCT)
+            printf("T{...}");
+        else
+            printf("%c", (char)n->code);
+        printf("@%lld", (long long)n->offset);
+        if (n->next >= 0) printf(",");
+    }
+    printf("\n");
+}
+
 static void print_format(const char *fmt) {
     pyxbuf_format f;
     pyxbuf_error err;
@@ -42,9 +70,9 @@ static void print_format(const char *fmt) {
     char canonical[256];
     if (pyxbuf_format_write(&f, canonical, sizeof canonical, NULL, NULL) < 0)
         strcpy(canonical, "(too long)");
-    printf("    format    '%s' -> itemsize %lld, alignment %lld, %d field(s), canonical '%s'\n",
-           fmt, (long long)f.itemsize, (long long)f.alignment,
-           pyxbuf_format_nodes(&f)[0].nchildren, canonical);
+    printf("    format    '%s': itemsize %lld, alignment %lld, canonical '%s'\n", fmt,
+           (long long)f.itemsize, (long long)f.alignment, canonical);
+    print_fields(&f);
     pyxbuf_format_clear(&f);
 }
 
@@ -98,6 +126,22 @@ static int run(void) {
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(objects); i++) {
         PyObject *pair = PyList_GET_ITEM(objects, i);
         show(PyUnicode_AsUTF8(PyTuple_GET_ITEM(pair, 0)), PyTuple_GET_ITEM(pair, 1), flags);
+    }
+
+    /* Custom types in format strings, through pyxbuf's own exporter. */
+    const char *custom[] = {"[ml_dtypes$bfloat16]", "Z[ml_dtypes$bfloat16]",
+                            "[mylib$quaternion;struct$4f]"};
+    for (size_t i = 0; i < sizeof custom / sizeof *custom; i++) {
+        Py_ssize_t n = 4;
+        PyObject *e = pyxbuf_exporter_new(custom[i], 1, &n, 0);
+        if (e == NULL) {
+            Py_DECREF(globals);
+            return -1;
+        }
+        char label[128];
+        snprintf(label, sizeof label, "pyxbuf.Exporter of 4 x '%s'", custom[i]);
+        show(label, e, flags);
+        Py_DECREF(e);
     }
 
     /* pyxbuf's own exporter keeps borrow promises. */
