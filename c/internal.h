@@ -13,6 +13,10 @@
 #define PYXBUF_PRINTF(f, a)
 #define PYXBUF_LIKELY(x) (x)
 #define PYXBUF_UNLIKELY(x) (x)
+/* Backends built into the library (registered by device.c on first use). */
+const pyxbuf_backend *pyxbuf__cpu_backend(void);
+const pyxbuf_backend *pyxbuf__cuda_backend(void);
+
 #endif
 
 /* Fill `err` (if not NULL) and return `code`. */
@@ -26,5 +30,9 @@ int pyxbuf__error(pyxbuf_error *err, int32_t code, int64_t position, const char 
 /* Writes a human-readable list of the request bits in `flags`
  * ("WRITABLE|STRIDES|PYXBUF_DEVICE") into buf. */
 void pyxbuf__flag_names(int32_t flags, char *buf, size_t cap);
+
+/* Backends built into the library (registered by device.c on first use). */
+const pyxbuf_backend *pyxbuf__cpu_backend(void);
+const pyxbuf_backend *pyxbuf__cuda_backend(void);
 
 #endif

@@ -265,6 +265,106 @@ typedef struct pyxbuf_device_info {
  * "cpu" both mean the host. Returns 1 when equal. */
 PYXBUF_API int pyxbuf_device_equal(const char *a, const char *b);
 
+/* A device in the Array API's sense: a DLPack device type and an ordinal.
+ * The host is {PYXBUF_DL_CPU, 0}. Devices compare with pyxbuf_device_same. */
+typedef struct pyxbuf_device {
+    int32_t device_type; /* PYXBUF_DL_* */
+    int32_t device_id;   /* ordinal; 0 for the host */
+} pyxbuf_device;
+
+/* Streams are int64_t in DLPack's convention: for CUDA and ROCm, 0 is the
+ * default (legacy) stream, 1 the legacy default stream, 2 the per-thread default
+ * stream, anything else a stream handle. PYXBUF_STREAM_NONE asks for no
+ * synchronisation at all. */
+#define PYXBUF_STREAM_DEFAULT 0
+#define PYXBUF_STREAM_NONE (-1)
+
+/* 1 if both describe the same device. */
+PYXBUF_API int pyxbuf_device_same(const pyxbuf_device *a, const pyxbuf_device *b);
+/* "cpu", "cuda", "rocm", "ext_dev", ... for a DLPack device type ("unknown"
+ * otherwise). */
+PYXBUF_API const char *pyxbuf_device_type_name(int32_t device_type);
+/* Write "cuda:0" (or "cpu") into buf; returns the length written, or a
+ * negative code when it does not fit. */
+PYXBUF_API int pyxbuf_device_format(const pyxbuf_device *device, char *buf, size_t cap);
+
+/* A device backend: what pyxbuf needs to move bytes on one DLPack device type.
+ * Every function returns 0 or a negative PYXBUF_E* code with `err` filled; none
+ * needs the GIL (pyxbuf releases it around calls that may block). Copies are
+ * of `n` contiguous bytes, ordered after the work already queued on `stream`,
+ * and complete when they return. */
+typedef struct pyxbuf_backend {
+    uint32_t size;       /* sizeof(pyxbuf_backend) as the registrant knew it */
+    int32_t device_type; /* the DLPack device type served */
+    const char *name;    /* for messages, e.g. "cuda" */
+    void *ctx;           /* passed back to every function */
+    int (*copy_to_host)(void *ctx, int32_t device_id, void *dst, const void *src, size_t n,
+                        int64_t stream, pyxbuf_error *err);
+    int (*copy_from_host)(void *ctx, int32_t device_id, void *dst, const void *src, size_t n,
+                          int64_t stream, pyxbuf_error *err);
+    int (*copy_on_device)(void *ctx, int32_t dst_id, void *dst, int32_t src_id, const void *src,
+                          size_t n, int64_t stream, pyxbuf_error *err);
+    int (*alloc)(void *ctx, int32_t device_id, size_t n, void **ptr, pyxbuf_error *err);
+    int (*free)(void *ctx, int32_t device_id, void *ptr, pyxbuf_error *err);
+    /* Make `stream` wait until `event` (recorded by a producer) has happened. */
+    int (*event_wait)(void *ctx, int32_t device_id, void *event, int64_t stream,
+                      pyxbuf_error *err);
+    /* Record a new event on `stream` after the work queued so far. */
+    int (*event_record)(void *ctx, int32_t device_id, int64_t stream, void **event,
+                        pyxbuf_error *err);
+    int (*event_destroy)(void *ctx, int32_t device_id, void *event, pyxbuf_error *err);
+    /* The device holding `ptr`, or PYXBUF_EDEVICE when it is not device memory
+     * this backend knows. */
+    int (*pointer_query)(void *ctx, const void *ptr, pyxbuf_device *device, pyxbuf_error *err);
+    /* Block the host until everything queued on `stream` has run. */
+    int (*synchronize)(void *ctx, int32_t device_id, int64_t stream, pyxbuf_error *err);
+    void *reserved[4];
+} pyxbuf_backend;
+
+/* Register (or replace) the backend of backend->device_type; the struct is
+ * copied. libpyxbuf registers its CPU and CUDA backends itself. */
+PYXBUF_API int pyxbuf_backend_register(const pyxbuf_backend *backend, pyxbuf_error *err);
+/* Remove the backend of a device type; PYXBUF_EINVAL if none. */
+PYXBUF_API int pyxbuf_backend_unregister(int32_t device_type);
+/* Copy the backend of `device_type` into `out`; PYXBUF_EUNSUPPORTED with a
+ * message naming the device type if none is registered. */
+PYXBUF_API int pyxbuf_backend_get(int32_t device_type, pyxbuf_backend *out, pyxbuf_error *err);
+
+/* The device of a view: {PYXBUF_DL_CPU, 0} for host memory. Views whose
+ * device is not PYXBUF_DEVICE_DLPACK fail with PYXBUF_EUNSUPPORTED. */
+PYXBUF_API int pyxbuf_view_device(const pyxbuf_view *view, pyxbuf_device *out, pyxbuf_error *err);
+
+/* The Array API's rule: operations on views on different devices are errors,
+ * never implicit transfers. Returns 0, or -1 with ValueError naming both. */
+PYXBUF_API int pyxbuf_same_device(const pyxbuf_view *a, const pyxbuf_view *b);
+
+/* Make `consumer_stream` wait for the producer's sync event (no-op for host
+ * memory and for views without an event). Returns 0, or -1 with RuntimeError. */
+PYXBUF_API int pyxbuf_device_wait(const pyxbuf_view *view, int64_t consumer_stream);
+
+/* Copy the view's items, in C order and packed, into host memory `dst` of
+ * `nbytes` (exactly base.len). Waits for the producer's event first. Works for
+ * host and device views, any strides. Returns 0, or -1 with an exception. */
+PYXBUF_API int pyxbuf_copy_to_host(const pyxbuf_view *view, void *dst, size_t nbytes);
+
+/* A new pyxbuf.Exporter on `target` holding the view's items in C order, or,
+ * when the view already lives on `target`, a new reference to the view's
+ * object (no copy). host->device, device->host and device->device go through
+ * the backends on `stream`. Returns NULL with an exception on failure. */
+PYXBUF_API PyObject *pyxbuf_to_device(const pyxbuf_view *view, const pyxbuf_device *target,
+                                      int64_t stream);
+
+/* Host-only operations. Each refuses a device view with BufferError saying to
+ * copy to the host first (pyxbuf_copy_to_host / pyxbuf_to_device). */
+
+/* Address of the item at `indices` (ndim of them), bounds-checked. */
+PYXBUF_API void *pyxbuf_view_item_ptr(const pyxbuf_view *view, const Py_ssize_t *indices);
+/* A memoryview of the view's object (a new classic acquisition). */
+PYXBUF_API PyObject *pyxbuf_view_memoryview(const pyxbuf_view *view);
+/* Copy the items into `dst` (exactly base.len bytes) in order 'C' or 'F'. */
+PYXBUF_API int pyxbuf_view_copy_contiguous(const pyxbuf_view *view, void *dst, size_t nbytes,
+                                           char order);
+
 /* ------------------------------------------------------------------------- */
 /* 6. Producer helpers                                                       */
 /* ------------------------------------------------------------------------- */
@@ -317,11 +417,22 @@ PYXBUF_API int pyxbuf_borrow_acquire(pyxbuf_borrow_counter *counter, Py_buffer *
 PYXBUF_API void pyxbuf_borrow_release(pyxbuf_borrow_counter *counter, Py_buffer *view);
 
 /* The ready-made exporter: a Python object (type "pyxbuf.Exporter") owning a
- * C-contiguous block of host memory, exporting it through the extended protocol
- * with borrow counting. Its memory is zeroed. `format` NULL = "B". Needs the
- * GIL. Returns a new reference, or NULL with a Python exception set. */
+ * C-contiguous block of memory on `device` (NULL = host), exporting it through
+ * the extended protocol with borrow counting. Host memory is zeroed; device
+ * memory is allocated by the device's backend and its contents are undefined.
+ * `format` NULL = "B". Needs the GIL. Returns a new reference, or NULL with a
+ * Python exception set. */
 PYXBUF_API PyObject *pyxbuf_exporter_new(const char *format, int32_t ndim,
-                                         const Py_ssize_t *shape, int32_t readonly);
+                                         const Py_ssize_t *shape, int32_t readonly,
+                                         const pyxbuf_device *device);
+
+/* The exporter's device ({PYXBUF_DL_CPU, 0} for host memory). */
+PYXBUF_API int pyxbuf_exporter_device(PyObject *obj, pyxbuf_device *out);
+
+/* Hand the exporter the event its consumers must wait for (recorded by the
+ * producer after its last write, on the exporter's device); the exporter owns
+ * it from now on and destroys the previous one. NULL = ready now. */
+PYXBUF_API int pyxbuf_exporter_set_event(PyObject *obj, void *event, int64_t stream);
 
 /* An exporter over memory the caller allocated: `free_fn(free_ctx)` runs once
  * when the exporter dies (free_fn may be NULL). `desc->shape`/`strides` are
