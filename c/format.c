@@ -618,7 +618,7 @@ static int emit_item(parser *p, seq *q, item *it) {
     /* A struct aligns as its members do, whatever mode its "T{" found. */
     bool aligned = it->mode == '@' ||
                    (it->kind == PYXBUF_FMT_STRUCT && !(it->flags & PYXBUF_FMTN_POINTER));
-    int64_t align = aligned && it->size >= 0 ? it->align : 1;
+    int64_t align = aligned ? it->align : 1; /* an opaque type has align 1 */
     int64_t nbytes = -1, offset = -1;
     if (it->size >= 0 && (!mul_ok(it->size, it->repeat, &nbytes) ||
                           !mul_ok(nbytes, it->dims_prod, &nbytes)))
@@ -853,12 +853,14 @@ static int parse_dims(parser *p, item *it) {
                         POS(p, at));
         if (it->ndim == PYXBUF_MAX_NDIM)
             return fail(p, PYXBUF_EFORMAT, at,
-                        "sub-array shape at position %lld has more than %d dimensions",
-                        POS(p, open), PYXBUF_MAX_NDIM);
+                        "sub-array dimension at position %lld is one more than %d, the most a "
+                        "shape may have",
+                        POS(p, at), PYXBUF_MAX_NDIM);
         if (!mul_ok(it->dims_prod, d, &it->dims_prod))
             return fail(p, PYXBUF_EOVERFLOW, at,
-                        "sub-array shape at position %lld has more than 2**63 elements",
-                        POS(p, open));
+                        "sub-array dimension at position %lld makes the shape larger than 2**63 "
+                        "elements",
+                        POS(p, at));
         if (p->out && !dim_push(p->out, d)) return fail_nomem(p);
         it->ndim++;
         skip_ws(p);
