@@ -370,7 +370,12 @@ PyObject *pyxbuf_exporter_wrap(const pyxbuf_export_desc *desc, void (*free_fn)(v
 }
 
 PyObject *pyxbuf_exporter_new(const char *format, int32_t ndim, const Py_ssize_t *shape,
-                              int32_t readonly) {
+                              int32_t readonly, const pyxbuf_device *device) {
+    if (device != NULL && device->device_type != PYXBUF_DL_CPU) {
+        PyErr_Format(PyExc_ValueError, "pyxbuf_exporter_new: device type %d is not supported yet",
+                     (int)device->device_type);
+        return NULL;
+    }
     pyxbuf_export_desc d;
     memset(&d, 0, sizeof d);
     d.size = (uint32_t)sizeof d;

@@ -133,7 +133,7 @@ static int run(void) {
                             "[mylib$quaternion;struct$4f]"};
     for (size_t i = 0; i < sizeof custom / sizeof *custom; i++) {
         Py_ssize_t n = 4;
-        PyObject *e = pyxbuf_exporter_new(custom[i], 1, &n, 0);
+        PyObject *e = pyxbuf_exporter_new(custom[i], 1, &n, 0, NULL);
         if (e == NULL) {
             Py_DECREF(globals);
             return -1;
@@ -146,7 +146,7 @@ static int run(void) {
 
     /* pyxbuf's own exporter keeps borrow promises. */
     Py_ssize_t shape[2] = {2, 3};
-    PyObject *exp = pyxbuf_exporter_new("<f", 2, shape, 0);
+    PyObject *exp = pyxbuf_exporter_new("<f", 2, shape, 0, NULL);
     if (exp == NULL) {
         Py_DECREF(globals);
         return -1;

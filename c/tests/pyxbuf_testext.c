@@ -273,7 +273,7 @@ static PyObject *exporter(PyObject *mod, PyObject *args, PyObject *kwargs) {
     Py_ssize_t shape[PYXBUF_MAX_NDIM];
     int32_t ndim;
     if (shape_from_sequence(shape_obj, shape, &ndim) < 0) return NULL;
-    return pyxbuf_exporter_new(format, ndim, shape, readonly);
+    return pyxbuf_exporter_new(format, ndim, shape, readonly, NULL);
 }
 
 /* An exporter that claims its (host) memory lives on a device: enough to test

@@ -3,7 +3,7 @@
 
 static PyObject *new_exporter(void) {
     Py_ssize_t shape[1] = {8};
-    return pyxbuf_exporter_new("i", 1, shape, 0);
+    return pyxbuf_exporter_new("i", 1, shape, 0, NULL);
 }
 
 #define SHARED (PyBUF_RECORDS_RO | PYXBUF_BORROW_SHARED)
