@@ -1324,6 +1324,11 @@ static int write_seq(writer *w, const pyxbuf_format *f, int32_t parent, int *cur
 
 static int write_node(writer *w, const pyxbuf_format *f, const pyxbuf_format_node *n, int *cur,
                       bool *force, int depth, pyxbuf_error *err) {
+    if (!is_order(n->byte_order))
+        return pyxbuf__error(err, PYXBUF_EINVAL, -1,
+                             "pyxbuf_format_write: node %d has no byte order; call "
+                             "pyxbuf_format_finish before writing a built format",
+                             (int)(n - pyxbuf_format_nodes(f)));
     if (*force || n->byte_order != *cur) put_char(w, (char)n->byte_order);
     *cur = n->byte_order;
     *force = false;

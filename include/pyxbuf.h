@@ -560,7 +560,8 @@ PYXBUF_API int pyxbuf_format_itemsize(const char *fmt, int64_t *itemsize, int64_
 PYXBUF_API int pyxbuf_format_write(const pyxbuf_format *f, char *buf, size_t cap, size_t *len,
                                    pyxbuf_error *err);
 
-/* Builder: start an empty format in mode `byte_order` (0 = native). */
+/* Builder: start an empty format (its root is in native mode '@'). In the
+ * add_* calls, byte_order 0 means the parent's mode. */
 PYXBUF_API void pyxbuf_format_init(pyxbuf_format *f);
 /* Append a scalar `code` to the struct node `parent` (0 = root). `name` may be
  * NULL; `dims` may be NULL when ndim is 0. Returns the new node's index, or a
