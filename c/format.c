@@ -1061,7 +1061,8 @@ static int parse_item(parser *p, seq *q) {
         p->s++;
         int c = peek(p);
         const code_info *ci = code_info_of(c);
-        if (c != '[' && !(ci && (ci->flags & CI_COMPLEX))) return bad_code(p, &it, had_count, had_prefix);
+        if (c != '[' && !(ci && (ci->flags & CI_COMPLEX)))
+            return bad_code(p, &it, had_count, had_prefix);
     }
     it.mode = p->mode;
     int c = peek(p);
@@ -1245,7 +1246,8 @@ static int parse_root(parser *p, int64_t *itemsize, int64_t *alignment) {
 }
 
 int pyxbuf_format_parse(const char *fmt, pyxbuf_format *out, pyxbuf_error *err) {
-    if (out == NULL) return pyxbuf__error(err, PYXBUF_EINVAL, -1, "pyxbuf_format_parse: out is NULL");
+    if (out == NULL)
+        return pyxbuf__error(err, PYXBUF_EINVAL, -1, "pyxbuf_format_parse: out is NULL");
     if (fmt == NULL) fmt = "B";
     if (PYXBUF_LIKELY(parse_single(fmt, out) == 0)) return PYXBUF_OK;
     format_reset(out, fmt);
@@ -1263,7 +1265,7 @@ static int fail_opaque(parser *p) {
     int32_t n = p->opaque_len;
     const char *semi = memchr(alts, ';', (size_t)n);
     int32_t first = semi ? (int32_t)(semi - alts) : n;
-    int shown = first > 120 ? 120 : first;
+    int shown = first > 80 ? 80 : first; /* the message must fit 480 bytes */
     return fail_on(p, PYXBUF_EUNSUPPORTED, p->opaque_at,
                 "uses custom type '%.*s%s'%s which this consumer does not support (at position "
                 "%lld); register it with pyxbuf_dtype_register or use a format with a known size",
@@ -1524,7 +1526,8 @@ static int build_node(parser *p, const pyxbuf_format *src, int32_t si, seq *q, i
     for (int32_t d = 0; d < sn->ndim; d++) {
         int64_t dim = pyxbuf_format_dims(src)[sn->dims_start + d];
         if (!mul_ok(it.dims_prod, dim, &it.dims_prod))
-            return fail(p, PYXBUF_EOVERFLOW, NULL, "a sub-array shape has more than 2**63 elements");
+            return fail(p, PYXBUF_EOVERFLOW, NULL,
+                        "a sub-array shape has more than 2**63 elements");
         if (!dim_push(p->out, dim)) return fail_nomem(p);
     }
     int rc = 0;

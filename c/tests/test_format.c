@@ -545,7 +545,8 @@ static void *parse_many(void *arg) {
 
 TEST_CASE(registry_threads) {
     pthread_t threads[3];
-    for (int i = 0; i < 3; i++) CHECK_INT_EQ(pthread_create(&threads[i], NULL, parse_many, NULL), 0);
+    for (int i = 0; i < 3; i++)
+        CHECK_INT_EQ(pthread_create(&threads[i], NULL, parse_many, NULL), 0);
     pyxbuf_dtype_spec spec;
     memset(&spec, 0, sizeof spec);
     spec.size = sizeof spec;
