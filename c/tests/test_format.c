@@ -707,6 +707,21 @@ TEST_CASE(builder) {
     CHECK_INT_EQ(f.flags, PYXBUF_FMTF_SINGLE_SCALAR);
     pyxbuf_format_clear(&f);
 
+    /* Nested modes: the writer restates the mode after '}' where it changed. */
+    pyxbuf_format_init(&f);
+    int a = pyxbuf_format_add_struct(&f, 0, 0, 1, 0, NULL, NULL);
+    CHECK(pyxbuf_format_add_scalar(&f, a, 'i', '>', 0, 1, 0, NULL, NULL) > 0);
+    int b = pyxbuf_format_add_struct(&f, a, 0, 1, 0, NULL, NULL);
+    CHECK(pyxbuf_format_add_scalar(&f, b, 'd', 0, 0, 1, 0, NULL, NULL) > 0);
+    CHECK(pyxbuf_format_add_scalar(&f, b, 'h', '=', 0, 1, 0, NULL, NULL) > 0);
+    CHECK(pyxbuf_format_add_scalar(&f, a, 'b', 0, 0, 1, 0, NULL, NULL) > 0);
+    CHECK(pyxbuf_format_add_scalar(&f, 0, 'd', 0, PYXBUF_FMTN_POINTER, 1, 0, NULL, NULL) > 0);
+    const int64_t two[1] = {2};
+    CHECK(pyxbuf_format_add_custom(&f, 0, "buffer$T{i:a:}", 0, 0, 1, 1, two, NULL) > 0);
+    check_built(&f, "T{>i@T{d=h}@b}&d(2)[buffer$T{i:a:}]", 48);
+    CHECK_INT_EQ(node(&f, 3)->offset, 8); /* T{d=h} aligns to 8 */
+    pyxbuf_format_clear(&f);
+
     /* An empty format. */
     pyxbuf_format_init(&f);
     check_built(&f, "", 0);
