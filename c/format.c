@@ -623,7 +623,8 @@ static int emit_item(parser *p, seq *q, item *it) {
     if (it->size >= 0 && (!mul_ok(it->size, it->repeat, &nbytes) ||
                           !mul_ok(nbytes, it->dims_prod, &nbytes)))
         return fail(p, PYXBUF_EOVERFLOW, it->count_at,
-                    "the item at position %lld is larger than 2**63 bytes", POS(p, it->start));
+                    "the item counted at position %lld is larger than 2**63 bytes",
+                    POS(p, it->count_at));
     if (q->offset >= 0) {
         if (!align_up_ok(q->offset, align, &offset))
             return fail(p, PYXBUF_EOVERFLOW, it->start,
@@ -672,8 +673,9 @@ static int emit_item(parser *p, seq *q, item *it) {
     return 0;
 }
 
-/* Size and alignment of a finished sequence. A struct in native mode is a C
- * struct (padded to its alignment); packed structs and whole formats are not. */
+/* Size and alignment of a finished sequence: a struct is padded to its
+ * alignment (1 when every member is packed); whole formats and payloads are
+ * not, as struct.calcsize does not pad "ix". */
 static void seq_close(const seq *q, bool pad, int64_t *size, int64_t *align) {
     *align = q->align;
     *size = q->offset;
@@ -883,7 +885,7 @@ static int parse_dims(parser *p, item *it) {
 }
 
 /* An optional prefix slot: sets the mode. */
-static int prefix_slot(parser *p, const item *it) {
+static int prefix_slot(parser *p) {
     int c = peek(p);
     if (!is_order(c)) return 0;
     if (p->struct_only && p->s != p->seq_start)
@@ -904,7 +906,6 @@ static int prefix_slot(parser *p, const item *it) {
                     "two byte-order prefixes in a row ('%c' then '%c') at position %lld: "
                     "keep one",
                     c, d, POS(p, p->s));
-    (void)it;
     return 0;
 }
 
@@ -1031,7 +1032,7 @@ static int parse_item(parser *p, seq *q) {
     item it;
     item_init(&it, p->s);
     bool had_prefix = is_order(peek(p)), had_count = false;
-    int rc = prefix_slot(p, &it);
+    int rc = prefix_slot(p);
     if (rc < 0) return rc;
     if (had_prefix) {
         skip_ws(p); /* struct allows "< i" */
@@ -1044,7 +1045,7 @@ static int parse_item(parser *p, seq *q) {
     if (peek(p) == '(') {
         if ((rc = parse_dims(p, &it)) < 0) return rc;
         had_prefix |= is_order(peek(p));
-        if ((rc = prefix_slot(p, &it)) < 0) return rc;
+        if ((rc = prefix_slot(p)) < 0) return rc;
     }
     if (is_digit(peek(p))) {
         it.count_at = p->s;
@@ -1054,7 +1055,7 @@ static int parse_item(parser *p, seq *q) {
     if (peek(p) == '&') {
         it.flags |= PYXBUF_FMTN_POINTER;
         p->s++;
-        if ((rc = prefix_slot(p, &it)) < 0) return rc; /* ctypes: "&<i" */
+        if ((rc = prefix_slot(p)) < 0) return rc; /* ctypes: "&<i" */
     }
     if (peek(p) == 'Z') {
         it.flags |= PYXBUF_FMTN_COMPLEX;
@@ -1079,7 +1080,7 @@ static int parse_item(parser *p, seq *q) {
         p->s++;
         /* NumPy pads with runs of 'x': take them at once (a named one ends it). */
         if (c == 'x' && !had_count && it.ndim == 0 && it.flags == 0)
-            while (p->s + 1 < p->end && p->s[0] == 'x' && p->s[1] != ':') {
+            while (p->s < p->end && *p->s == 'x' && (p->s + 1 == p->end || p->s[1] != ':')) {
                 it.repeat++;
                 p->s++;
             }
