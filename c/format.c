@@ -846,7 +846,7 @@ static int parse_dims(parser *p, item *it) {
                         "%s at position %lld in a sub-array shape: dimensions are positive "
                         "integers separated by ','",
                         char_desc(c, cb), POS(p, at));
-        int64_t d;
+        int64_t d = 0;
         int rc = parse_number(p, "sub-array dimension", &d);
         if (rc < 0) return rc;
         if (d == 0)
