@@ -313,6 +313,9 @@ VALID = [
     ("[ml_dtypes$int4]", 1, 1, [0]),
     ("[ml_dtypes$uint4]", 1, 1, [0]),
     ("[numpy$x;ml_dtypes$bfloat16]", 2, 2, [0]),
+    # the first understood alternative wins; later payloads are not parsed
+    ("[ml_dtypes$bfloat16;struct$T{]", 2, 2, [0]),
+    ("[struct$h;ml_dtypes$int4]", 2, 2, [0]),
     ("[struct$<iq]", 12, 1, [0]),
     ("[struct$iq]", 16, 8, [0]),
     ("[struct$]", 0, 1, [0]),
@@ -855,6 +858,9 @@ MALFORMED = [
     ("[$x]", E, 1, "empty custom type id before '$' at position 1"),
     ("[abc]", E, 1, "custom type 'abc' at position 1 has no '$'"),
     ("[a$b;c]", E, 5, "custom type 'c' at position 5 has no '$'"),
+    # every alternative's syntax is checked, also after the one understood
+    ("[ml_dtypes$bfloat16;c]", E, 20, "custom type 'c' at position 20 has no '$'"),
+    ("[ml_dtypes$bfloat16;a$\t]", E, 22, "byte 0x09 at position 22"),
     ("[a$b\tc]", E, 4, "byte 0x09 at position 4 is not allowed in a custom type payload"),
     ("[a$b\x7f]", E, 4, "byte 0x7F at position 4"),
     ("[a$\xc3\xa9]", E, 3, "byte 0xC3 at position 3"),
