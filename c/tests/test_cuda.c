@@ -1,0 +1,505 @@
+/* test_cuda.c -- the CUDA backend (c/cuda.c), called through its vtable.
+ *
+ * backend_describes_cuda and missing_driver_is_a_clear_error run everywhere.
+ * The other cases need a CUDA driver and GPU: without one they print
+ * "SKIP: <why>" and exit with 77, which CTest reports as skipped. Each case
+ * runs in its own process under CTest; run without arguments, the cases run
+ * in the order of TEST_MAIN, where missing_driver_is_a_clear_error comes first
+ * because it forks before this process has touched the driver. */
+#include "pyxbuf.h"
+#include "testing.h"
+
+#include <dlfcn.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Hidden in the library; the test links the static one. */
+const pyxbuf_backend *pyxbuf__cuda_backend(void);
+
+static const pyxbuf_backend *cuda(void) { return pyxbuf__cuda_backend(); }
+
+#define MISSING_LIBRARY "/nonexistent/libcuda.so.1"
+
+/* ------------------------------------------------------------------------- */
+/* Helpers                                                                    */
+/* ------------------------------------------------------------------------- */
+
+/* Exit 77 (CTest's skip code) unless the backend can use device 0. */
+static void require_gpu(void) {
+    pyxbuf_error err;
+    void *p = NULL;
+    int rc = cuda()->alloc(cuda()->ctx, 0, 1, &p, &err);
+    if (rc == PYXBUF_EUNSUPPORTED) {
+        fprintf(stderr, "SKIP: %s\n", err.message);
+        exit(77);
+    }
+    if (rc != 0) fprintf(stderr, "probe alloc failed: %s\n", err.message);
+    CHECK_INT_EQ(rc, 0);
+    CHECK_INT_EQ(cuda()->free(cuda()->ctx, 0, p, &err), 0);
+}
+
+static void fill(unsigned char *p, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)((i * 131u + seed) & 0xFFu);
+}
+
+static int all_equal(const unsigned char *p, size_t n, unsigned char v) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != v) return 0;
+    return 1;
+}
+
+static void *offset(void *p, size_t k) { return (char *)p + k; }
+
+/* The error of the last CHECK_OK call: pass &last to the backend. */
+static pyxbuf_error last;
+
+/* Check that a backend call succeeds, printing its message when not. */
+#define CHECK_OK(call)                                                         \
+    do {                                                                       \
+        last.message[0] = '\0';                                                \
+        int rc_ = (call);                                                      \
+        if (rc_ != 0)                                                          \
+            fprintf(stderr, "%s:%d: %s -> %d: %s\n", __FILE__, __LINE__, #call, rc_, \
+                    last.message);                                             \
+        CHECK_INT_EQ(rc_, 0);                                                  \
+    } while (0)
+
+/* A few driver calls the backend does not offer (streams, pinned and managed
+ * memory, async memset), for the tests' own setup. Types and names as in
+ * cuda.h; loaded after require_gpu, so cuInit has run. */
+typedef int CUresult;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+typedef unsigned long long CUdeviceptr;
+
+#define CU_STREAM_NON_BLOCKING 0x1u
+#define CU_MEM_ATTACH_GLOBAL 0x1u
+
+static struct {
+    CUresult (*device_get)(int *device, int ordinal);
+    CUresult (*primary_retain)(CUcontext *ctx, int device);
+    CUresult (*primary_release)(int device);
+    CUresult (*ctx_push)(CUcontext ctx);
+    CUresult (*ctx_pop)(CUcontext *ctx);
+    CUresult (*stream_create)(CUstream *s, unsigned int flags);
+    CUresult (*stream_destroy)(CUstream s);
+    CUresult (*memset_d8_async)(CUdeviceptr dst, unsigned char value, size_t n, CUstream s);
+    CUresult (*stream_synchronize)(CUstream s);
+    CUresult (*mem_alloc_host)(void **p, size_t n);
+    CUresult (*mem_free_host)(void *p);
+    CUresult (*mem_alloc_managed)(CUdeviceptr *p, size_t n, unsigned int flags);
+    CUresult (*mem_free)(CUdeviceptr p);
+    CUresult (*event_query)(CUevent event);
+    void *lib;
+    int device;
+} drv;
+
+static void load(void *slot, const char *name) {
+    void *sym = dlsym(drv.lib, name);
+    if (sym == NULL) {
+        fprintf(stderr, "libcuda.so.1 has no %s\n", name);
+        exit(1);
+    }
+    memcpy(slot, &sym, sizeof sym);
+}
+
+#define CU_OK(call)                                                            \
+    do {                                                                       \
+        CUresult r_ = (call);                                                  \
+        if (r_ != 0) {                                                         \
+            fprintf(stderr, "%s:%d: %s -> CUDA error %d\n", __FILE__, __LINE__, #call, r_); \
+            exit(1);                                                           \
+        }                                                                      \
+    } while (0)
+
+/* Open the driver for the test's own calls and make device 0's primary
+ * context current (the backend pushes and pops its own on top). */
+static void driver_enter(void) {
+    drv.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (drv.lib == NULL) {
+        fprintf(stderr, "dlopen libcuda.so.1: %s\n", dlerror());
+        exit(1);
+    }
+    load(&drv.device_get, "cuDeviceGet");
+    load(&drv.primary_retain, "cuDevicePrimaryCtxRetain");
+    load(&drv.primary_release, "cuDevicePrimaryCtxRelease_v2");
+    load(&drv.ctx_push, "cuCtxPushCurrent_v2");
+    load(&drv.ctx_pop, "cuCtxPopCurrent_v2");
+    load(&drv.stream_create, "cuStreamCreate");
+    load(&drv.stream_destroy, "cuStreamDestroy_v2");
+    load(&drv.memset_d8_async, "cuMemsetD8Async");
+    load(&drv.stream_synchronize, "cuStreamSynchronize");
+    load(&drv.mem_alloc_host, "cuMemAllocHost_v2");
+    load(&drv.mem_free_host, "cuMemFreeHost");
+    load(&drv.mem_alloc_managed, "cuMemAllocManaged");
+    load(&drv.mem_free, "cuMemFree_v2");
+    load(&drv.event_query, "cuEventQuery");
+    CUcontext ctx;
+    CU_OK(drv.device_get(&drv.device, 0));
+    CU_OK(drv.primary_retain(&ctx, drv.device));
+    CU_OK(drv.ctx_push(ctx));
+}
+
+static void driver_leave(void) {
+    CUcontext ctx;
+    CU_OK(drv.ctx_pop(&ctx));
+    CU_OK(drv.primary_release(drv.device));
+    dlclose(drv.lib);
+}
+
+static int64_t stream_int(CUstream s) { return (int64_t)(intptr_t)s; }
+
+/* ------------------------------------------------------------------------- */
+/* Everywhere                                                                 */
+/* ------------------------------------------------------------------------- */
+
+/* Runs in a child: the driver is loaded once per process, and the variable
+ * must be set before that. */
+static void check_missing_driver(void) {
+    const pyxbuf_backend *b = cuda();
+    pyxbuf_error err;
+    void *p = (void *)0x1000;
+    void *ev = (void *)0x2000;
+    pyxbuf_device dev = {-7, -7};
+    unsigned char host[8] = {0};
+    int rcs[] = {
+        b->copy_to_host(b->ctx, 0, host, (void *)0x1000, sizeof host, 0, &err),
+        b->copy_from_host(b->ctx, 0, (void *)0x1000, host, sizeof host, 0, &err),
+        b->copy_on_device(b->ctx, 0, (void *)0x1000, 0, (void *)0x2000, 8, 0, &err),
+        b->copy_on_device(b->ctx, 1, (void *)0x1000, 0, (void *)0x2000, 8, 0, &err),
+        b->alloc(b->ctx, 0, 16, &p, &err),
+        b->free(b->ctx, 0, (void *)0x1000, &err),
+        b->event_wait(b->ctx, 0, (void *)0x2000, 0, &err),
+        b->event_record(b->ctx, 0, 0, &ev, &err),
+        b->event_destroy(b->ctx, 0, (void *)0x2000, &err),
+        b->pointer_query(b->ctx, host, &dev, &err),
+        b->synchronize(b->ctx, 0, PYXBUF_STREAM_NONE, &err),
+        b->alloc(b->ctx, 0, 16, &p, NULL), /* no error struct: still no crash */
+    };
+    for (size_t i = 0; i < sizeof rcs / sizeof *rcs; i++) CHECK_INT_EQ(rcs[i], PYXBUF_EUNSUPPORTED);
+    CHECK_INT_EQ(err.code, PYXBUF_EUNSUPPORTED);
+    CHECK_CONTAINS(err.message, "no CUDA driver found (" MISSING_LIBRARY "): ");
+    CHECK_CONTAINS(err.message, "this machine cannot read CUDA memory");
+    CHECK_CONTAINS(err.message, "install the NVIDIA driver or copy the data to the host");
+    CHECK(dev.device_type == -7 && dev.device_id == -7);
+    fprintf(stderr, "message: %s\n", err.message);
+}
+
+/* The default library name, whatever this machine has: either it works or
+ * the message names libcuda.so.1. */
+static void check_default_library(void) {
+    pyxbuf_error err;
+    void *p = NULL;
+    int rc = cuda()->alloc(cuda()->ctx, 0, 1, &p, &err);
+    if (rc == 0) {
+        CHECK_INT_EQ(cuda()->free(cuda()->ctx, 0, p, &err), 0);
+        return;
+    }
+    CHECK_INT_EQ(rc, PYXBUF_EUNSUPPORTED);
+    CHECK_CONTAINS(err.message, "libcuda.so.1");
+    fprintf(stderr, "message: %s\n", err.message);
+}
+
+static void in_child(void (*body)(void), const char *library) {
+    fflush(stderr);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        if (library) setenv("PYXBUF_CUDA_LIBRARY", library, 1);
+        else unsetenv("PYXBUF_CUDA_LIBRARY");
+        body();
+        _exit(pyxbuf_test_failures == 0 ? 0 : 1);
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE(missing_driver_is_a_clear_error) {
+    in_child(check_missing_driver, MISSING_LIBRARY);
+    in_child(check_default_library, NULL);
+}
+
+TEST_CASE(backend_describes_cuda) {
+    const pyxbuf_backend *b = cuda();
+    CHECK(b != NULL);
+    CHECK(b == cuda());
+    CHECK_INT_EQ(b->size, sizeof(pyxbuf_backend));
+    CHECK_INT_EQ(b->device_type, PYXBUF_DL_CUDA);
+    CHECK_STR_EQ(b->name, "cuda");
+    CHECK(b->copy_to_host && b->copy_from_host && b->copy_on_device && b->alloc && b->free);
+    CHECK(b->event_wait && b->event_record && b->event_destroy && b->pointer_query &&
+          b->synchronize);
+    for (size_t i = 0; i < sizeof b->reserved / sizeof *b->reserved; i++)
+        CHECK(b->reserved[i] == NULL);
+}
+
+/* ------------------------------------------------------------------------- */
+/* GPU                                                                        */
+/* ------------------------------------------------------------------------- */
+
+TEST_CASE(alloc_copy_roundtrip) {
+    require_gpu();
+    const pyxbuf_backend *b = cuda();
+    const size_t n = ((size_t)1 << 20) + 3;
+    const int64_t streams[] = {PYXBUF_STREAM_NONE, 0, 1, 2};
+    unsigned char *src = malloc(n), *dst = malloc(n);
+    void *d = NULL;
+    CHECK_OK(b->alloc(b->ctx, 0, n, &d, &last));
+    CHECK(d != NULL);
+    for (unsigned i = 0; i < sizeof streams / sizeof *streams; i++) {
+        fill(src, n, i);
+        memset(dst, 0, n);
+        CHECK_OK(b->copy_from_host(b->ctx, 0, d, src, n, streams[i], &last));
+        CHECK_OK(b->copy_to_host(b->ctx, 0, dst, d, n, streams[i], &last));
+        CHECK(memcmp(src, dst, n) == 0);
+    }
+    /* A piece in the middle, at odd offsets. */
+    memset(dst, 0, n);
+    CHECK_OK(b->copy_from_host(b->ctx, 0, offset(d, 17), src + 5, 1000, 0, &last));
+    CHECK_OK(b->copy_to_host(b->ctx, 0, dst, offset(d, 17), 1000, 0, &last));
+    CHECK(memcmp(dst, src + 5, 1000) == 0);
+    CHECK_OK(b->free(b->ctx, 0, d, &last));
+    free(src);
+    free(dst);
+}
+
+TEST_CASE(device_to_device_copy) {
+    require_gpu();
+    const pyxbuf_backend *b = cuda();
+    const size_t n = (size_t)3 << 20;
+    unsigned char *src = malloc(n), *dst = malloc(n);
+    void *a = NULL, *c = NULL;
+    CHECK_OK(b->alloc(b->ctx, 0, n, &a, &last));
+    CHECK_OK(b->alloc(b->ctx, 0, n, &c, &last));
+    fill(src, n, 7);
+    CHECK_OK(b->copy_from_host(b->ctx, 0, a, src, n, 0, &last));
+    CHECK_OK(b->copy_on_device(b->ctx, 0, c, 0, a, n, 1, &last));
+    CHECK_OK(b->copy_to_host(b->ctx, 0, dst, c, n, 0, &last));
+    CHECK(memcmp(src, dst, n) == 0);
+    /* Offsets: c[1..100] = a[5..104]; c[0] is untouched. */
+    CHECK_OK(b->copy_on_device(b->ctx, 0, offset(c, 1), 0, offset(a, 5), 100, 2, &last));
+    CHECK_OK(b->copy_to_host(b->ctx, 0, dst, c, 101, 0, &last));
+    CHECK(dst[0] == src[0]);
+    CHECK(memcmp(dst + 1, src + 5, 100) == 0);
+    CHECK_OK(b->free(b->ctx, 0, a, &last));
+    CHECK_OK(b->free(b->ctx, 0, c, &last));
+    free(src);
+    free(dst);
+}
+
+static void check_not_cuda(const void *p) {
+    const pyxbuf_backend *b = cuda();
+    pyxbuf_error err;
+    pyxbuf_device dev = {0, 0};
+    CHECK_INT_EQ(b->pointer_query(b->ctx, p, &dev, &err), PYXBUF_EDEVICE);
+    CHECK_CONTAINS(err.message, "is not CUDA memory (cuPointerGetAttributes: ");
+}
+
+TEST_CASE(pointer_query_on_device_and_host_memory) {
+    require_gpu();
+    const pyxbuf_backend *b = cuda();
+    pyxbuf_device dev = {0, 0};
+    void *d = NULL;
+    CHECK_OK(b->alloc(b->ctx, 0, 4096, &d, &last));
+    /* No context current on this thread: the backend finds one. */
+    CHECK_OK(b->pointer_query(b->ctx, d, &dev, &last));
+    CHECK_INT_EQ(dev.device_type, PYXBUF_DL_CUDA);
+    CHECK_INT_EQ(dev.device_id, 0);
+    dev = (pyxbuf_device){0, 0};
+    CHECK_OK(b->pointer_query(b->ctx, offset(d, 100), &dev, &last));
+    CHECK_INT_EQ(dev.device_type, PYXBUF_DL_CUDA);
+    CHECK_INT_EQ(dev.device_id, 0);
+
+    int on_stack = 0;
+    void *on_heap = malloc(64);
+    check_not_cuda(&on_stack);
+    check_not_cuda(on_heap);
+    check_not_cuda(NULL);
+
+    /* Pinned host and managed memory, from the test's own driver calls. */
+    driver_enter();
+    void *pinned = NULL;
+    CU_OK(drv.mem_alloc_host(&pinned, 4096));
+    dev = (pyxbuf_device){0, 0};
+    CHECK_OK(b->pointer_query(b->ctx, pinned, &dev, &last));
+    CHECK_INT_EQ(dev.device_type, PYXBUF_DL_CUDA_HOST);
+    CU_OK(drv.mem_free_host(pinned));
+    CUdeviceptr managed = 0;
+    CUresult r = drv.mem_alloc_managed(&managed, 4096, CU_MEM_ATTACH_GLOBAL);
+    if (r == 0) {
+        dev = (pyxbuf_device){0, 0};
+        CHECK_OK(b->pointer_query(b->ctx, (void *)(uintptr_t)managed, &dev, &last));
+        CHECK_INT_EQ(dev.device_type, PYXBUF_DL_CUDA_MANAGED);
+        CHECK_INT_EQ(dev.device_id, 0);
+        CU_OK(drv.mem_free(managed));
+    } else {
+        fprintf(stderr, "note: managed memory unavailable here (CUDA error %d); not checked\n", r);
+    }
+    /* The same answers with a context current on the caller's thread. */
+    dev = (pyxbuf_device){0, 0};
+    CHECK_OK(b->pointer_query(b->ctx, d, &dev, &last));
+    CHECK_INT_EQ(dev.device_type, PYXBUF_DL_CUDA);
+    check_not_cuda(on_heap);
+    driver_leave();
+
+    CHECK_OK(b->free(b->ctx, 0, d, &last));
+    free(on_heap);
+}
+
+TEST_CASE(events_order_a_copy) {
+    require_gpu();
+    const pyxbuf_backend *b = cuda();
+    const size_t n = (size_t)64 << 20, tail = 4096;
+    unsigned char *host = malloc(tail);
+    void *d = NULL, *ev = NULL;
+    CHECK_OK(b->alloc(b->ctx, 0, n, &d, &last));
+    driver_enter();
+    CUstream producer, consumer;
+    CU_OK(drv.stream_create(&producer, CU_STREAM_NON_BLOCKING));
+    CU_OK(drv.stream_create(&consumer, CU_STREAM_NON_BLOCKING));
+
+    /* The producer writes on its stream and records an event; the consumer's
+     * stream waits on it, so the consumer's copy sees the write. */
+    CU_OK(drv.memset_d8_async((CUdeviceptr)(uintptr_t)d, 0xAB, n, producer));
+    CHECK_OK(b->event_record(b->ctx, 0, stream_int(producer), &ev, &last));
+    CHECK(ev != NULL);
+    CHECK_OK(b->event_wait(b->ctx, 0, ev, stream_int(consumer), &last));
+    memset(host, 0, tail);
+    CHECK_OK(b->copy_to_host(b->ctx, 0, host, offset(d, n - tail), tail, stream_int(consumer),
+                             &last));
+    CHECK(all_equal(host, tail, 0xAB));
+    CHECK_OK(b->synchronize(b->ctx, 0, stream_int(producer), &last));
+    CHECK_INT_EQ(drv.event_query((CUevent)ev), 0);
+    CHECK_OK(b->event_destroy(b->ctx, 0, ev, &last));
+
+    /* synchronize: after it returns, a copy on another stream sees the write. */
+    CU_OK(drv.memset_d8_async((CUdeviceptr)(uintptr_t)d, 0xCD, n, producer));
+    CHECK_OK(b->synchronize(b->ctx, 0, stream_int(producer), &last));
+    CHECK_OK(b->copy_to_host(b->ctx, 0, host, offset(d, n - tail), tail, PYXBUF_STREAM_NONE,
+                             &last));
+    CHECK(all_equal(host, tail, 0xCD));
+
+    /* Events on the default streams; NULL events and STREAM_NONE are no-ops. */
+    const int64_t defaults[] = {0, 1, 2, PYXBUF_STREAM_NONE};
+    for (size_t i = 0; i < sizeof defaults / sizeof *defaults; i++) {
+        ev = NULL;
+        CHECK_OK(b->event_record(b->ctx, 0, defaults[i], &ev, &last));
+        CHECK_OK(b->event_wait(b->ctx, 0, ev, stream_int(consumer), &last));
+        CHECK_OK(b->synchronize(b->ctx, 0, defaults[i], &last));
+        CHECK_OK(b->event_destroy(b->ctx, 0, ev, &last));
+    }
+    CHECK_OK(b->event_wait(b->ctx, 0, NULL, stream_int(consumer), &last));
+    CHECK_OK(b->event_wait(b->ctx, 0, (void *)0x1, PYXBUF_STREAM_NONE, &last));
+    CHECK_OK(b->event_destroy(b->ctx, 0, NULL, &last));
+
+    CU_OK(drv.stream_synchronize(consumer));
+    CU_OK(drv.stream_destroy(producer));
+    CU_OK(drv.stream_destroy(consumer));
+    driver_leave();
+    CHECK_OK(b->free(b->ctx, 0, d, &last));
+    free(host);
+}
+
+TEST_CASE(error_names_from_driver) {
+    require_gpu();
+    const pyxbuf_backend *b = cuda();
+    pyxbuf_error err;
+    void *p = (void *)0x1;
+    /* 2^60 bytes: refused at once, and the context stays usable. */
+    CHECK_INT_EQ(b->alloc(b->ctx, 0, (size_t)1 << 60, &p, &err), PYXBUF_ENOMEM);
+    CHECK(p == NULL);
+    CHECK_CONTAINS(err.message, "cuMemAlloc of 1152921504606846976 bytes on CUDA device 0 failed: ");
+    CHECK_CONTAINS(err.message, "CUDA_ERROR_OUT_OF_MEMORY (");
+    CHECK_CONTAINS(err.message, "nvidia-smi");
+    fprintf(stderr, "message: %s\n", err.message);
+
+    void *host = malloc(64);
+    CHECK(b->free(b->ctx, 0, host, &err) < 0);
+    CHECK_CONTAINS(err.message, "cuMemFree of 0x");
+    CHECK_CONTAINS(err.message, "CUDA_ERROR_");
+    fprintf(stderr, "message: %s\n", err.message);
+    free(host);
+
+    /* Still usable afterwards. */
+    require_gpu();
+}
+
+TEST_CASE(invalid_arguments_are_refused) {
+    require_gpu();
+    const pyxbuf_backend *b = cuda();
+    pyxbuf_error err;
+    unsigned char host[16] = {0};
+    void *p = (void *)0x1, *d = NULL;
+
+    CHECK_INT_EQ(b->alloc(b->ctx, 9999, 16, &p, &err), PYXBUF_EINVAL);
+    CHECK_CONTAINS(err.message, "CUDA device 9999 does not exist");
+    CHECK_INT_EQ(b->alloc(b->ctx, -1, 16, &p, &err), PYXBUF_EINVAL);
+    CHECK_INT_EQ(b->copy_on_device(b->ctx, -1, host, 0, host, 16, 0, &err), PYXBUF_EINVAL);
+    CHECK_INT_EQ(b->alloc(b->ctx, 0, 16, NULL, &err), PYXBUF_EINVAL);
+    CHECK_INT_EQ(b->event_record(b->ctx, 0, 0, NULL, &err), PYXBUF_EINVAL);
+    CHECK_INT_EQ(b->pointer_query(b->ctx, host, NULL, &err), PYXBUF_EINVAL);
+
+    CHECK_OK(b->alloc(b->ctx, 0, 16, &d, &last));
+    CHECK_INT_EQ(b->copy_to_host(b->ctx, 0, host, d, 16, -5, &err), PYXBUF_EINVAL);
+    CHECK_CONTAINS(err.message, "stream -5 is not a CUDA stream");
+    CHECK_INT_EQ(b->copy_to_host(b->ctx, 0, NULL, d, 16, 0, &err), PYXBUF_EINVAL);
+    CHECK_CONTAINS(err.message, "NULL destination");
+
+    /* Zero bytes: nothing to do, whatever the pointers. */
+    CHECK_OK(b->copy_to_host(b->ctx, 0, NULL, NULL, 0, 0, &last));
+    CHECK_OK(b->alloc(b->ctx, 0, 0, &p, &last));
+    CHECK(p == NULL);
+    CHECK_OK(b->free(b->ctx, 0, NULL, &last));
+    CHECK_OK(b->free(b->ctx, 0, d, &last));
+}
+
+TEST_CASE(peer_copy_between_devices) {
+    require_gpu();
+    const pyxbuf_backend *b = cuda();
+    pyxbuf_error err;
+    void *probe = NULL;
+    int rc = b->alloc(b->ctx, 1, 1, &probe, &err);
+    if (rc == PYXBUF_EINVAL) {
+        fprintf(stderr, "SKIP: needs two CUDA devices: %s\n", err.message);
+        exit(77);
+    }
+    CHECK_INT_EQ(rc, 0);
+    CHECK_OK(b->free(b->ctx, 1, probe, &last));
+
+    const size_t n = (size_t)2 << 20;
+    unsigned char *src = malloc(n), *dst = malloc(n);
+    void *a = NULL, *c = NULL;
+    pyxbuf_device dev = {0, 0};
+    CHECK_OK(b->alloc(b->ctx, 0, n, &a, &last));
+    CHECK_OK(b->alloc(b->ctx, 1, n, &c, &last));
+    CHECK_OK(b->pointer_query(b->ctx, c, &dev, &last));
+    CHECK_INT_EQ(dev.device_type, PYXBUF_DL_CUDA);
+    CHECK_INT_EQ(dev.device_id, 1);
+
+    fill(src, n, 3);
+    CHECK_OK(b->copy_from_host(b->ctx, 0, a, src, n, 0, &last));
+    CHECK_OK(b->copy_on_device(b->ctx, 1, c, 0, a, n, 0, &last));
+    CHECK_OK(b->copy_to_host(b->ctx, 1, dst, c, n, 0, &last));
+    CHECK(memcmp(src, dst, n) == 0);
+
+    fill(src, n, 11);
+    CHECK_OK(b->copy_from_host(b->ctx, 1, c, src, n, 2, &last));
+    CHECK_OK(b->copy_on_device(b->ctx, 0, a, 1, c, n, 1, &last));
+    CHECK_OK(b->copy_to_host(b->ctx, 0, dst, a, n, 0, &last));
+    CHECK(memcmp(src, dst, n) == 0);
+
+    CHECK_OK(b->free(b->ctx, 0, a, &last));
+    CHECK_OK(b->free(b->ctx, 1, c, &last));
+    free(src);
+    free(dst);
+}
+
+TEST_MAIN(TEST_ENTRY(missing_driver_is_a_clear_error), TEST_ENTRY(backend_describes_cuda),
+          TEST_ENTRY(alloc_copy_roundtrip), TEST_ENTRY(device_to_device_copy),
+          TEST_ENTRY(pointer_query_on_device_and_host_memory), TEST_ENTRY(events_order_a_copy),
+          TEST_ENTRY(error_names_from_driver), TEST_ENTRY(invalid_arguments_are_refused),
+          TEST_ENTRY(peer_copy_between_devices))
