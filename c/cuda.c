@@ -2,7 +2,7 @@
  *
  * libcuda.so.1 is opened with dlopen on first use (as cudarc and PyTorch do),
  * so libpyxbuf builds without cuda.h and runs on machines with no GPU; there
- * every backend function fails with PYXBUF_EUNSUPPORTED and says why. The
+ * every backend function fails with PYXBUF_EDRIVER and says why. The
  * environment variable PYXBUF_CUDA_LIBRARY, read once at load time, names
  * another library (tests use it to force the missing-driver path).
  *
@@ -179,7 +179,7 @@ static int resolve_symbols(void *lib, const char *library) {
         void *sym = dlsym(lib, cuda_symbols[i].name);
         if (sym == NULL) {
             memset(&drv.api, 0, sizeof drv.api);
-            driver_unavailable(PYXBUF_EUNSUPPORTED,
+            driver_unavailable(PYXBUF_EDRIVER,
                                "the CUDA driver %s has no %s: it is older than pyxbuf needs "
                                "(CUDA 10 or newer); update the NVIDIA driver",
                                library, cuda_symbols[i].name);
@@ -209,7 +209,7 @@ static void load_driver(void) {
     void *lib = dlopen(library, RTLD_NOW | RTLD_LOCAL);
     if (lib == NULL) {
         const char *why = dlerror();
-        driver_unavailable(PYXBUF_EUNSUPPORTED,
+        driver_unavailable(PYXBUF_EDRIVER,
                            "no CUDA driver found (%s): %s; this machine cannot read CUDA "
                            "memory \xe2\x80\x94 install the NVIDIA driver or copy the data to "
                            "the host on a machine that has one",
@@ -229,13 +229,13 @@ static void load_driver(void) {
     }
     if (r != CUDA_SUCCESS) {
         /* libcuda stays loaded: unloading it after cuInit is not supported. */
-        driver_unavailable(PYXBUF_EUNSUPPORTED,
+        driver_unavailable(PYXBUF_EDRIVER,
                            "the CUDA driver (%s) is present but %s failed: %s (%s); %s", library,
                            call, error_name(r), error_string(r), init_hint(r));
         return;
     }
     if (count <= 0) {
-        driver_unavailable(PYXBUF_EUNSUPPORTED,
+        driver_unavailable(PYXBUF_EDRIVER,
                            "the CUDA driver (%s) sees no CUDA device; %s", library,
                            init_hint(CUDA_ERROR_NO_DEVICE));
         return;
@@ -293,7 +293,7 @@ static const char *cuda_hint(CUresult r) {
 static int32_t cuda_code(CUresult r) {
     if (r == CUDA_ERROR_OUT_OF_MEMORY) return PYXBUF_ENOMEM;
     if (r == CUDA_ERROR_INVALID_DEVICE) return PYXBUF_EINVAL;
-    return PYXBUF_EDEVICE;
+    return PYXBUF_EDRIVER;
 }
 
 /* Fill err for a failed driver call: what was asked (fmt), the driver's name

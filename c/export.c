@@ -177,7 +177,8 @@ typedef struct exporter_object {
     Py_ssize_t itemsize;
     Py_ssize_t nbytes;
     pyxbuf_borrow_counter borrows;
-    pyxbuf_device_info device_info; /* copy, when desc.device_info was given */
+    pyxbuf_device device;           /* {PYXBUF_DL_CPU, 0} for host memory */
+    pyxbuf_device_info device_info; /* for device memory: type, id, sync event */
     PyObject *weakreflist;
 } exporter_object;
 
@@ -197,10 +198,21 @@ static void exporter_releasebuffer(PyObject *self, Py_buffer *view) {
     pyxbuf_borrow_release(&((exporter_object *)self)->borrows, view);
 }
 
+/* The producer's last event dies with the exporter (or when replaced). */
+static void destroy_event(exporter_object *e) {
+    void *event = e->device_info.sync_event;
+    e->device_info.sync_event = NULL;
+    if (event == NULL) return;
+    pyxbuf_backend b;
+    if (pyxbuf_backend_get(e->device.device_type, &b, NULL) == 0 && b.event_destroy != NULL)
+        b.event_destroy(b.ctx, e->device.device_id, event, NULL);
+}
+
 static void exporter_dealloc(PyObject *self) {
     exporter_object *e = (exporter_object *)self;
     PyTypeObject *tp = Py_TYPE(self);
     if (e->weakreflist != NULL) PyObject_ClearWeakRefs(self);
+    destroy_event(e);
     if (e->free_fn != NULL) e->free_fn(e->free_ctx);
     PyMem_Free(e->desc.shape); /* shape and strides share one block */
     PyMem_Free((void *)e->desc.format);
@@ -241,9 +253,61 @@ static PyObject *exporter_get_format(PyObject *self, void *closure) {
 
 static PyObject *exporter_get_device(PyObject *self, void *closure) {
     (void)closure;
-    const char *device = ((exporter_object *)self)->desc.device;
-    return PyUnicode_FromString(device ? device : PYXBUF_DEVICE_CPU);
+    char name[64];
+    if (pyxbuf_device_format(&((exporter_object *)self)->device, name, sizeof name) < 0)
+        return PyUnicode_FromString("unknown");
+    return PyUnicode_FromString(name);
 }
+
+/* "cpu", "cuda:1", "ext_dev:0" or a (device_type, device_id) tuple. */
+static int parse_device(PyObject *arg, pyxbuf_device *out) {
+    if (PyTuple_Check(arg))
+        return PyArg_ParseTuple(arg, "ii", &out->device_type, &out->device_id) ? 0 : -1;
+    const char *text = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : NULL;
+    if (text == NULL) {
+        PyErr_Format(PyExc_TypeError,
+                     "pyxbuf: a device is 'cpu', 'cuda:0', 'ext_dev:1' ... or a (device_type, "
+                     "device_id) tuple, not '%.200s'",
+                     Py_TYPE(arg)->tp_name);
+        return -1;
+    }
+    for (int32_t t = 1; t < 64; t++) {
+        const char *name = pyxbuf_device_type_name(t);
+        size_t n = strlen(name);
+        if (strcmp(name, "unknown") == 0 || strncmp(text, name, n) != 0) continue;
+        out->device_type = t;
+        out->device_id = 0;
+        if (text[n] == '\0') return 0;
+        char *end = NULL;
+        long id = text[n] == ':' ? strtol(text + n + 1, &end, 10) : -1;
+        if (end != NULL && *end == '\0' && id >= 0 && id <= INT32_MAX) {
+            out->device_id = (int32_t)id;
+            return 0;
+        }
+    }
+    PyErr_Format(PyExc_ValueError,
+                 "pyxbuf: unknown device '%s'; write it as 'cpu', 'cuda:0', 'ext_dev:1', ...",
+                 text);
+    return -1;
+}
+
+/* Exporter.to_device(device): the Array API's method. */
+static PyObject *exporter_to_device(PyObject *self, PyObject *arg) {
+    pyxbuf_device target;
+    if (parse_device(arg, &target) < 0) return NULL;
+    pyxbuf_view view;
+    if (pyxbuf_get(self, &view, PyBUF_RECORDS_RO | PYXBUF_DEVICE) < 0) return NULL;
+    PyObject *out = pyxbuf_to_device(&view, &target, PYXBUF_STREAM_DEFAULT);
+    pyxbuf_release(&view);
+    return out;
+}
+
+static PyMethodDef exporter_methods[] = {
+    {"to_device", exporter_to_device, METH_O,
+     "to_device(device) -> the same data on `device` ('cpu', 'cuda:0', ...): this object when "
+     "it is already there, else a new Exporter holding a copy."},
+    {NULL, NULL, 0, NULL},
+};
 
 static PyObject *exporter_get_borrows(PyObject *self, void *closure) {
     (void)closure;
@@ -257,7 +321,7 @@ static PyGetSetDef exporter_getset[] = {
     {"shape", exporter_get_shape, NULL, "Shape of the exported array.", NULL},
     {"strides", exporter_get_strides, NULL, "Strides in bytes.", NULL},
     {"format", exporter_get_format, NULL, "Buffer format string of one item.", NULL},
-    {"device", exporter_get_device, NULL, "Device identifier ('cpu' for host memory).", NULL},
+    {"device", exporter_get_device, NULL, "Where the memory lives: 'cpu', 'cuda:0', ...", NULL},
     {"borrows", exporter_get_borrows, NULL, "Live views and borrow grants, by kind.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -273,6 +337,7 @@ static PyMemberDef exporter_members[] = {
 static PyType_Slot exporter_slots[] = {
     {Py_tp_dealloc, (void *)exporter_dealloc},
     {Py_tp_getset, exporter_getset},
+    {Py_tp_methods, exporter_methods},
     {Py_tp_members, exporter_members},
     {Py_bf_getbuffer, (void *)exporter_getbuffer},
     {Py_bf_releasebuffer, (void *)exporter_releasebuffer},
@@ -324,6 +389,7 @@ static int adopt_desc(exporter_object *e, const pyxbuf_export_desc *d) {
         e->desc.device = copy_string(d->device);
         if (e->desc.device == NULL) return -1;
     }
+    e->device.device_type = PYXBUF_DL_CPU;
     if (d->device_info != NULL) {
         /* Only pyxbuf_device_info is known here; its size field says how much
          * the writer filled. */
@@ -332,6 +398,10 @@ static int adopt_desc(exporter_object *e, const pyxbuf_export_desc *d) {
         memcpy(&e->device_info, info, n);
         e->device_info.size = (uint32_t)sizeof e->device_info;
         e->desc.device_info = &e->device_info;
+        if (e->desc.device != NULL && pyxbuf_device_equal(e->desc.device, PYXBUF_DEVICE_DLPACK)) {
+            e->device.device_type = info->device_type;
+            e->device.device_id = info->device_id;
+        }
     }
     size_t dims = d->ndim > 0 ? (size_t)d->ndim : 1;
     Py_ssize_t *block = PyMem_Calloc(2 * dims, sizeof(Py_ssize_t));
@@ -369,11 +439,53 @@ PyObject *pyxbuf_exporter_wrap(const pyxbuf_export_desc *desc, void (*free_fn)(v
     return (PyObject *)e;
 }
 
+/* Device memory is freed through its backend when the exporter dies. */
+typedef struct device_block {
+    pyxbuf_backend backend;
+    int32_t device_id;
+    void *ptr;
+} device_block;
+
+static void free_device_block(void *p) {
+    device_block *block = p;
+    block->backend.free(block->backend.ctx, block->device_id, block->ptr, NULL);
+    free(block);
+}
+
+static void free_host_block(void *p) { free(p); }
+
+/* Allocate `nbytes` on `device`; free_fn(free_ctx) releases it. */
+static void *allocate_on(const pyxbuf_device *device, size_t nbytes, void (**free_fn)(void *),
+                         void **free_ctx) {
+    pyxbuf_error err;
+    device_block *block = calloc(1, sizeof *block);
+    if (block == NULL) return PyErr_NoMemory();
+    if (pyxbuf_backend_get(device->device_type, &block->backend, &err) < 0 ||
+        block->backend.alloc(block->backend.ctx, device->device_id, nbytes, &block->ptr, &err) < 0) {
+        free(block);
+        pyxbuf_error_raise(&err);
+        return NULL;
+    }
+    block->device_id = device->device_id;
+    if (device->device_type == PYXBUF_DL_CPU) { /* the CPU backend zeroes; free is free() */
+        void *ptr = block->ptr;
+        free(block);
+        *free_fn = free_host_block;
+        *free_ctx = ptr;
+        return ptr;
+    }
+    *free_fn = free_device_block;
+    *free_ctx = block;
+    return block->ptr;
+}
+
 PyObject *pyxbuf_exporter_new(const char *format, int32_t ndim, const Py_ssize_t *shape,
                               int32_t readonly, const pyxbuf_device *device) {
-    if (device != NULL && device->device_type != PYXBUF_DL_CPU) {
-        PyErr_Format(PyExc_ValueError, "pyxbuf_exporter_new: device type %d is not supported yet",
-                     (int)device->device_type);
+    static const pyxbuf_device host = {PYXBUF_DL_CPU, 0};
+    if (device == NULL) device = &host;
+    if (ndim < 0 || ndim > PYXBUF_MAX_NDIM || (ndim > 0 && shape == NULL)) {
+        PyErr_Format(PyExc_ValueError, "pyxbuf_exporter_new: ndim %d is outside 0..%d or shape is "
+                     "NULL", (int)ndim, PYXBUF_MAX_NDIM);
         return NULL;
     }
     pyxbuf_export_desc d;
@@ -383,21 +495,9 @@ PyObject *pyxbuf_exporter_new(const char *format, int32_t ndim, const Py_ssize_t
     d.format = format ? format : "B";
     d.shape = (Py_ssize_t *)shape;
     d.readonly = readonly;
-    if (ndim < 0 || ndim > PYXBUF_MAX_NDIM || (ndim > 0 && shape == NULL)) {
-        PyErr_Format(PyExc_ValueError, "pyxbuf_exporter_new: ndim %d is outside 0..%d or shape is "
-                     "NULL", (int)ndim, PYXBUF_MAX_NDIM);
-        return NULL;
-    }
     Py_ssize_t itemsize = 0, nbytes = 0;
     if (desc_itemsize(&d, &itemsize) < 0 || desc_nbytes(&d, itemsize, &nbytes) < 0) return NULL;
-    /* 64-byte alignment suits every scalar and SIMD loads; never size 0. */
-    size_t alloc = ((size_t)nbytes + 63) & ~(size_t)63;
-    void *data = aligned_alloc(64, alloc ? alloc : 64);
-    if (data == NULL) return PyErr_NoMemory();
-    memset(data, 0, alloc ? alloc : 64);
-    d.buf = data;
-    /* C strides are computed by adopt_desc; ndim > 1 needs them up front only
-     * for check_desc, so pass a temporary when the caller gave none. */
+    /* C strides; check_desc needs them for ndim > 1, adopt_desc copies them. */
     Py_ssize_t strides[PYXBUF_MAX_NDIM];
     Py_ssize_t stride = itemsize;
     for (int32_t i = ndim - 1; i >= 0; i--) {
@@ -405,17 +505,63 @@ PyObject *pyxbuf_exporter_new(const char *format, int32_t ndim, const Py_ssize_t
         stride *= shape[i] > 0 ? shape[i] : 1;
     }
     d.strides = ndim > 0 ? strides : NULL;
-    PyObject *e = pyxbuf_exporter_wrap(&d, free, data);
-    if (e == NULL) free(data);
+    pyxbuf_device_info info;
+    memset(&info, 0, sizeof info);
+    if (device->device_type != PYXBUF_DL_CPU) {
+        info.size = (uint32_t)sizeof info;
+        info.device_type = device->device_type;
+        info.device_id = device->device_id;
+        d.device = PYXBUF_DEVICE_DLPACK;
+        d.device_info = &info;
+    }
+    void (*free_fn)(void *) = NULL;
+    void *free_ctx = NULL;
+    d.buf = allocate_on(device, (size_t)nbytes, &free_fn, &free_ctx);
+    if (d.buf == NULL) return NULL;
+    PyObject *e = pyxbuf_exporter_wrap(&d, free_fn, free_ctx);
+    if (e == NULL) free_fn(free_ctx);
     return e;
 }
 
-void *pyxbuf_exporter_data(PyObject *obj) {
+static exporter_object *as_exporter(PyObject *obj, const char *who) {
     if (obj == NULL || exporter_type_object == NULL ||
         !PyObject_TypeCheck(obj, exporter_type_object)) {
-        PyErr_Format(PyExc_TypeError, "pyxbuf_exporter_data: expected a pyxbuf.Exporter, got '%.200s'",
+        PyErr_Format(PyExc_TypeError, "%s: expected a pyxbuf.Exporter, got '%.200s'", who,
                      obj ? Py_TYPE(obj)->tp_name : "NULL");
         return NULL;
     }
-    return ((exporter_object *)obj)->desc.buf;
+    return (exporter_object *)obj;
+}
+
+int pyxbuf_exporter_device(PyObject *obj, pyxbuf_device *out) {
+    exporter_object *e = as_exporter(obj, "pyxbuf_exporter_device");
+    if (e == NULL) return -1;
+    *out = e->device;
+    return 0;
+}
+
+void pyxbuf__exporter_adopt_event(PyObject *obj, void *event, int64_t stream) {
+    exporter_object *e = (exporter_object *)obj;
+    destroy_event(e);
+    e->device_info.sync_event = event;
+    e->device_info.stream = stream;
+}
+
+int pyxbuf_exporter_set_event(PyObject *obj, void *event, int64_t stream) {
+    exporter_object *e = as_exporter(obj, "pyxbuf_exporter_set_event");
+    if (e == NULL) return -1;
+    if (e->device.device_type == PYXBUF_DL_CPU && event != NULL) {
+        PyErr_SetString(PyExc_ValueError,
+                        "pyxbuf_exporter_set_event: host memory needs no event (pass NULL)");
+        return -1;
+    }
+    pyxbuf__exporter_adopt_event(obj, event, stream);
+    return 0;
+}
+
+void *pyxbuf__exporter_buffer(PyObject *obj) { return ((exporter_object *)obj)->desc.buf; }
+
+void *pyxbuf_exporter_data(PyObject *obj) {
+    exporter_object *e = as_exporter(obj, "pyxbuf_exporter_data");
+    return e ? e->desc.buf : NULL;
 }

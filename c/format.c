@@ -43,6 +43,8 @@
  *   count and its code or before a name; prefixes: one per slot, in the slots
  *   NumPy and ctypes use: "<(2)3f", "(2)<3f", "(3)&<i".
  */
+#include "internal.h" /* Python.h first, as the C API asks */
+
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -51,8 +53,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "internal.h"
 
 /* ------------------------------------------------------------------------- */
 /* Type codes                                                                */

@@ -13,10 +13,6 @@
 #define PYXBUF_PRINTF(f, a)
 #define PYXBUF_LIKELY(x) (x)
 #define PYXBUF_UNLIKELY(x) (x)
-/* Backends built into the library (registered by device.c on first use). */
-const pyxbuf_backend *pyxbuf__cpu_backend(void);
-const pyxbuf_backend *pyxbuf__cuda_backend(void);
-
 #endif
 
 /* Fill `err` (if not NULL) and return `code`. */
@@ -31,8 +27,16 @@ int pyxbuf__error(pyxbuf_error *err, int32_t code, int64_t position, const char 
  * ("WRITABLE|STRIDES|PYXBUF_DEVICE") into buf. */
 void pyxbuf__flag_names(int32_t flags, char *buf, size_t cap);
 
-/* Backends built into the library (registered by device.c on first use). */
+/* Backends built into the library: backends.c registers them (through
+ * pyxbuf__backend_register_raw) the first time the registry is used. */
 const pyxbuf_backend *pyxbuf__cpu_backend(void);
 const pyxbuf_backend *pyxbuf__cuda_backend(void);
+void pyxbuf__register_builtin_backends(void);
+int pyxbuf__backend_register_raw(const pyxbuf_backend *backend);
+
+/* The exporter's memory, and adopting an event recorded after writing it
+ * (export.c; the caller knows `obj` is an exporter). */
+void *pyxbuf__exporter_buffer(PyObject *obj);
+void pyxbuf__exporter_adopt_event(PyObject *obj, void *event, int64_t stream);
 
 #endif

@@ -235,6 +235,37 @@ static int32_t allowed_grants(int32_t passed) {
     return allowed;
 }
 
+/* A "pyxbuf.dlpack" device view names its device in device_info; when pyxbuf
+ * has a backend for that device, the backend must agree that the pointer is
+ * memory of that very device before pyxbuf hands it on. */
+static int validate_device_pointer(pyxbuf_view *view, PyObject *obj) {
+    if (!pyxbuf_device_equal(view->device, PYXBUF_DEVICE_DLPACK)) return 0;
+    const pyxbuf_device_info *info = view->device_info;
+    if (info == NULL || info->size < offsetof(pyxbuf_device_info, sync_event))
+        return refuse_answer(view, obj, "its \"" PYXBUF_DEVICE_DLPACK "\" device has no valid "
+                             "pyxbuf_device_info", view->flags);
+    pyxbuf_backend b;
+    if (pyxbuf_backend_get(info->device_type, &b, NULL) < 0 || view->base.len == 0) return 0;
+    pyxbuf_device found = {0, 0};
+    pyxbuf_error err;
+    int rc = b.pointer_query(b.ctx, view->base.buf, &found, &err);
+    if (rc == 0 && found.device_type == info->device_type && found.device_id == info->device_id)
+        return 0;
+    char claim[64], reason[PYXBUF_ERROR_MESSAGE_SIZE + 64];
+    pyxbuf_device claimed = {info->device_type, info->device_id};
+    pyxbuf_device_format(&claimed, claim, sizeof claim);
+    if (rc < 0) {
+        snprintf(reason, sizeof reason, "its pointer is not memory of device '%s' (%.400s)", claim,
+                 err.message);
+    } else {
+        char where[64];
+        pyxbuf_device_format(&found, where, sizeof where);
+        snprintf(reason, sizeof reason, "it claims device '%s' but the pointer is on '%s'", claim,
+                 where);
+    }
+    return refuse_answer(view, obj, reason, view->flags);
+}
+
 static int validate_extended(pyxbuf_view *view, PyObject *obj, int32_t passed) {
     int32_t passed_ext = passed & PYXBUF_EXTENDED_FLAGS;
     if (view->flags & ~passed_ext)
@@ -253,7 +284,7 @@ static int validate_extended(pyxbuf_view *view, PyObject *obj, int32_t passed) {
     if (view->ext_flags & ~allowed)
         return refuse_answer(view, obj, "it granted a borrow that was not requested (ext_flags)",
                              passed_ext);
-    return 0;
+    return view->device != NULL ? validate_device_pointer(view, obj) : 0;
 }
 
 static int validate_classic(pyxbuf_view *view, PyObject *obj, int32_t passed) {

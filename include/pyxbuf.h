@@ -79,6 +79,7 @@ PYXBUF_API const char *pyxbuf_version_string(void);
 #define PYXBUF_EDEVICE (-8)      /* device memory where host memory is required */
 #define PYXBUF_EPYTHON (-9)      /* a Python exception is set */
 #define PYXBUF_ENOSPACE (-10)    /* an output buffer is too small */
+#define PYXBUF_EDRIVER (-11)     /* a device driver is missing or failed */
 
 #define PYXBUF_ERROR_MESSAGE_SIZE 480
 
@@ -94,8 +95,10 @@ typedef struct pyxbuf_error {
 } pyxbuf_error;
 
 /* Raise the Python exception that matches `err->code` (ValueError for format
- * errors, BufferError for refusals and borrows, MemoryError, OverflowError,
- * RuntimeError otherwise) with the message. Needs the GIL. Returns -1. */
+ * errors and bad arguments, BufferError for refusals, borrows and device
+ * memory where host memory is needed, MemoryError, OverflowError, RuntimeError
+ * for driver failures and otherwise) with the message. Needs the GIL.
+ * Returns -1. */
 PYXBUF_API int pyxbuf_error_raise(const pyxbuf_error *err);
 
 /* ------------------------------------------------------------------------- */
@@ -292,7 +295,9 @@ PYXBUF_API int pyxbuf_device_format(const pyxbuf_device *device, char *buf, size
  * Every function returns 0 or a negative PYXBUF_E* code with `err` filled; none
  * needs the GIL (pyxbuf releases it around calls that may block). Copies are
  * of `n` contiguous bytes, ordered after the work already queued on `stream`,
- * and complete when they return. */
+ * and complete when they return. A copy between two devices runs on a stream of
+ * the destination device. PYXBUF_STREAM_NONE: copies and event records use the
+ * default stream, waits and synchronisation do nothing. */
 typedef struct pyxbuf_backend {
     uint32_t size;       /* sizeof(pyxbuf_backend) as the registrant knew it */
     int32_t device_type; /* the DLPack device type served */

@@ -7,6 +7,12 @@
 #include "pyxbuf.h"
 #include <structmember.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "testdev.h"
+
 int pyxbuf_testext_add_format(PyObject *module); /* testext_format.c */
 
 /* ------------------------------------------------------------------------- */
@@ -262,48 +268,213 @@ static int shape_from_sequence(PyObject *seq, Py_ssize_t *shape, int32_t *ndim) 
     return 0;
 }
 
+/* None = host, or a (device_type, device_id) tuple. */
+static int device_arg(PyObject *arg, pyxbuf_device *out, const pyxbuf_device **ptr) {
+    *ptr = NULL;
+    if (arg == NULL || arg == Py_None) return 0;
+    if (!PyArg_ParseTuple(arg, "ii", &out->device_type, &out->device_id)) return -1;
+    *ptr = out;
+    return 0;
+}
+
 static PyObject *exporter(PyObject *mod, PyObject *args, PyObject *kwargs) {
     (void)mod;
-    static char *kwlist[] = {"format", "shape", "readonly", NULL};
+    static char *kwlist[] = {"format", "shape", "readonly", "device", NULL};
     const char *format;
-    PyObject *shape_obj;
+    PyObject *shape_obj, *device_obj = NULL;
     int readonly = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sO|p", kwlist, &format, &shape_obj, &readonly))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sO|pO", kwlist, &format, &shape_obj, &readonly,
+                                     &device_obj))
         return NULL;
     Py_ssize_t shape[PYXBUF_MAX_NDIM];
     int32_t ndim;
-    if (shape_from_sequence(shape_obj, shape, &ndim) < 0) return NULL;
-    return pyxbuf_exporter_new(format, ndim, shape, readonly, NULL);
+    pyxbuf_device device;
+    const pyxbuf_device *where;
+    if (shape_from_sequence(shape_obj, shape, &ndim) < 0 || device_arg(device_obj, &device, &where) < 0)
+        return NULL;
+    return pyxbuf_exporter_new(format, ndim, shape, readonly, where);
 }
 
-/* An exporter that claims its (host) memory lives on a device: enough to test
- * the protocol's device rules before the device backends exist. */
-static void free_block(void *p) { PyMem_Free(p); }
+/* --- the emulated device ------------------------------------------------ */
 
-static PyObject *device_exporter(PyObject *mod, PyObject *args) {
+static int raise_err(const pyxbuf_error *err) { return pyxbuf_error_raise(err); }
+
+/* testdev_write(exporter, data, offset=0, record=True): a producer "kernel"
+ * on its own stream writes data into the exporter's device memory; with
+ * record, the exporter gets the event recorded after it. */
+static PyObject *testdev_write(PyObject *mod, PyObject *args) {
     (void)mod;
+    PyObject *obj;
+    Py_buffer data;
+    Py_ssize_t offset = 0;
+    int record = 1;
+    if (!PyArg_ParseTuple(args, "Oy*|np", &obj, &data, &offset, &record)) return NULL;
+    pyxbuf_device d;
+    char *base = pyxbuf_exporter_data(obj);
+    pyxbuf_error err;
+    int64_t stream = 0;
+    void *event = NULL;
+    pyxbuf_backend b;
+    int rc = base && pyxbuf_exporter_device(obj, &d) == 0 ? 0 : -1;
+    if (rc == 0 && (pyxbuf_testdev_stream_create(d.device_id, &stream, &err) < 0 ||
+                    pyxbuf_testdev_enqueue_write(d.device_id, stream, base + offset, data.buf,
+                                                 (size_t)data.len, &err) < 0 ||
+                    (record && (pyxbuf_backend_get(PYXBUF_DL_EXT_DEV, &b, &err) < 0 ||
+                                b.event_record(b.ctx, d.device_id, stream, &event, &err) < 0))))
+        rc = raise_err(&err);
+    PyBuffer_Release(&data);
+    if (rc == 0 && record && pyxbuf_exporter_set_event(obj, event, stream) < 0) rc = -1;
+    if (rc < 0) return NULL;
+    return PyLong_FromLongLong(stream);
+}
+
+static PyObject *testdev_destroy_stream(PyObject *mod, PyObject *arg) {
+    (void)mod;
+    pyxbuf_error err;
+    long long stream = PyLong_AsLongLong(arg);
+    if (stream == -1 && PyErr_Occurred()) return NULL;
+    if (pyxbuf_testdev_stream_destroy(stream, &err) < 0) return (raise_err(&err), NULL);
+    Py_RETURN_NONE;
+}
+
+static PyObject *testdev_pending(PyObject *mod, PyObject *args) {
+    (void)mod;
+    int id;
+    long long stream;
+    if (!PyArg_ParseTuple(args, "iL", &id, &stream)) return NULL;
+    return PyLong_FromLongLong(pyxbuf_testdev_pending(id, stream));
+}
+
+/* What a consumer that does not wait would read: the device bytes now. */
+static PyObject *testdev_peek(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *obj;
     Py_ssize_t n;
-    int device_type = PYXBUF_DL_EXT_DEV, device_id = 0;
-    if (!PyArg_ParseTuple(args, "n|ii", &n, &device_type, &device_id)) return NULL;
-    void *block = PyMem_Calloc((size_t)(n > 0 ? n : 1), 1);
-    if (block == NULL) return PyErr_NoMemory();
-    pyxbuf_device_info info;
-    memset(&info, 0, sizeof info);
-    info.size = (uint32_t)sizeof info;
-    info.device_type = device_type;
-    info.device_id = device_id;
-    pyxbuf_export_desc d;
-    memset(&d, 0, sizeof d);
-    d.size = (uint32_t)sizeof d;
-    d.ndim = 1;
-    d.buf = block;
-    d.format = "B";
-    d.shape = &n;
-    d.device = PYXBUF_DEVICE_DLPACK;
-    d.device_info = &info;
-    PyObject *e = pyxbuf_exporter_wrap(&d, free_block, block);
-    if (e == NULL) PyMem_Free(block);
-    return e;
+    if (!PyArg_ParseTuple(args, "On", &obj, &n)) return NULL;
+    void *base = pyxbuf_exporter_data(obj);
+    if (base == NULL) return NULL;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n);
+    pyxbuf_error err;
+    if (out != NULL && pyxbuf_testdev_peek(base, PyBytes_AS_STRING(out), (size_t)n, &err) < 0) {
+        Py_DECREF(out);
+        return (raise_err(&err), NULL);
+    }
+    return out;
+}
+
+static PyObject *testdev_live_allocations(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    return PyLong_FromLongLong(pyxbuf_testdev_live_allocations());
+}
+
+/* Dereference the exporter's first byte in a child process; return the
+ * signal that ended the child (0 if it read the byte and exited). */
+static PyObject *deref_in_child(PyObject *mod, PyObject *arg) {
+    (void)mod;
+    volatile char *p = pyxbuf_exporter_data(arg);
+    if (p == NULL) return NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return PyErr_SetFromErrno(PyExc_OSError);
+    if (pid == 0) {
+        signal(SIGSEGV, SIG_DFL);
+        signal(SIGBUS, SIG_DFL);
+        char c = *p; /* the host touching device memory */
+        _exit(c == 0x7f ? 3 : 0);
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) < 0) return PyErr_SetFromErrno(PyExc_OSError);
+    return PyLong_FromLong(WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+/* --- device semantics ----------------------------------------------------- */
+
+#define VIEW_FLAGS (PyBUF_RECORDS_RO | PYXBUF_DEVICE)
+
+static PyObject *copy_to_host(PyObject *mod, PyObject *obj) {
+    (void)mod;
+    pyxbuf_view view;
+    if (pyxbuf_get(obj, &view, VIEW_FLAGS) < 0) return NULL;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, view.base.len);
+    if (out != NULL && pyxbuf_copy_to_host(&view, PyBytes_AS_STRING(out), (size_t)view.base.len) < 0)
+        Py_CLEAR(out);
+    pyxbuf_release(&view);
+    return out;
+}
+
+static PyObject *to_device(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *obj, *device_obj;
+    long long stream = PYXBUF_STREAM_DEFAULT;
+    if (!PyArg_ParseTuple(args, "OO|L", &obj, &device_obj, &stream)) return NULL;
+    pyxbuf_device device;
+    const pyxbuf_device *where;
+    if (device_arg(device_obj, &device, &where) < 0) return NULL;
+    if (where == NULL) {
+        device.device_type = PYXBUF_DL_CPU;
+        device.device_id = 0;
+    }
+    pyxbuf_view view;
+    if (pyxbuf_get(obj, &view, VIEW_FLAGS) < 0) return NULL;
+    PyObject *out = pyxbuf_to_device(&view, &device, stream);
+    pyxbuf_release(&view);
+    return out;
+}
+
+static PyObject *same_device(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *a, *b;
+    if (!PyArg_ParseTuple(args, "OO", &a, &b)) return NULL;
+    pyxbuf_view va, vb;
+    if (pyxbuf_get(a, &va, VIEW_FLAGS) < 0) return NULL;
+    if (pyxbuf_get(b, &vb, VIEW_FLAGS) < 0) {
+        pyxbuf_release(&va);
+        return NULL;
+    }
+    int rc = pyxbuf_same_device(&va, &vb);
+    pyxbuf_release(&vb);
+    pyxbuf_release(&va);
+    if (rc < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *view_device(PyObject *mod, PyObject *obj) {
+    (void)mod;
+    pyxbuf_view view;
+    if (pyxbuf_get(obj, &view, VIEW_FLAGS) < 0) return NULL;
+    pyxbuf_device d;
+    pyxbuf_error err;
+    int rc = pyxbuf_view_device(&view, &d, &err);
+    pyxbuf_release(&view);
+    if (rc < 0) return (raise_err(&err), NULL);
+    return Py_BuildValue("(ii)", d.device_type, d.device_id);
+}
+
+/* host_only(obj, op): run a host-only operation on a PYXBUF_DEVICE view;
+ * op is "item", "memoryview" or "contiguous". */
+static PyObject *host_only(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *obj;
+    const char *op;
+    if (!PyArg_ParseTuple(args, "Os", &obj, &op)) return NULL;
+    pyxbuf_view view;
+    if (pyxbuf_get(obj, &view, VIEW_FLAGS) < 0) return NULL;
+    PyObject *out = NULL;
+    if (strcmp(op, "item") == 0) {
+        Py_ssize_t zeros[PYXBUF_MAX_NDIM] = {0};
+        void *p = pyxbuf_view_item_ptr(&view, zeros);
+        out = p ? PyBytes_FromStringAndSize(p, view.base.itemsize) : NULL;
+    } else if (strcmp(op, "memoryview") == 0) {
+        out = pyxbuf_view_memoryview(&view);
+    } else {
+        out = PyBytes_FromStringAndSize(NULL, view.base.len);
+        char order = strcmp(op, "fortran") == 0 ? 'F' : 'C';
+        if (out && pyxbuf_view_copy_contiguous(&view, PyBytes_AS_STRING(out),
+                                               (size_t)view.base.len, order) < 0)
+            Py_CLEAR(out);
+    }
+    pyxbuf_release(&view);
+    return out;
 }
 
 static PyObject *exporter_poke(PyObject *mod, PyObject *args) {
@@ -346,6 +517,7 @@ static const char *const liar_modes[] = {
     "tracked_grant",        /* 6: claims the registry's EXT_TRACKED grant */
     "readonly_for_writable",/* 7: hands out read-only memory for a WRITABLE request */
     "device_unrequested",   /* 8: fills device fields without PYXBUF_DEVICE asked */
+    "wrong_device_pointer", /* 9: claims emulated device 0 for host memory */
     NULL,
 };
 
@@ -393,7 +565,8 @@ static int Liar_getbuffer(PyObject *self, Py_buffer *view, int flags) {
     case 4: x->flags |= PYXBUF_DEVICE; x->device = PYXBUF_DEVICE_CPU; break;
     case 5: x->flags |= PYXBUF_BORROW_SHARED; x->ext_flags |= PYXBUF_EXT_EXCLUSIVE; break;
     case 6: x->flags |= PYXBUF_BORROW_SHARED; x->ext_flags |= PYXBUF_EXT_SHARED | PYXBUF_EXT_TRACKED; break;
-    case 8: x->flags |= PYXBUF_DEVICE; x->device = PYXBUF_DEVICE_DLPACK; x->device_info = &liar_info; break;
+    case 8:
+    case 9: x->flags |= PYXBUF_DEVICE; x->device = PYXBUF_DEVICE_DLPACK; x->device_info = &liar_info; break;
     default: break;
     }
     l->gets++;
@@ -448,8 +621,18 @@ static PyMethodDef module_methods[] = {
     {"type_supported_flags", type_supported_flags, METH_VARARGS, "A type's supported mask."},
     {"exporter", (PyCFunction)(void (*)(void))exporter, METH_VARARGS | METH_KEYWORDS,
      "exporter(format, shape, readonly=False) -> pyxbuf.Exporter"},
-    {"device_exporter", device_exporter, METH_VARARGS,
-     "device_exporter(nbytes, device_type, device_id) -> Exporter claiming device memory"},
+    {"testdev_write", testdev_write, METH_VARARGS,
+     "testdev_write(exporter, data, offset=0, record=True) -> producer stream"},
+    {"testdev_destroy_stream", testdev_destroy_stream, METH_O, "Destroy a testdev stream."},
+    {"testdev_pending", testdev_pending, METH_VARARGS, "testdev_pending(device_id, stream)"},
+    {"testdev_peek", testdev_peek, METH_VARARGS, "testdev_peek(exporter, n): bytes now, no wait"},
+    {"testdev_live_allocations", testdev_live_allocations, METH_NOARGS, "Live allocations."},
+    {"deref_in_child", deref_in_child, METH_O, "Signal ending a child that reads the memory."},
+    {"copy_to_host", copy_to_host, METH_O, "pyxbuf_copy_to_host of obj -> bytes (C order)"},
+    {"to_device", to_device, METH_VARARGS, "to_device(obj, (type, id) or None, stream=0)"},
+    {"same_device", same_device, METH_VARARGS, "pyxbuf_same_device(view(a), view(b))"},
+    {"view_device", view_device, METH_O, "(device_type, device_id) of obj's view"},
+    {"host_only", host_only, METH_VARARGS, "host_only(obj, 'item'|'memoryview'|'contiguous')"},
     {"exporter_poke", exporter_poke, METH_VARARGS, "Write one byte of an exporter's memory."},
     {"versions", versions, METH_NOARGS, "(abi_version, version_string)"},
     {NULL, NULL, 0, NULL},
@@ -481,6 +664,7 @@ static int add_constants(PyObject *m) {
         {"PYXBUF_EXT_SHARED", PYXBUF_EXT_SHARED}, {"PYXBUF_EXT_EXCLUSIVE", PYXBUF_EXT_EXCLUSIVE},
         {"PYXBUF_EXT_TRACKED", PYXBUF_EXT_TRACKED}, {"PYXBUF_ABI_VERSION", PYXBUF_ABI_VERSION},
         {"PYXBUF_DL_EXT_DEV", PYXBUF_DL_EXT_DEV}, {"PYXBUF_DL_CUDA", PYXBUF_DL_CUDA},
+        {"PYXBUF_DL_CPU", PYXBUF_DL_CPU},
     };
     for (size_t i = 0; i < sizeof constants / sizeof *constants; i++)
         if (PyModule_AddIntConstant(m, constants[i].name, constants[i].value) < 0) return -1;
@@ -490,6 +674,11 @@ static int add_constants(PyObject *m) {
 PyMODINIT_FUNC PyInit__pyxbuf_testext(void) {
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
+    pyxbuf_error err;
+    if (pyxbuf_testdev_register(&err) < 0) {
+        Py_DECREF(m);
+        return (pyxbuf_error_raise(&err), NULL);
+    }
     View_type = (PyTypeObject *)PyType_FromSpec(&View_spec);
     Liar_type = (PyTypeObject *)PyType_FromSpec(&Liar_spec);
     if (View_type == NULL || Liar_type == NULL ||

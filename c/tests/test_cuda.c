@@ -31,7 +31,7 @@ static void require_gpu(void) {
     pyxbuf_error err;
     void *p = NULL;
     int rc = cuda()->alloc(cuda()->ctx, 0, 1, &p, &err);
-    if (rc == PYXBUF_EUNSUPPORTED) {
+    if (rc == PYXBUF_EDRIVER) {
         fprintf(stderr, "SKIP: %s\n", err.message);
         exit(77);
     }
@@ -179,8 +179,8 @@ static void check_missing_driver(void) {
         b->synchronize(b->ctx, 0, PYXBUF_STREAM_NONE, &err),
         b->alloc(b->ctx, 0, 16, &p, NULL), /* no error struct: still no crash */
     };
-    for (size_t i = 0; i < sizeof rcs / sizeof *rcs; i++) CHECK_INT_EQ(rcs[i], PYXBUF_EUNSUPPORTED);
-    CHECK_INT_EQ(err.code, PYXBUF_EUNSUPPORTED);
+    for (size_t i = 0; i < sizeof rcs / sizeof *rcs; i++) CHECK_INT_EQ(rcs[i], PYXBUF_EDRIVER);
+    CHECK_INT_EQ(err.code, PYXBUF_EDRIVER);
     CHECK_CONTAINS(err.message, "no CUDA driver found (" MISSING_LIBRARY "): ");
     CHECK_CONTAINS(err.message, "this machine cannot read CUDA memory");
     CHECK_CONTAINS(err.message, "install the NVIDIA driver or copy the data to the host");
@@ -198,7 +198,7 @@ static void check_default_library(void) {
         CHECK_INT_EQ(cuda()->free(cuda()->ctx, 0, p, &err), 0);
         return;
     }
-    CHECK_INT_EQ(rc, PYXBUF_EUNSUPPORTED);
+    CHECK_INT_EQ(rc, PYXBUF_EDRIVER);
     CHECK_CONTAINS(err.message, "libcuda.so.1");
     fprintf(stderr, "message: %s\n", err.message);
 }

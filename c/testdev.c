@@ -1,0 +1,480 @@
+/* testdev.c -- the guarded emulated device (see testdev.h). Built into the
+ * tests and the demo as libpyxbuf_testdev, registered through the public
+ * pyxbuf_backend_register like any third-party backend. */
+#include "testdev.h" /* pyxbuf.h, hence Python.h (and _GNU_SOURCE) first */
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* Like any third-party backend, this one uses only the public API. */
+static int td_error(pyxbuf_error *err, int32_t code, const char *fmt, ...) {
+    if (err == NULL) return code;
+    memset(err, 0, sizeof *err);
+    err->code = code;
+    err->position = -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* Address space per device. The memfd is sparse: only touched pages cost. */
+#define DEVICE_BYTES ((size_t)1 << 30)
+#define ALIGNMENT 256
+#define MAX_STREAMS 64
+#define DEFAULT_STREAMS 3 /* DLPack's 0, 1, 2 all mean the default stream */
+
+/* ------------------------------------------------------------------------- */
+/* Memory: two mappings of one memfd, and a first-fit allocator               */
+/* ------------------------------------------------------------------------- */
+
+typedef struct block {
+    size_t offset, size;
+    int used;
+    struct block *next; /* sorted by offset */
+} block;
+
+typedef struct device {
+    int ready;
+    char *guarded; /* PROT_NONE: the addresses handed out */
+    char *backing; /* read-write: what the backend touches */
+    block *blocks;
+} device;
+
+/* ------------------------------------------------------------------------- */
+/* Streams: queues of operations                                             */
+/* ------------------------------------------------------------------------- */
+
+typedef struct event {
+    int done;
+    int refs; /* the creator's handle plus queued operations that name it */
+} event;
+
+enum op_kind { OP_WRITE, OP_RECORD, OP_WAIT };
+
+typedef struct op {
+    enum op_kind kind;
+    char *dst; /* backing address */
+    char *data;
+    size_t n;
+    event *ev;
+    struct op *next;
+} op;
+
+typedef struct stream {
+    int used;
+    int32_t device_id;
+    op *head, *tail;
+} stream;
+
+static device devices[PYXBUF_TESTDEV_MAX_DEVICES];
+static stream streams[MAX_STREAMS]; /* handle h < DEFAULT_STREAMS: per-device default */
+static stream default_streams[PYXBUF_TESTDEV_MAX_DEVICES];
+static int64_t live_allocations = 0;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int map_device(int32_t id, pyxbuf_error *err) {
+    device *d = &devices[id];
+    if (d->ready) return 0;
+    int fd = memfd_create("pyxbuf-testdev", MFD_CLOEXEC);
+    if (fd < 0) return td_error(err, PYXBUF_EDEVICE, "testdev: memfd_create failed");
+    if (ftruncate(fd, (off_t)DEVICE_BYTES) != 0) {
+        close(fd);
+        return td_error(err, PYXBUF_EDEVICE, "testdev: cannot size the memfd");
+    }
+    void *guarded = mmap(NULL, DEVICE_BYTES, PROT_NONE, MAP_SHARED, fd, 0);
+    void *backing = mmap(NULL, DEVICE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd); /* the mappings keep the memory */
+    if (guarded == MAP_FAILED || backing == MAP_FAILED)
+        return td_error(err, PYXBUF_EDEVICE, "testdev: cannot map device memory");
+    d->guarded = guarded;
+    d->backing = backing;
+    d->blocks = calloc(1, sizeof(block));
+    if (d->blocks == NULL) return td_error(err, PYXBUF_ENOMEM, "testdev: out of memory");
+    d->blocks->size = DEVICE_BYTES;
+    d->ready = 1;
+    return 0;
+}
+
+static int check_id(int32_t id, pyxbuf_error *err) {
+    if (id < 0 || id >= PYXBUF_TESTDEV_MAX_DEVICES)
+        return td_error(err, PYXBUF_EDEVICE, "testdev: no emulated device %d (ids are 0..%d)", (int)id,
+                             PYXBUF_TESTDEV_MAX_DEVICES - 1);
+    return map_device(id, err);
+}
+
+/* The backing address of device address `p` on `id`, if n bytes fit. */
+static char *backing_of(int32_t id, const void *p, size_t n) {
+    device *d = &devices[id];
+    const char *c = p;
+    if (!d->ready || c < d->guarded || c > d->guarded + DEVICE_BYTES ||
+        n > (size_t)(d->guarded + DEVICE_BYTES - c))
+        return NULL;
+    return d->backing + (c - d->guarded);
+}
+
+static int bad_address(int32_t id, const void *p, size_t n, pyxbuf_error *err) {
+    return td_error(err, PYXBUF_EDEVICE, "testdev: %zu bytes at %p are not memory of emulated device %d", n, p,
+                         (int)id);
+}
+
+static int td_alloc(void *ctx, int32_t id, size_t n, void **ptr, pyxbuf_error *err) {
+    (void)ctx;
+    size_t size = ((n ? n : 1) + ALIGNMENT - 1) & ~(size_t)(ALIGNMENT - 1);
+    pthread_mutex_lock(&lock);
+    int rc = check_id(id, err);
+    block *b = rc == 0 ? devices[id].blocks : NULL;
+    while (b != NULL && (b->used || b->size < size)) b = b->next;
+    if (rc == 0 && b == NULL)
+        rc = td_error(err, PYXBUF_ENOMEM, "testdev: cannot allocate %zu bytes on emulated device %d", n, (int)id);
+    if (rc == 0 && b->size > size) { /* split: the rest stays free */
+        block *rest = calloc(1, sizeof *rest);
+        if (rest == NULL) {
+            rc = td_error(err, PYXBUF_ENOMEM, "testdev: out of memory");
+        } else {
+            *rest = (block){b->offset + size, b->size - size, 0, b->next};
+            b->size = size;
+            b->next = rest;
+        }
+    }
+    if (rc == 0) {
+        b->used = 1;
+        /* Fresh memory reads as poison, never as leftovers of an earlier test. */
+        memset(devices[id].backing + b->offset, PYXBUF_TESTDEV_POISON, size);
+        *ptr = devices[id].guarded + b->offset;
+        live_allocations++;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+static int td_free(void *ctx, int32_t id, void *ptr, pyxbuf_error *err) {
+    (void)ctx;
+    int rc = -1;
+    pthread_mutex_lock(&lock);
+    if (id >= 0 && id < PYXBUF_TESTDEV_MAX_DEVICES && devices[id].ready) {
+        size_t offset = (size_t)((char *)ptr - devices[id].guarded);
+        for (block *b = devices[id].blocks; b != NULL; b = b->next) {
+            if (b->offset != offset || !b->used) continue;
+            b->used = 0;
+            live_allocations--;
+            while (b->next != NULL && !b->next->used) { /* merge with free neighbours */
+                block *n = b->next;
+                b->size += n->size;
+                b->next = n->next;
+                free(n);
+            }
+            rc = 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return rc == 0 ? 0
+                   : td_error(err, PYXBUF_EINVAL, "testdev: %p is not a live allocation of emulated device %d",
+                                   ptr, (int)id);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Queues                                                                    */
+/* ------------------------------------------------------------------------- */
+
+static stream *find_stream(int32_t id, int64_t handle) {
+    if (handle >= 0 && handle < DEFAULT_STREAMS) return &default_streams[id];
+    if (handle < 0 || handle >= MAX_STREAMS + DEFAULT_STREAMS) return NULL;
+    stream *s = &streams[handle - DEFAULT_STREAMS];
+    return s->used && s->device_id == id ? s : NULL;
+}
+
+static void release_event(event *ev) {
+    if (ev != NULL && --ev->refs == 0) free(ev);
+}
+
+static void run_stream(stream *s);
+
+static void run_op(op *o) {
+    switch (o->kind) {
+    case OP_WRITE: memcpy(o->dst, o->data, o->n); break;
+    case OP_RECORD: o->ev->done = 1; break;
+    case OP_WAIT:
+        /* Run every queue until the event has happened: its recording stream
+         * is unknown here, so run all (deterministic, and cheap in tests). */
+        for (int i = 0; !o->ev->done && i < PYXBUF_TESTDEV_MAX_DEVICES; i++)
+            run_stream(&default_streams[i]);
+        for (int i = 0; !o->ev->done && i < MAX_STREAMS; i++)
+            if (streams[i].used) run_stream(&streams[i]);
+        break;
+    }
+    free(o->data);
+    release_event(o->ev);
+    free(o);
+}
+
+static void run_stream(stream *s) {
+    while (s->head != NULL) {
+        op *o = s->head;
+        s->head = o->next;
+        if (s->head == NULL) s->tail = NULL;
+        run_op(o);
+    }
+}
+
+static int enqueue(stream *s, op *o) {
+    o->next = NULL;
+    if (s->tail) s->tail->next = o;
+    else s->head = o;
+    s->tail = o;
+    return 0;
+}
+
+static int no_stream(int32_t id, int64_t handle, pyxbuf_error *err) {
+    return td_error(err, PYXBUF_EDEVICE, "testdev: no stream %lld on emulated device %d",
+                         (long long)handle, (int)id);
+}
+
+/* ------------------------------------------------------------------------- */
+/* The backend                                                               */
+/* ------------------------------------------------------------------------- */
+
+/* Copies first run what is queued on their stream: they are ordered after it. */
+static int td_copy(int32_t id, int64_t handle, char *dst_host, const char *src_host,
+                   const void *dev, size_t n, int to_host, pyxbuf_error *err) {
+    pthread_mutex_lock(&lock);
+    int rc = check_id(id, err);
+    stream *s = rc == 0 && handle != PYXBUF_STREAM_NONE ? find_stream(id, handle) : NULL;
+    char *b = rc == 0 ? backing_of(id, dev, n) : NULL;
+    if (rc == 0 && handle != PYXBUF_STREAM_NONE && s == NULL) rc = no_stream(id, handle, err);
+    else if (rc == 0 && b == NULL) rc = bad_address(id, dev, n, err);
+    if (rc == 0) {
+        if (s) run_stream(s);
+        if (to_host) memcpy(dst_host, b, n);
+        else memcpy(b, src_host, n);
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+static int td_copy_to_host(void *ctx, int32_t id, void *dst, const void *src, size_t n,
+                           int64_t stream_handle, pyxbuf_error *err) {
+    (void)ctx;
+    return td_copy(id, stream_handle, dst, NULL, src, n, 1, err);
+}
+
+static int td_copy_from_host(void *ctx, int32_t id, void *dst, const void *src, size_t n,
+                             int64_t stream_handle, pyxbuf_error *err) {
+    (void)ctx;
+    return td_copy(id, stream_handle, NULL, src, dst, n, 0, err);
+}
+
+static int td_copy_on_device(void *ctx, int32_t dst_id, void *dst, int32_t src_id, const void *src,
+                             size_t n, int64_t stream_handle, pyxbuf_error *err) {
+    (void)ctx;
+    pthread_mutex_lock(&lock);
+    int rc = check_id(dst_id, err);
+    if (rc == 0) rc = check_id(src_id, err);
+    /* A copy between devices is ordered after the work queued on the stream on
+     * either side (the consumer's wait sits on the source's stream). */
+    int ordered = rc == 0 && stream_handle != PYXBUF_STREAM_NONE;
+    stream *s = ordered ? find_stream(dst_id, stream_handle) : NULL;
+    stream *s_src = ordered ? find_stream(src_id, stream_handle) : NULL;
+    if (s == NULL) s = s_src;
+    if (s_src == s) s_src = NULL;
+    char *d = rc == 0 ? backing_of(dst_id, dst, n) : NULL;
+    char *from = rc == 0 ? backing_of(src_id, src, n) : NULL;
+    if (rc == 0 && stream_handle != PYXBUF_STREAM_NONE && s == NULL)
+        rc = no_stream(dst_id, stream_handle, err);
+    else if (rc == 0 && d == NULL) rc = bad_address(dst_id, dst, n, err);
+    else if (rc == 0 && from == NULL) rc = bad_address(src_id, src, n, err);
+    if (rc == 0) {
+        if (s_src) run_stream(s_src);
+        if (s) run_stream(s);
+        memmove(d, from, n);
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+static int td_event_record(void *ctx, int32_t id, int64_t handle, void **out, pyxbuf_error *err) {
+    (void)ctx;
+    pthread_mutex_lock(&lock);
+    int rc = check_id(id, err);
+    stream *s = rc == 0 ? find_stream(id, handle) : NULL;
+    event *ev = NULL;
+    op *o = NULL;
+    if (rc == 0 && s == NULL) rc = no_stream(id, handle, err);
+    if (rc == 0) {
+        ev = calloc(1, sizeof *ev);
+        o = calloc(1, sizeof *o);
+        if (ev == NULL || o == NULL) rc = td_error(err, PYXBUF_ENOMEM, "testdev: OOM");
+    }
+    if (rc == 0) {
+        ev->refs = 2; /* the handle and the queued record */
+        *o = (op){OP_RECORD, NULL, NULL, 0, ev, NULL};
+        enqueue(s, o);
+        *out = ev;
+    } else {
+        free(ev);
+        free(o);
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+static int td_event_wait(void *ctx, int32_t id, void *ev, int64_t handle, pyxbuf_error *err) {
+    (void)ctx;
+    pthread_mutex_lock(&lock);
+    int rc = check_id(id, err);
+    stream *s = rc == 0 ? find_stream(id, handle) : NULL;
+    op *o = NULL;
+    if (rc == 0 && s == NULL) rc = no_stream(id, handle, err);
+    if (rc == 0 && (o = calloc(1, sizeof *o)) == NULL)
+        rc = td_error(err, PYXBUF_ENOMEM, "testdev: OOM");
+    if (rc == 0) {
+        ((event *)ev)->refs++;
+        *o = (op){OP_WAIT, NULL, NULL, 0, ev, NULL};
+        enqueue(s, o); /* lazy: runs when this stream runs */
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+static int td_event_destroy(void *ctx, int32_t id, void *ev, pyxbuf_error *err) {
+    (void)ctx, (void)id, (void)err;
+    pthread_mutex_lock(&lock);
+    release_event(ev);
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
+static int td_synchronize(void *ctx, int32_t id, int64_t handle, pyxbuf_error *err) {
+    (void)ctx;
+    pthread_mutex_lock(&lock);
+    int rc = check_id(id, err);
+    stream *s = rc == 0 ? find_stream(id, handle) : NULL;
+    if (rc == 0 && s == NULL) rc = no_stream(id, handle, err);
+    if (rc == 0) run_stream(s);
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+static int td_pointer_query(void *ctx, const void *ptr, pyxbuf_device *out, pyxbuf_error *err) {
+    (void)ctx;
+    pthread_mutex_lock(&lock);
+    int32_t found = -1;
+    for (int32_t i = 0; i < PYXBUF_TESTDEV_MAX_DEVICES && found < 0; i++)
+        if (backing_of(i, ptr, 1) != NULL) found = i;
+    pthread_mutex_unlock(&lock);
+    if (found < 0)
+        return td_error(err, PYXBUF_EDEVICE, "pointer %p is not memory of any emulated device", ptr);
+    out->device_type = PYXBUF_DL_EXT_DEV;
+    out->device_id = found;
+    return 0;
+}
+
+int pyxbuf_testdev_register(pyxbuf_error *err) {
+    static const pyxbuf_backend backend = {
+        .size = sizeof(pyxbuf_backend),
+        .device_type = PYXBUF_DL_EXT_DEV,
+        .name = "pyxbuf.testdev",
+        .copy_to_host = td_copy_to_host,
+        .copy_from_host = td_copy_from_host,
+        .copy_on_device = td_copy_on_device,
+        .alloc = td_alloc,
+        .free = td_free,
+        .event_wait = td_event_wait,
+        .event_record = td_event_record,
+        .event_destroy = td_event_destroy,
+        .pointer_query = td_pointer_query,
+        .synchronize = td_synchronize,
+    };
+    return pyxbuf_backend_register(&backend, err);
+}
+
+int64_t pyxbuf_testdev_live_allocations(void) {
+    pthread_mutex_lock(&lock);
+    int64_t n = live_allocations;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+int pyxbuf_testdev_stream_create(int32_t id, int64_t *handle, pyxbuf_error *err) {
+    pthread_mutex_lock(&lock);
+    int rc = check_id(id, err);
+    int slot = -1;
+    for (int i = 0; rc == 0 && i < MAX_STREAMS && slot < 0; i++)
+        if (!streams[i].used) slot = i;
+    if (rc == 0 && slot < 0)
+        rc = td_error(err, PYXBUF_ENOMEM, "testdev: all %d streams are in use",
+                           MAX_STREAMS);
+    if (rc == 0) {
+        streams[slot] = (stream){1, id, NULL, NULL};
+        *handle = slot + DEFAULT_STREAMS;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+int pyxbuf_testdev_stream_destroy(int64_t handle, pyxbuf_error *err) {
+    pthread_mutex_lock(&lock);
+    int rc = 0;
+    if (handle < DEFAULT_STREAMS || handle >= MAX_STREAMS + DEFAULT_STREAMS ||
+        !streams[handle - DEFAULT_STREAMS].used) {
+        rc = td_error(err, PYXBUF_EINVAL, "testdev: no stream %lld to destroy",
+                           (long long)handle);
+    } else {
+        stream *s = &streams[handle - DEFAULT_STREAMS];
+        run_stream(s); /* like cuStreamDestroy: queued work still completes */
+        s->used = 0;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+int pyxbuf_testdev_enqueue_write(int32_t id, int64_t handle, void *dst, const void *src, size_t n,
+                                 pyxbuf_error *err) {
+    pthread_mutex_lock(&lock);
+    int rc = check_id(id, err);
+    stream *s = rc == 0 ? find_stream(id, handle) : NULL;
+    char *b = rc == 0 ? backing_of(id, dst, n) : NULL;
+    op *o = NULL;
+    if (rc == 0 && s == NULL) rc = no_stream(id, handle, err);
+    else if (rc == 0 && b == NULL) rc = bad_address(id, dst, n, err);
+    if (rc == 0) {
+        o = calloc(1, sizeof *o);
+        char *data = malloc(n ? n : 1);
+        if (o == NULL || data == NULL) {
+            free(o);
+            free(data);
+            rc = td_error(err, PYXBUF_ENOMEM, "testdev: OOM");
+        } else {
+            memcpy(data, src, n);
+            *o = (op){OP_WRITE, b, data, n, NULL, NULL};
+            enqueue(s, o);
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+int64_t pyxbuf_testdev_pending(int32_t id, int64_t handle) {
+    pthread_mutex_lock(&lock);
+    int64_t n = 0;
+    stream *s = id >= 0 && id < PYXBUF_TESTDEV_MAX_DEVICES ? find_stream(id, handle) : NULL;
+    for (op *o = s ? s->head : NULL; o != NULL; o = o->next) n++;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+int pyxbuf_testdev_peek(const void *src, void *dst, size_t n, pyxbuf_error *err) {
+    pthread_mutex_lock(&lock);
+    char *b = NULL;
+    for (int32_t i = 0; i < PYXBUF_TESTDEV_MAX_DEVICES && b == NULL; i++) b = backing_of(i, src, n);
+    if (b != NULL) memcpy(dst, b, n);
+    pthread_mutex_unlock(&lock);
+    return b ? 0 : bad_address(-1, src, n, err);
+}
