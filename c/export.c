@@ -4,6 +4,7 @@
 
 #include "internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,10 +128,17 @@ int pyxbuf_export_fill(Py_buffer *view, PyObject *exporter, int flags,
     view->obj = NULL;
     if (check_desc(d) < 0) return -1;
     if (is_device_memory(d) && !(flags & PYXBUF_DEVICE)) {
+        char name[64];
+        snprintf(name, sizeof name, "%s", d->device);
+        if (pyxbuf_device_equal(d->device, PYXBUF_DEVICE_DLPACK) && d->device_info != NULL) {
+            const pyxbuf_device_info *info = d->device_info;
+            pyxbuf_device where = {info->device_type, info->device_id};
+            pyxbuf_device_format(&where, name, sizeof name);
+        }
         PyErr_Format(PyExc_BufferError,
                      "pyxbuf: '%.200s' holds memory on device '%s', which the host cannot read; "
                      "request PYXBUF_DEVICE and read view->device, or copy it to the host first",
-                     type_name(exporter), d->device);
+                     type_name(exporter), name);
         return -1;
     }
     if ((flags & PyBUF_WRITABLE) && d->readonly) {

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "testdev.h" /* the guarded emulated device: demo and tests only */
+
 /* Objects to read, built by Python code (the demo consumer is this C file). */
 static const char *const make_objects =
     "import array, numpy as np, ml_dtypes\n"
@@ -102,7 +104,11 @@ static void show(const char *label, PyObject *obj, int32_t flags) {
     print_format(view.base.format ? view.base.format : "B");
     print_tuple("shape", view.base.shape, view.base.ndim);
     print_tuple("strides", view.base.strides, view.base.ndim);
-    printf("    device    %s\n", view.device ? view.device : "cpu (host memory)");
+    pyxbuf_device where;
+    char name[64] = "cpu (host memory)";
+    if (view.device != NULL && pyxbuf_view_device(&view, &where, NULL) == 0)
+        pyxbuf_device_format(&where, name, sizeof name);
+    printf("    device    %s\n", name);
     printf("    readonly  %s\n", view.base.readonly ? "yes" : "no");
     print_grants(view.ext_flags);
     pyxbuf_release(&view);
@@ -143,6 +149,38 @@ static int run(void) {
         show(label, e, flags);
         Py_DECREF(e);
     }
+
+    /* Device memory: the float32 array copied to the guarded emulated device.
+     * Its pointer cannot be dereferenced by the host; pyxbuf copies it back. */
+    pyxbuf_error err;
+    pyxbuf_view host_view;
+    const pyxbuf_device ext0 = {PYXBUF_DL_EXT_DEV, 0};
+    PyObject *array = PyTuple_GET_ITEM(PyList_GET_ITEM(objects, 0), 1);
+    if (pyxbuf_testdev_register(&err) < 0 || pyxbuf_get(array, &host_view, flags) < 0) {
+        Py_DECREF(globals);
+        return -1;
+    }
+    PyObject *on_device = pyxbuf_to_device(&host_view, &ext0, PYXBUF_STREAM_DEFAULT);
+    pyxbuf_release(&host_view);
+    if (on_device == NULL) {
+        Py_DECREF(globals);
+        return -1;
+    }
+    show("the float32 array after pyxbuf_to_device(ext_dev:0), without PYXBUF_DEVICE", on_device,
+         PyBUF_RECORDS_RO);
+    show("... and with PYXBUF_DEVICE", on_device, flags);
+    pyxbuf_view dv;
+    float back[12];
+    if (pyxbuf_get(on_device, &dv, flags) == 0) {
+        if (pyxbuf_copy_to_host(&dv, back, sizeof back) == 0) {
+            float sum = 0;
+            for (int i = 0; i < 12; i++) sum += back[i];
+            printf("    copied back to the host with pyxbuf_copy_to_host: sum = %g (expected 66)\n",
+                   (double)sum);
+        }
+        pyxbuf_release(&dv);
+    }
+    Py_DECREF(on_device);
 
     /* pyxbuf's own exporter keeps borrow promises. */
     Py_ssize_t shape[2] = {2, 3};
