@@ -1,0 +1,95 @@
+//! Compiles libpyxbuf (every `c/*.c` except the test-only `c/testdev.c`) into
+//! a static library with the `cc` crate, so every crate that links
+//! pyxbuf-sys carries its own private copy (PYXBUF_STATIC: nothing exported).
+//! The `testdev` feature adds `c/testdev.c`, the guarded emulated device.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn python_include() -> String {
+    let config = pyo3_build_config::get();
+    if matches!(
+        config.target_abi().kind(),
+        pyo3_build_config::PythonAbiKind::Stable(_)
+    ) {
+        println!(
+            "cargo:warning=pyxbuf-sys: libpyxbuf uses CPython's full (non-limited) API; an abi3 \
+             extension that links it is tied to the Python version it was built for"
+        );
+    }
+    let python = config
+        .executable()
+        .map(str::to_owned)
+        .or_else(|| env::var("PYO3_PYTHON").ok())
+        .unwrap_or_else(|| "python3".to_owned());
+    let out = Command::new(&python)
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['include'])",
+        ])
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("pyxbuf-sys: cannot run {python} to find Python.h ({e}); set PYO3_PYTHON")
+        });
+    assert!(
+        out.status.success(),
+        "pyxbuf-sys: {python} could not report its include directory: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("include directory is UTF-8")
+        .trim()
+        .to_owned()
+}
+
+/// `c/*.c`, sorted, so bridge files added later are picked up by themselves.
+fn c_sources(c_dir: &Path, with_testdev: bool) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(c_dir)
+        .unwrap_or_else(|e| panic!("pyxbuf-sys: cannot read {}: {e}", c_dir.display()))
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "c"))
+        .filter(|p| with_testdev || p.file_name().is_some_and(|n| n != "testdev.c"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn main() {
+    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));
+    let root = manifest.join("../..");
+    let c_dir = root.join("c");
+    let include = root.join("include");
+    println!("cargo:rerun-if-changed={}", c_dir.display());
+    println!("cargo:rerun-if-changed={}", include.display());
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=PYO3_PYTHON");
+
+    let with_testdev = env::var_os("CARGO_FEATURE_TESTDEV").is_some();
+    let py_include = python_include();
+    let mut build = cc::Build::new();
+    build
+        .std("c11")
+        .define("PYXBUF_STATIC", None)
+        .define("PYXBUF_BUILDING", None)
+        .include(&include)
+        .include(&c_dir)
+        .include(&py_include)
+        .flag_if_supported("-fvisibility=hidden")
+        .flag_if_supported("-fno-semantic-interposition")
+        // cc enables -Wall -Wextra; the CMake build is the one that runs -Werror.
+        .warnings(true);
+    for file in c_sources(&c_dir, with_testdev) {
+        build.file(file);
+    }
+    build.compile("pyxbuf");
+
+    let target_os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
+    if target_os == "linux" {
+        // dlopen of libcuda.so.1; the borrow registry's and backends' locks.
+        println!("cargo:rustc-link-lib=dl");
+        println!("cargo:rustc-link-lib=pthread");
+    }
+    // For dependents that compile C against the header (DEP_PYXBUF_INCLUDE).
+    println!("cargo:include={}", include.display());
+}

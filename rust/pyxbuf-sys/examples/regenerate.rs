@@ -1,0 +1,33 @@
+//! Regenerate `src/bindings.rs` and `src/testdev_bindings.rs` from the C
+//! headers (needs libclang): `make bindings`, or
+//! `PYO3_PYTHON=.venv/bin/python cargo run -p pyxbuf-sys --example regenerate`.
+
+#[path = "../codegen/mod.rs"]
+mod codegen;
+
+fn main() {
+    if let Err(e) = codegen::libclang_available() {
+        eprintln!("regenerate: {e}; install it (apt-get install libclang-dev)");
+        std::process::exit(1);
+    }
+    let outputs = [
+        (codegen::bindings_path(), codegen::generate_main()),
+        (
+            codegen::testdev_bindings_path(),
+            codegen::generate_testdev(),
+        ),
+    ];
+    for (path, text) in outputs {
+        match text {
+            Ok(text) => {
+                std::fs::write(&path, text)
+                    .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+                println!("wrote {}", path.display());
+            }
+            Err(e) => {
+                eprintln!("regenerate: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+}
