@@ -314,6 +314,12 @@ static PyMethodDef exporter_methods[] = {
     {"to_device", exporter_to_device, METH_O,
      "to_device(device) -> the same data on `device` ('cpu', 'cuda:0', ...): this object when "
      "it is already there, else a new Exporter holding a copy."},
+    {"__dlpack__", (PyCFunction)(void (*)(void))pyxbuf__exporter_dlpack,
+     METH_VARARGS | METH_KEYWORDS,
+     "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None) -> a DLPack "
+     "capsule ('dltensor_versioned', or the legacy 'dltensor' when max_version is None)."},
+    {"__dlpack_device__", pyxbuf__exporter_dlpack_device, METH_NOARGS,
+     "__dlpack_device__() -> (device_type, device_id), DLPack's integers."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -39,4 +39,57 @@ int pyxbuf__backend_register_raw(const pyxbuf_backend *backend);
 void *pyxbuf__exporter_buffer(PyObject *obj);
 void pyxbuf__exporter_adopt_event(PyObject *obj, void *event, int64_t stream);
 
+/* ------------------------------------------------------------------------- */
+/* Bridges: DLPack, __cuda_array_interface__, __array_interface__            */
+/* ------------------------------------------------------------------------- */
+
+/* Each bridge returns 1 when it acquired the view, 0 when it does not apply
+ * to `obj` (nothing set), -1 with a Python exception when it applies but
+ * failed (the next bridge is then tried; the first error is what the consumer
+ * sees if none succeeds). On 1 the bridge has filled view->base (base.obj a
+ * new reference to `obj`), view->path and view->owner, the object whose
+ * death frees the memory (e.g. calls the DLPack deleter); release is generic
+ * (Py_XDECREF of base.obj and owner). The usual way to fill the view is
+ * pyxbuf_export_fill with a description of the foreign array: it honours the
+ * classic request flags and the device rules exactly as pyxbuf's exporters do. */
+/* `stream` is the consumer's stream (DLPack's integer convention) from
+ * pyxbuf_get_stream, or PYXBUF__STREAM_UNSET from pyxbuf_get (DLPack:
+ * stream=None, the producer assumes the default stream). */
+#define PYXBUF__STREAM_UNSET INT64_MIN
+int pyxbuf__dlpack_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream);
+int pyxbuf__cai_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream);
+int pyxbuf__array_interface_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags,
+                                    int64_t stream);
+/* pyxbuf.Exporter.__dlpack__(*, stream, max_version, dl_device, copy) and
+ * .__dlpack_device__() (dlpack.c; METH_VARARGS | METH_KEYWORDS, METH_NOARGS). */
+PyObject *pyxbuf__exporter_dlpack(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *pyxbuf__exporter_dlpack_device(PyObject *self, PyObject *unused);
+
+/* The device holding `ptr`, asking every registered backend (CUDA first):
+ * fills *device and *backend, or returns PYXBUF_EDEVICE with a message that
+ * names what each backend said. */
+int pyxbuf__backend_find_pointer(const void *ptr, pyxbuf_device *device, pyxbuf_backend *backend,
+                                 pyxbuf_error *err);
+
+/* The cooperative borrow registry (borrow.c) for views whose producer knows
+ * nothing of borrows: grants PYXBUF_EXT_TRACKED with SHARED or EXCLUSIVE, or
+ * refuses with BufferError when another pyxbuf consumer (in any copy of the
+ * library) holds a conflicting borrow of overlapping memory. */
+int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags);
+void pyxbuf__tracked_release(pyxbuf_view *view);
+
+/* The byte span [lo, hi) a view's items touch, relative to base.buf. */
+void pyxbuf__view_span(const Py_buffer *b, Py_ssize_t *lo, Py_ssize_t *hi);
+
+/* A Python object holding `size` bytes of zeroed, 16-byte-aligned storage
+ * for a bridge's state (device info, spilled dims, format strings);
+ * `finalize(storage)`, if not NULL, runs once when it dies, with the GIL. */
+PyObject *pyxbuf__holder_new(size_t size, void (*finalize)(void *storage));
+void *pyxbuf__holder_storage(PyObject *holder);
+
+/* Room for ndim shape entries followed by ndim strides: the view's inline_dims
+ * when ndim <= PYXBUF_INLINE_NDIM, else `spill` (2 * ndim entries the bridge
+ * keeps alive, e.g. in its holder's storage). */
+Py_ssize_t *pyxbuf__view_dims(pyxbuf_view *view, int ndim, Py_ssize_t *spill);
+
 #endif
