@@ -1,0 +1,282 @@
+/* array_interface.c -- NumPy arrays of user dtypes through __array_interface__
+ * (DESIGN.md, Acquisition, item 5).
+ *
+ * ml_dtypes' bfloat16, float8_*, float6_*, float4_*, int2/int4 and friends
+ * are NumPy *user* dtypes: NumPy refuses them in a classic buffer ("cannot
+ * include dtype 'E' in a buffer") and in DLPack before NumPy 2.5's dtype
+ * registration. Their arrays still describe themselves through
+ * __array_interface__ (version 3): pointer, shape, strides; what the typestr
+ * cannot say ('<V2' for bfloat16, '<f1' for float8_e5m2) the dtype's scalar
+ * type says: ml_dtypes.bfloat16 -> the custom format "[ml_dtypes$bfloat16]".
+ *
+ * Rules:
+ * - The bridge applies only to objects whose `dtype` is a user dtype: its
+ *   `num` is outside NumPy's built-in range 0..255 (legacy user dtypes are
+ *   numbered from NPY_USERDEF = 256, new-style DTypes have -1) AND its scalar
+ *   type (`dtype.type`) is defined outside NumPy and builtins (which rules out
+ *   NumPy's own StringDType, numbered 2056, whose type is str). Everything
+ *   else returns 0 and is left to the other paths. No NumPy C API is used.
+ * - The format is "[{dtype.type.__module__}${dtype.type.__name__}]"; pyxbuf's
+ *   format registry must know its size, and that size must equal
+ *   dtype.itemsize and the typestr's: otherwise BufferError naming both (an
+ *   unknown type is refused rather than exported opaque, with the key to
+ *   register).
+ * - Byte order comes from the typestr: a multi-byte item in the machine's
+ *   opposite order gets the prefix (">[ml_dtypes$bfloat16]" on little-endian
+ *   machines); native, '|' and one-byte items get none.
+ * - version must be 3; 'data' must be a (pointer, read_only) tuple (the
+ *   buffer-object form is not NumPy's and is refused); 'offset' applies only
+ *   to that form in the specification, so a nonzero one next to a pointer is
+ *   refused as ambiguous; 'mask' must be None; 'strides' None = C order.
+ * - Zero-copy: the view's buf is the array's own pointer. The array keeps its
+ *   memory alive and the view holds a reference to it (base.obj); the owner
+ *   is a small holder for the format string and the dimensions beyond
+ *   PYXBUF_INLINE_NDIM.
+ */
+
+#include "internal.h"
+
+#include "array_dict.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define AI "__array_interface__"
+#define NPY_USERDEF 256
+#define NAME_MAX_LEN 200
+
+/* ------------------------------------------------------------------------- */
+/* Is this a user dtype?                                                     */
+/* ------------------------------------------------------------------------- */
+
+typedef struct names {
+    PyObject *dtype, *num, *type, *module, *name, *itemsize, *iface;
+} names;
+
+static const names *attr_names(void) {
+    static names n; /* interned, kept for the process */
+    static int ready = 0;
+    if (ready) return &n;
+    if ((n.dtype = PyUnicode_InternFromString("dtype")) == NULL ||
+        (n.num = PyUnicode_InternFromString("num")) == NULL ||
+        (n.type = PyUnicode_InternFromString("type")) == NULL ||
+        (n.module = PyUnicode_InternFromString("__module__")) == NULL ||
+        (n.name = PyUnicode_InternFromString("__name__")) == NULL ||
+        (n.itemsize = PyUnicode_InternFromString("itemsize")) == NULL ||
+        (n.iface = PyUnicode_InternFromString(AI)) == NULL)
+        return NULL;
+    ready = 1;
+    return &n;
+}
+
+/* The user dtype of `obj`: 1 with its scalar type's module and name (new
+ * references) and the dtype, 0 when obj has no user dtype, -1 on error. */
+typedef struct user_dtype {
+    PyObject *dtype, *module, *name;
+} user_dtype;
+
+static void user_dtype_clear(user_dtype *u) {
+    Py_CLEAR(u->dtype);
+    Py_CLEAR(u->module);
+    Py_CLEAR(u->name);
+}
+
+static int find_user_dtype(PyObject *obj, const names *n, user_dtype *u) {
+    PyObject *num = NULL, *type = NULL;
+    memset(u, 0, sizeof *u);
+    int rc = pyxbuf__optional_attr(obj, n->dtype, &u->dtype);
+    if (rc <= 0) return rc;
+    /* A dtype without these attributes is not NumPy's: not ours. */
+    if ((rc = pyxbuf__optional_attr(u->dtype, n->num, &num)) <= 0) goto done;
+    rc = 0;
+    if (!pyxbuf__is_int(num)) goto done;
+    long value = PyLong_AsLong(num);
+    if (value == -1 && PyErr_Occurred()) PyErr_Clear();
+    if (value >= 0 && value < NPY_USERDEF) goto done; /* a NumPy built-in */
+    if ((rc = pyxbuf__optional_attr(u->dtype, n->type, &type)) <= 0) goto done;
+    if ((rc = pyxbuf__optional_attr(type, n->module, &u->module)) <= 0) goto done;
+    if ((rc = pyxbuf__optional_attr(type, n->name, &u->name)) <= 0) goto done;
+    rc = 0;
+    if (!PyUnicode_Check(u->module) || !PyUnicode_Check(u->name)) goto done;
+    PyObject *prefix = PyUnicode_FromStringAndSize("numpy.", 6);
+    if (prefix == NULL) {
+        rc = -1;
+        goto done;
+    }
+    int numpy_owned = PyUnicode_CompareWithASCIIString(u->module, "numpy") == 0 ||
+                      PyUnicode_CompareWithASCIIString(u->module, "builtins") == 0 ||
+                      PyUnicode_Tailmatch(u->module, prefix, 0, PY_SSIZE_T_MAX, -1) == 1;
+    Py_DECREF(prefix);
+    if (PyErr_Occurred()) {
+        rc = -1;
+        goto done;
+    }
+    rc = numpy_owned ? 0 : 1;
+done:
+    Py_XDECREF(num);
+    Py_XDECREF(type);
+    if (rc <= 0) user_dtype_clear(u);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------- */
+/* The format                                                                */
+/* ------------------------------------------------------------------------- */
+
+/* Characters a custom type's id and payload may carry. */
+static int valid_part(const char *s, Py_ssize_t len) {
+    if (len <= 0 || len > NAME_MAX_LEN) return 0;
+    for (Py_ssize_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x21 || c > 0x7e || c == '[' || c == ']' || c == ';' || c == '$') return 0;
+    }
+    return 1;
+}
+
+/* "[module$name]" with the typestr's byte order, checked against the
+ * registry and the dtype's itemsize. */
+static int build_format(PyObject *dict, const names *n, const user_dtype *u, char *fmt,
+                        size_t cap, Py_ssize_t *itemsize) {
+    Py_ssize_t mlen, nlen;
+    const char *module = PyUnicode_AsUTF8AndSize(u->module, &mlen);
+    const char *name = module ? PyUnicode_AsUTF8AndSize(u->name, &nlen) : NULL;
+    if (name == NULL) return -1;
+    if (!valid_part(module, mlen) || !valid_part(name, nlen))
+        return pyxbuf__dict_fail(AI,
+                                 "the dtype %.100R has the scalar type %.100R.%.100R, which "
+                                 "cannot name a custom format type (printable ASCII without "
+                                 "'[', ']', ';', '$' or spaces, at most %d characters each)",
+                                 u->dtype, u->module, u->name, NAME_MAX_LEN);
+    PyObject *ts, *size_obj;
+    if (pyxbuf__dict_item(dict, AI, "typestr", "a typestr such as '<V2'", 1, &ts) <= 0) return -1;
+    const char *s = PyUnicode_Check(ts) ? PyUnicode_AsUTF8(ts) : NULL;
+    if (s == NULL) {
+        if (PyErr_Occurred()) return -1;
+        return pyxbuf__dict_fail(AI, "'typestr' must be a str such as '<V2', found '%s' (%.100R)",
+                                 Py_TYPE(ts)->tp_name, ts);
+    }
+    int64_t ts_size = s[0] && s[1] ? pyxbuf__typestr_size(s + 2) : -1;
+    if (strchr("<>|=", s[0]) == NULL || s[0] == '\0' || ts_size < 0)
+        return pyxbuf__dict_fail(AI,
+                                 "'typestr' %R is not a typestr (byte order, kind, size in "
+                                 "bytes, e.g. '<V2')",
+                                 ts);
+    if ((size_obj = PyObject_GetAttr(u->dtype, n->itemsize)) == NULL) return -1;
+    Py_ssize_t dtype_size = pyxbuf__is_int(size_obj) ? PyLong_AsSsize_t(size_obj) : -1;
+    Py_DECREF(size_obj);
+    if (dtype_size == -1 && PyErr_Occurred()) return -1;
+    const char *prefix = ts_size > 1 && pyxbuf__typestr_swapped(s[0]) ? (s[0] == '<' ? "<" : ">")
+                                                                      : "";
+    int len = snprintf(fmt, cap, "%s[%s$%s]", prefix, module, name);
+    if (len < 0 || (size_t)len >= cap) return pyxbuf__dict_fail(AI, "the dtype's name is too long");
+    int64_t registered = -1;
+    pyxbuf_error err;
+    if (pyxbuf_format_itemsize(fmt, &registered, NULL, &err) < 0)
+        return pyxbuf__dict_fail(AI,
+                                 "the dtype %.100R is the custom type '%s$%s', whose size "
+                                 "pyxbuf's format registry does not know (%s); register it "
+                                 "(pyxbuf_dtype_register with key '%s$%s' and itemsize %zd) to "
+                                 "read such arrays",
+                                 u->dtype, module, name, err.message, module, name, dtype_size);
+    if (registered != dtype_size || registered != ts_size)
+        return pyxbuf__dict_fail(AI,
+                                 "the format '%s' has %lld-byte items in pyxbuf's registry, but "
+                                 "the dtype %.100R says %zd bytes and 'typestr' %R says %lld; "
+                                 "fix the registration of '%s$%s'",
+                                 fmt, (long long)registered, u->dtype, dtype_size, ts,
+                                 (long long)ts_size, module, name);
+    *itemsize = dtype_size;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------- */
+/* The bridge                                                                */
+/* ------------------------------------------------------------------------- */
+
+/* 'offset': only meaningful for the buffer-object form of 'data'. */
+static int check_offset(PyObject *dict) {
+    PyObject *o;
+    int rc = pyxbuf__dict_item(dict, AI, "offset", "", 0, &o);
+    if (rc <= 0 || o == Py_None) return rc;
+    if (pyxbuf__is_int(o)) {
+        int zero = PyObject_Not(o);
+        if (zero < 0) return -1;
+        if (zero) return 0;
+    }
+    return pyxbuf__dict_fail(AI,
+                             "'offset' is %.100R next to a pointer in 'data'; the specification "
+                             "applies 'offset' only to buffer objects, so pyxbuf cannot tell "
+                             "where the data starts: give the pointer of the first item and no "
+                             "offset",
+                             o);
+}
+
+static int ai_import(PyObject *obj, PyObject *dict, const names *n, const user_dtype *u,
+                     pyxbuf_view *view, int32_t flags) {
+    char fmt[2 * NAME_MAX_LEN + 8];
+    long version = 0;
+    int ndim = 0, readonly = 1;
+    Py_ssize_t itemsize = 0, shape[PYXBUF_MAX_NDIM], strides[PYXBUF_MAX_NDIM];
+    uintptr_t ptr = 0;
+    if (!PyDict_Check(dict))
+        return pyxbuf__dict_fail(AI, "it must be a dict, found '%s'", Py_TYPE(dict)->tp_name);
+    if (pyxbuf__dict_version(dict, AI, 3, 3, &version) < 0 ||
+        build_format(dict, n, u, fmt, sizeof fmt, &itemsize) < 0 ||
+        pyxbuf__dict_shape(dict, AI, shape, &ndim) < 0 ||
+        pyxbuf__dict_strides(dict, AI, ndim, shape, itemsize, strides) < 0 ||
+        pyxbuf__dict_data(dict, AI, &ptr, &readonly) < 0 || check_offset(dict) < 0 ||
+        pyxbuf__dict_no_mask(dict, AI) < 0)
+        return -1;
+    Py_ssize_t count = pyxbuf__dict_count(shape, ndim);
+    if (count < 0 || (count > 0 && itemsize > PY_SSIZE_T_MAX / count))
+        return pyxbuf__dict_fail(AI, "'shape' describes more bytes than can be addressed");
+    if (ptr == 0 && count > 0)
+        return pyxbuf__dict_fail(AI, "'data' holds a NULL pointer for %zd items", count);
+
+    size_t spill = ndim > PYXBUF_INLINE_NDIM ? 2 * (size_t)ndim * sizeof(Py_ssize_t) : 0;
+    size_t fmt_len = strlen(fmt);
+    PyObject *holder = pyxbuf__holder_new(spill + fmt_len + 1, NULL);
+    if (holder == NULL) return -1;
+    unsigned char *storage = pyxbuf__holder_storage(holder);
+    char *format = (char *)storage + spill;
+    memcpy(format, fmt, fmt_len + 1);
+    Py_ssize_t *dims = pyxbuf__view_dims(view, ndim, (Py_ssize_t *)storage);
+    memcpy(dims, shape, (size_t)ndim * sizeof(Py_ssize_t));
+    memcpy(dims + ndim, strides, (size_t)ndim * sizeof(Py_ssize_t));
+
+    pyxbuf_export_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.size = (uint32_t)sizeof desc;
+    desc.ndim = ndim;
+    desc.buf = (void *)ptr;
+    desc.format = format;
+    desc.itemsize = itemsize;
+    desc.shape = dims;
+    desc.strides = dims + ndim;
+    desc.readonly = readonly;
+    if (pyxbuf_export_fill(&view->base, obj, flags, &desc) < 0) {
+        Py_DECREF(holder);
+        return -1;
+    }
+    view->path = PYXBUF_PATH_ARRAY_INTERFACE;
+    view->owner = holder;
+    return 0;
+}
+
+int pyxbuf__array_interface_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags,
+                                    int64_t stream) {
+    (void)stream; /* host memory: nothing to order */
+    const names *n = attr_names();
+    if (n == NULL) return -1;
+    user_dtype u;
+    int rc = find_user_dtype(obj, n, &u);
+    if (rc <= 0) return rc;
+    PyObject *dict;
+    rc = pyxbuf__optional_attr(obj, n->iface, &dict);
+    if (rc > 0) {
+        rc = ai_import(obj, dict, n, &u, view, flags) < 0 ? -1 : 1;
+        Py_DECREF(dict);
+    }
+    user_dtype_clear(&u);
+    return rc;
+}
