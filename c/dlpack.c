@@ -807,9 +807,15 @@ static int acquire_py(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t s
     /* A stream is passed only for device tensors: ask where the tensor is
      * (pyxbuf_get passes no stream and skips this call). */
     if (stream != PYXBUF__STREAM_UNSET) {
-        if (dlpack_device_of(obj, &dev_type, &dev_id) < 0) return -1;
-        if (!host_device_type(dev_type) && !(flags & PYXBUF_DEVICE))
+        if (dlpack_device_of(obj, &dev_type, &dev_id) < 0) {
+            /* The specification requires __dlpack_device__; without one the
+             * stream goes to __dlpack__ as given. */
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+            PyErr_Clear();
+            dev_type = -1;
+        } else if (!host_device_type(dev_type) && !(flags & PYXBUF_DEVICE)) {
             return refuse_device(obj, dev_type, dev_id); /* before anything is exported */
+        }
     }
     PyObject *s = stream_arg(stream, dev_type);
     if (s == NULL) return -1;
@@ -843,7 +849,8 @@ int pyxbuf__dlpack_view_info(const pyxbuf_view *view, uint64_t *dl_flags, uint32
                              uint32_t *minor, int32_t *versioned);
 int pyxbuf__dlpack_view_info(const pyxbuf_view *view, uint64_t *dl_flags, uint32_t *major,
                              uint32_t *minor, int32_t *versioned) {
-    if (view == NULL || (view->path != PYXBUF_PATH_DLPACK && view->path != PYXBUF_PATH_DLPACK_C) ||
+    if (!pyxbuf_view_is_acquired(view) ||
+        (view->path != PYXBUF_PATH_DLPACK && view->path != PYXBUF_PATH_DLPACK_C) ||
         view->bridge_data == NULL)
         return -1;
     const dl_hold *h = view->bridge_data;

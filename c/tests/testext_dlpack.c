@@ -19,8 +19,9 @@
  *     (a "dlpack_exchange_api" capsule, DLPack 1.3) whose no-sync function
  *     exports the tensor; DLPackCProducerV2's table says major version 2 and
  *     chains (prev_api) to the version-1 table.
- *   dlpack_info(obj, flags=PyBUF_RECORDS_RO) -> dict of the pyxbuf view and
- *     what the bridge recorded (path, versioned, version, dl_flags, ...).
+ *   dlpack_info(obj, flags=PyBUF_RECORDS_RO, stream=None) -> dict of the
+ *     pyxbuf view and what the bridge recorded (path, versioned, version,
+ *     dl_flags, ...); pyxbuf_get_stream when a stream is given.
  *   capsule_info(capsule) -> dict of the tensor inside a DLPack capsule.
  *   capsule_consume(capsule, in_thread=False): take the tensor as a consumer
  *     does (rename) and call its deleter, on a new thread without the GIL
@@ -552,13 +553,18 @@ static PyObject *int64_tuple(const int64_t *v, int n) {
     return t;
 }
 
-static PyObject *dlpack_info(PyObject *mod, PyObject *args) {
+static PyObject *dlpack_info(PyObject *mod, PyObject *args, PyObject *kwargs) {
     (void)mod;
-    PyObject *obj;
+    static char *kwlist[] = {"obj", "flags", "stream", NULL};
+    PyObject *obj, *stream = Py_None;
     int flags = PyBUF_RECORDS_RO;
-    if (!PyArg_ParseTuple(args, "O|i", &obj, &flags)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|iO", kwlist, &obj, &flags, &stream))
+        return NULL;
     pyxbuf_view v;
-    if (pyxbuf_get(obj, &v, flags) < 0) return NULL;
+    long long s = stream == Py_None ? 0 : PyLong_AsLongLong(stream);
+    if (s == -1 && PyErr_Occurred()) return NULL;
+    if ((stream == Py_None ? pyxbuf_get(obj, &v, flags) : pyxbuf_get_stream(obj, &v, flags, s)) < 0)
+        return NULL;
     const Py_buffer *b = &v.base;
     PyObject *d = PyDict_New();
     uint64_t dl_flags = 0;
@@ -685,8 +691,9 @@ static PyObject *capsule_consume(PyObject *mod, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"dlpack_info", dlpack_info, METH_VARARGS,
-     "dlpack_info(obj, flags=PyBUF_RECORDS_RO) -> the view and what the DLPack bridge recorded"},
+    {"dlpack_info", (PyCFunction)(void (*)(void))dlpack_info, METH_VARARGS | METH_KEYWORDS,
+     "dlpack_info(obj, flags=PyBUF_RECORDS_RO, stream=None) -> the view and what the DLPack "
+     "bridge recorded; with a stream, acquired by pyxbuf_get_stream"},
     {"capsule_info", capsule_info, METH_O, "capsule_info(capsule) -> dict of its tensor"},
     {"capsule_consume", capsule_consume, METH_VARARGS,
      "capsule_consume(capsule, in_thread=False): rename, then call the deleter"},
