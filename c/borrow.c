@@ -3,12 +3,15 @@
  * A producer embeds a pyxbuf_borrow_counter and calls pyxbuf_borrow_acquire
  * from bf_getbuffer and pyxbuf_borrow_release from bf_releasebuffer. The kind
  * of each view is remembered in view->internal, so release needs nothing but
- * the view. (The process-wide registry for producers that know nothing of
- * borrows, PYXBUF_EXT_TRACKED, comes with the bridges.) */
+ * the view. Producers that know nothing of borrows get pyxbuf's cooperative
+ * registry instead (PYXBUF_EXT_TRACKED), shared by every copy of the library
+ * through the capsule table of pyxbuf_shared_api_get. */
 
 #include "internal.h"
 
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 /* What a view counts as; stored in view->internal. WRITABLE_BIT marks views
  * that were handed out writable. */
@@ -105,4 +108,163 @@ void pyxbuf_borrow_release(pyxbuf_borrow_counter *counter, Py_buffer *view) {
     if (kind == KIND_SHARED) counter->shared--;
     if (kind == KIND_EXCLUSIVE) counter->exclusive--;
     view->internal = NULL;
+}
+
+/* ------------------------------------------------------------------------- */
+/* The cooperative registry, shared by every copy of libpyxbuf               */
+/* ------------------------------------------------------------------------- */
+
+/* Borrows are keyed by device and address range: two objects that share
+ * memory share addresses, so this catches more than "same base object" would
+ * (a NumPy array and a view of it are different objects). Strided views
+ * count by their whole span: interleaved views conflict, conservatively. */
+typedef struct tracked_borrow {
+    int64_t token;
+    pyxbuf_borrow_range range;
+    int32_t exclusive;
+} tracked_borrow;
+
+static tracked_borrow *tracked = NULL;
+static size_t tracked_count = 0, tracked_capacity = 0;
+static int64_t next_token = 1;
+static pthread_mutex_t tracked_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int ranges_overlap(const pyxbuf_borrow_range *a, const pyxbuf_borrow_range *b) {
+    return a->device_type == b->device_type && a->device_id == b->device_id && a->lo < b->hi &&
+           b->lo < a->hi;
+}
+
+static int registry_acquire(const pyxbuf_borrow_range *range, int32_t exclusive, int64_t *token,
+                            char *why, size_t why_cap) {
+    int rc = 0;
+    pthread_mutex_lock(&tracked_lock);
+    for (size_t i = 0; i < tracked_count && rc == 0; i++) {
+        const tracked_borrow *t = &tracked[i];
+        if (!ranges_overlap(range, &t->range) || (!exclusive && !t->exclusive)) continue;
+        snprintf(why, why_cap, "%s borrow of [0x%llx, 0x%llx)", t->exclusive ? "an exclusive" : "a shared",
+                 (unsigned long long)t->range.lo, (unsigned long long)t->range.hi);
+        rc = PYXBUF_EBORROW;
+    }
+    if (rc == 0 && tracked_count == tracked_capacity) {
+        size_t cap = tracked_capacity ? 2 * tracked_capacity : 16;
+        tracked_borrow *grown = realloc(tracked, cap * sizeof *grown);
+        if (grown == NULL) {
+            snprintf(why, why_cap, "out of memory in the borrow registry");
+            rc = PYXBUF_ENOMEM;
+        } else {
+            tracked = grown;
+            tracked_capacity = cap;
+        }
+    }
+    if (rc == 0) {
+        *token = next_token++;
+        tracked[tracked_count++] = (tracked_borrow){*token, *range, exclusive};
+    }
+    pthread_mutex_unlock(&tracked_lock);
+    return rc;
+}
+
+static void registry_release(int64_t token) {
+    pthread_mutex_lock(&tracked_lock);
+    for (size_t i = 0; i < tracked_count; i++) {
+        if (tracked[i].token != token) continue;
+        tracked[i] = tracked[--tracked_count];
+        break;
+    }
+    pthread_mutex_unlock(&tracked_lock);
+}
+
+static int64_t registry_live(void) {
+    pthread_mutex_lock(&tracked_lock);
+    int64_t n = (int64_t)tracked_count;
+    pthread_mutex_unlock(&tracked_lock);
+    return n;
+}
+
+static const pyxbuf_shared_api local_api = {
+    .version = PYXBUF_SHARED_API_VERSION,
+    .size = sizeof(pyxbuf_shared_api),
+    .installer_version = NULL, /* set when installed: a function call, not a constant */
+    .borrow_acquire = registry_acquire,
+    .borrow_release = registry_release,
+    .borrow_live = registry_live,
+};
+
+static pyxbuf_shared_api installed_api; /* local_api plus the version string */
+static const pyxbuf_shared_api *shared_api = NULL;
+
+/* Put this copy's table into sys.modules for every later copy. */
+static const pyxbuf_shared_api *install_shared_api(PyObject *modules) {
+    installed_api = local_api;
+    installed_api.installer_version = pyxbuf_version_string();
+    PyObject *module = PyModule_New(PYXBUF_SHARED_MODULE);
+    PyObject *capsule = PyCapsule_New(&installed_api, PYXBUF_SHARED_CAPSULE, NULL);
+    int rc = module && capsule ? PyModule_AddObjectRef(module, "API", capsule) : -1;
+    if (rc == 0) rc = PyDict_SetItemString(modules, PYXBUF_SHARED_MODULE, module);
+    Py_XDECREF(capsule);
+    Py_XDECREF(module);
+    return rc == 0 ? &installed_api : NULL;
+}
+
+const pyxbuf_shared_api *pyxbuf_shared_api_get(void) {
+    if (PYXBUF_LIKELY(shared_api != NULL)) return shared_api;
+    PyObject *modules = PyImport_GetModuleDict();
+    PyObject *module = PyDict_GetItemString(modules, PYXBUF_SHARED_MODULE); /* borrowed */
+    if (module == NULL) return shared_api = install_shared_api(modules);
+    PyObject *capsule = PyObject_GetAttrString(module, "API");
+    const pyxbuf_shared_api *api =
+        capsule ? PyCapsule_GetPointer(capsule, PYXBUF_SHARED_CAPSULE) : NULL;
+    Py_XDECREF(capsule);
+    if (api == NULL) return NULL;
+    if (api->version < 1 || api->size < offsetof(pyxbuf_shared_api, borrow_live) + sizeof(void *)) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "pyxbuf: sys.modules['%s'] holds a shared table of version %u and size %u, "
+                     "older than this copy of pyxbuf (%s) can use; load a newer pyxbuf first",
+                     PYXBUF_SHARED_MODULE, (unsigned)api->version, (unsigned)api->size,
+                     pyxbuf_version_string());
+        return NULL;
+    }
+    return shared_api = api;
+}
+
+int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags) {
+    int32_t exclusive = (flags & PYXBUF_BORROW_EXCLUSIVE) != 0;
+    if (!exclusive && (flags & PyBUF_WRITABLE)) {
+        PyErr_Format(PyExc_BufferError,
+                     "pyxbuf: cannot grant a writable shared borrow of '%.200s': a shared borrow "
+                     "promises that nobody writes; ask for PYXBUF_BORROW_EXCLUSIVE to write",
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    const pyxbuf_shared_api *api = pyxbuf_shared_api_get();
+    if (api == NULL) return -1;
+    pyxbuf_device device = {PYXBUF_DL_CPU, 0};
+    pyxbuf_view_device(view, &device, NULL);
+    Py_ssize_t lo = 0, hi = 0;
+    pyxbuf__view_span(&view->base, &lo, &hi);
+    pyxbuf_borrow_range range = {device.device_type, device.device_id,
+                                 (uint64_t)((uintptr_t)view->base.buf + (uintptr_t)lo),
+                                 (uint64_t)((uintptr_t)view->base.buf + (uintptr_t)hi)};
+    char why[256];
+    int64_t token = 0;
+    if (api->borrow_acquire(&range, exclusive, &token, why, sizeof why) != 0) {
+        PyErr_Format(PyExc_BufferError,
+                     "pyxbuf: cannot grant %s borrow of '%.200s': its memory [%p, %p) overlaps %s "
+                     "held by another pyxbuf consumer (in any copy of pyxbuf in this process); "
+                     "release that view first",
+                     exclusive ? "an exclusive" : "a shared", Py_TYPE(obj)->tp_name,
+                     (void *)(uintptr_t)range.lo, (void *)(uintptr_t)range.hi, why);
+        return -1;
+    }
+    view->borrow_token = token;
+    view->ext_flags |= PYXBUF_EXT_TRACKED | (exclusive ? PYXBUF_EXT_EXCLUSIVE : PYXBUF_EXT_SHARED);
+    view->flags |= exclusive ? PYXBUF_BORROW_EXCLUSIVE : PYXBUF_BORROW_SHARED;
+    if (!exclusive) view->base.readonly = 1; /* the holder of a shared borrow reads only */
+    return 0;
+}
+
+void pyxbuf__tracked_release(pyxbuf_view *view) {
+    const pyxbuf_shared_api *api = shared_api; /* set by the acquisition */
+    if (api != NULL && view->borrow_token != 0) api->borrow_release(view->borrow_token);
+    view->borrow_token = 0;
 }

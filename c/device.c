@@ -141,6 +141,30 @@ int pyxbuf_backend_get(int32_t device_type, pyxbuf_backend *out, pyxbuf_error *e
                          (int)device_type, pyxbuf_device_type_name(device_type));
 }
 
+int pyxbuf__backend_find_pointer(const void *ptr, pyxbuf_device *device, pyxbuf_backend *backend,
+                                 pyxbuf_error *err) {
+    pthread_once(&builtins_once, register_builtins);
+    char tried[PYXBUF_ERROR_MESSAGE_SIZE] = "";
+    size_t used = 0;
+    /* CUDA first: it is what foreign device pointers almost always are. */
+    int32_t order[MAX_DEVICE_TYPES];
+    int32_t n = 0;
+    order[n++] = PYXBUF_DL_CUDA;
+    for (int32_t t = 1; t < MAX_DEVICE_TYPES; t++)
+        if (t != PYXBUF_DL_CUDA && t != PYXBUF_DL_CPU) order[n++] = t;
+    for (int32_t i = 0; i < n; i++) {
+        pyxbuf_error why;
+        if (pyxbuf_backend_get(order[i], backend, NULL) < 0) continue;
+        if (backend->pointer_query(backend->ctx, ptr, device, &why) == 0) return 0;
+        int w = snprintf(tried + used, sizeof tried - used, "%s%s: %.120s", used ? "; " : "",
+                         backend->name ? backend->name : "?", why.message);
+        if (w > 0 && (size_t)w < sizeof tried - used) used += (size_t)w;
+    }
+    return pyxbuf__error(err, PYXBUF_EDEVICE, -1,
+                         "no registered device backend knows pointer %p (%s)", ptr,
+                         used ? tried : "no device backend is registered");
+}
+
 /* ------------------------------------------------------------------------- */
 /* The CPU backend                                                           */
 /* ------------------------------------------------------------------------- */
@@ -315,6 +339,12 @@ static layout view_layout(const Py_buffer *b) {
     l.hi += b->itemsize;
     if (l.count == 0) l.lo = l.hi = 0;
     return l;
+}
+
+void pyxbuf__view_span(const Py_buffer *b, Py_ssize_t *lo, Py_ssize_t *hi) {
+    layout l = view_layout(b);
+    *lo = l.lo;
+    *hi = l.hi;
 }
 
 /* Copy every item of `b`, whose bytes start at `src` (= base.buf shifted to

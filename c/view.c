@@ -86,12 +86,19 @@ static int lookup_supported(PyTypeObject *type, int32_t *mask) {
     return 0;
 }
 
-int pyxbuf_type_supported_flags(PyTypeObject *type, int32_t *supported) {
-    supported_cache_entry *e = &supported_cache[cache_slot(type)];
+/* The hot path's half: 1 and *supported on a cache hit, else 0. */
+static inline int cached_supported(PyTypeObject *type, int32_t *supported) {
+    const supported_cache_entry *e = &supported_cache[cache_slot(type)];
     if (PYXBUF_LIKELY(e->type == type && e->tag != 0 && e->tag == type->tp_version_tag)) {
         *supported = e->mask;
-        return 0;
+        return 1;
     }
+    return 0;
+}
+
+int pyxbuf_type_supported_flags(PyTypeObject *type, int32_t *supported) {
+    if (cached_supported(type, supported)) return 0;
+    supported_cache_entry *e = &supported_cache[cache_slot(type)];
     if (lookup_supported(type, supported) < 0) return -1;
     if (type->tp_version_tag != 0) {
         e->type = type;
@@ -143,8 +150,13 @@ int pyxbuf_check_supports(PyObject *obj, int32_t flags) {
 /* Errors raised during acquisition                                          */
 /* ------------------------------------------------------------------------- */
 
+/* Empty the view. The classic fields are left to the producer, which fills
+ * every one of them (clearing them here would cost more than the rest of
+ * the fast path); only `obj` and `buf` are cleared so a failed view holds
+ * nothing. */
 static void reset_view(pyxbuf_view *view, int32_t requested) {
-    memset(&view->base, 0, sizeof view->base);
+    view->base.obj = NULL;
+    view->base.buf = NULL;
     view->flags = 0;
     view->ext_flags = 0;
     view->device = NULL;
@@ -154,6 +166,7 @@ static void reset_view(pyxbuf_view *view, int32_t requested) {
     view->state = PYXBUF__STATE_RELEASED;
     view->owner = NULL;
     view->bridge_data = NULL;
+    view->borrow_token = 0;
 }
 
 /* Replace the producer's exception with a BufferError whose message names the
@@ -319,27 +332,119 @@ static int acquire_classic(PyObject *obj, pyxbuf_view *view, int32_t flags) {
     return validate_classic(view, obj, passed);
 }
 
-/* The seam for the bridges (DLPack, __cuda_array_interface__,
- * __array_interface__): 1 = acquired, 0 = not applicable, -1 = error. None is
- * built yet, so nothing applies. */
-static int acquire_by_bridges(PyObject *obj, pyxbuf_view *view, int32_t flags) {
-    (void)obj;
-    (void)view;
-    (void)flags;
-    return 0;
+/* The bridges, in DESIGN.md's order. Each is tried when the object has no
+ * classic buffer or its classic buffer refused (a dtype it cannot carry:
+ * bfloat16 in JAX or ml_dtypes, device memory). */
+typedef struct bridge {
+    int (*acquire)(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream);
+    const char *path;
+} bridge;
+
+static const bridge bridges[] = {
+    {pyxbuf__dlpack_acquire, "DLPack"},
+    {pyxbuf__cai_acquire, "__cuda_array_interface__"},
+    {pyxbuf__array_interface_acquire, "__array_interface__"},
+};
+
+/* 1 = a bridge acquired the view; 0 = none applies and no error is pending;
+ * -1 = error. An error already pending (the classic path's) is the one kept
+ * when no bridge succeeds: it is the consumer's most direct answer. */
+static int acquire_by_bridges(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream) {
+    PyObject *type = NULL, *value = NULL, *tb = NULL;
+    if (PyErr_Occurred()) PyErr_Fetch(&type, &value, &tb);
+    for (size_t i = 0; i < sizeof bridges / sizeof *bridges; i++) {
+        reset_view(view, flags);
+        int rc = bridges[i].acquire(obj, view, flags, stream);
+        if (rc == 1) {
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+            return 1;
+        }
+        if (rc == 0) continue;
+        reset_view(view, flags);
+        add_context(obj, bridges[i].path, flags);
+        if (type == NULL)
+            PyErr_Fetch(&type, &value, &tb);
+        else
+            PyErr_Clear();
+    }
+    if (type == NULL) return 0;
+    PyErr_Restore(type, value, tb);
+    return -1;
 }
 
-static void release_by_bridge(pyxbuf_view *view) { (void)view; }
+static void release_by_bridge(pyxbuf_view *view) {
+    Py_CLEAR(view->base.obj);
+    Py_CLEAR(view->owner);
+}
 
 static int refuse_no_protocol(PyObject *obj) {
     PyErr_Format(PyExc_TypeError,
                  "pyxbuf: '%.200s' exports no buffer pyxbuf can read (tried: native extended "
-                 "buffer, classic buffer); pass an object that supports the buffer protocol",
+                 "buffer, DLPack, __cuda_array_interface__, classic buffer, "
+                 "__array_interface__); pass an array or an object that supports the buffer "
+                 "protocol",
                  Py_TYPE(obj)->tp_name);
     return -1;
 }
 
-int pyxbuf_get(PyObject *obj, pyxbuf_view *view, int32_t flags) {
+/* ------------------------------------------------------------------------- */
+/* Bridge helpers                                                            */
+/* ------------------------------------------------------------------------- */
+
+typedef struct holder_object {
+    PyObject_VAR_HEAD
+    void (*finalize)(void *storage);
+    Py_ssize_t size;
+    _Alignas(16) unsigned char storage[];
+} holder_object;
+
+static void holder_dealloc(PyObject *self) {
+    holder_object *h = (holder_object *)self;
+    PyTypeObject *tp = Py_TYPE(self);
+    if (h->finalize != NULL) h->finalize(h->storage);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static PyType_Slot holder_slots[] = {
+    {Py_tp_dealloc, (void *)holder_dealloc},
+    {Py_tp_doc, (void *)"pyxbuf's keep-alive for a bridged view (DLPack tensor, CAI, ...)."},
+    {0, NULL},
+};
+
+static PyType_Spec holder_spec = {
+    .name = "pyxbuf._BridgeHolder",
+    .basicsize = (int)sizeof(holder_object),
+    .itemsize = 1,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = holder_slots,
+};
+
+PyObject *pyxbuf__holder_new(size_t size, void (*finalize)(void *storage)) {
+    static PyTypeObject *holder_type = NULL; /* one per library copy, kept */
+    if (holder_type == NULL && (holder_type = (PyTypeObject *)PyType_FromSpec(&holder_spec)) == NULL)
+        return NULL;
+    /* itemsize 1: `size` bytes after the (16-aligned) header. */
+    holder_object *h = PyObject_NewVar(holder_object, holder_type, (Py_ssize_t)size);
+    if (h == NULL) return NULL;
+    memset(h->storage, 0, size);
+    h->finalize = finalize;
+    h->size = (Py_ssize_t)size;
+    return (PyObject *)h;
+}
+
+void *pyxbuf__holder_storage(PyObject *holder) { return ((holder_object *)holder)->storage; }
+
+Py_ssize_t *pyxbuf__view_dims(pyxbuf_view *view, int ndim, Py_ssize_t *spill) {
+    return ndim <= PYXBUF_INLINE_NDIM ? view->inline_dims : spill;
+}
+
+/* Both entry points share this body; being static, it is inlined into each
+ * (a call between exported functions of a shared library goes through the
+ * PLT). */
+static inline int get_view(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream) {
     if (PYXBUF_UNLIKELY(obj == NULL || view == NULL)) {
         PyErr_SetString(PyExc_ValueError, "pyxbuf_get: obj and view must not be NULL");
         return -1;
@@ -353,25 +458,41 @@ int pyxbuf_get(PyObject *obj, pyxbuf_view *view, int32_t flags) {
         return -1;
     }
     int32_t supported;
-    if (pyxbuf_type_supported_flags(Py_TYPE(obj), &supported) < 0) return -1;
+    if (!cached_supported(Py_TYPE(obj), &supported) &&
+        pyxbuf_type_supported_flags(Py_TYPE(obj), &supported) < 0)
+        return -1;
     int32_t missing = flags & PYXBUF_REQUIRED_FLAGS & ~supported;
     if (PYXBUF_UNLIKELY(missing)) return refuse_unsupported(obj, flags, missing);
 
     int rc;
     if (supported & PYXBUF_EXTENDED_FLAGS) {
         rc = acquire_native(obj, view, flags, supported);
+    } else if (PYXBUF_LIKELY(PyObject_CheckBuffer(obj))) {
+        /* The fast path: the classic buffer answers most CPU arrays. */
+        rc = acquire_classic(obj, view, flags);
+        if (PYXBUF_UNLIKELY(rc < 0)) rc = acquire_by_bridges(obj, view, flags, stream) == 1 ? 0 : -1;
     } else {
-        rc = acquire_by_bridges(obj, view, flags);
-        if (rc == 0) {
-            if (PYXBUF_UNLIKELY(!PyObject_CheckBuffer(obj))) return refuse_no_protocol(obj);
-            rc = acquire_classic(obj, view, flags);
-        } else if (rc == 1) {
-            rc = 0;
-        }
+        rc = acquire_by_bridges(obj, view, flags, stream);
+        if (rc == 0) return refuse_no_protocol(obj);
+        rc = rc == 1 ? 0 : -1;
     }
     if (rc < 0) return -1;
     view->state = PYXBUF__STATE_ACQUIRED;
+    /* Producers that know nothing of borrows: pyxbuf's cooperative registry. */
+    if (PYXBUF_UNLIKELY(flags & (PYXBUF_BORROW_SHARED | PYXBUF_BORROW_EXCLUSIVE)) &&
+        view->path != PYXBUF_PATH_NATIVE && pyxbuf__tracked_acquire(obj, view, flags) < 0) {
+        pyxbuf_release(view);
+        return -1;
+    }
     return 0;
+}
+
+int pyxbuf_get(PyObject *obj, pyxbuf_view *view, int32_t flags) {
+    return get_view(obj, view, flags, PYXBUF__STREAM_UNSET);
+}
+
+int pyxbuf_get_stream(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream) {
+    return get_view(obj, view, flags, stream);
 }
 
 void pyxbuf_release(pyxbuf_view *view) {
@@ -383,11 +504,18 @@ void pyxbuf_release(pyxbuf_view *view) {
 #endif
         return;
     }
-    if (view->path == PYXBUF_PATH_NATIVE || view->path == PYXBUF_PATH_CLASSIC)
+    if (PYXBUF_UNLIKELY(view->ext_flags & PYXBUF_EXT_TRACKED)) pyxbuf__tracked_release(view);
+    if (PYXBUF_LIKELY(view->path == PYXBUF_PATH_CLASSIC || view->path == PYXBUF_PATH_NATIVE))
         PyBuffer_Release(&view->base);
     else
         release_by_bridge(view);
-    reset_view(view, 0);
+    /* Released: nothing left that points at the producer's memory. */
+    view->state = PYXBUF__STATE_RELEASED;
+    view->base.buf = NULL;
+    view->device = NULL;
+    view->device_info = NULL;
+    view->ext_flags = 0;
+    view->flags = 0;
 }
 
 int pyxbuf_view_is_acquired(const pyxbuf_view *view) {

@@ -191,7 +191,8 @@ typedef struct pyxbuf_view {
     PyObject *owner;     /* what a bridge keeps alive for the view, or NULL */
     void *bridge_data;   /* a bridge's private state, or NULL */
     Py_ssize_t inline_dims[2 * PYXBUF_INLINE_NDIM]; /* shape then strides */
-    int64_t reserved[4];
+    int64_t borrow_token; /* the cooperative registry's entry, when TRACKED */
+    int64_t reserved[3];
 } pyxbuf_view;
 
 /* Acquire a view of `obj` for the classic and extended request `flags`.
@@ -210,9 +211,54 @@ typedef struct pyxbuf_view {
  * failure the view holds nothing and need not be released. */
 PYXBUF_API int pyxbuf_get(PyObject *obj, pyxbuf_view *view, int32_t flags);
 
+/* pyxbuf_get for a consumer working on `consumer_stream` (DLPack's integer
+ * convention; PYXBUF_STREAM_NONE asks producers not to synchronise): the
+ * DLPack bridge passes it to __dlpack__(stream=...) so the producer orders its
+ * work before that stream; the CUDA Array Interface bridge records an event on
+ * the producer's stream for pyxbuf_device_wait. pyxbuf_get passes no stream
+ * (DLPack's None: producers assume the default stream). */
+PYXBUF_API int pyxbuf_get_stream(PyObject *obj, pyxbuf_view *view, int32_t flags,
+                                 int64_t consumer_stream);
+
 /* Release a view acquired with pyxbuf_get. Exactly once: a second call is a
  * no-op (an assertion in debug builds, PYXBUF_DEBUG). Needs the GIL. */
 PYXBUF_API void pyxbuf_release(pyxbuf_view *view);
+
+/* Process-wide state shared by every copy of libpyxbuf in the process (each
+ * PyO3 extension links its own static copy): a versioned table of C function
+ * pointers in a PyCapsule named PYXBUF_SHARED_CAPSULE, stored as the attribute
+ * "API" of the module sys.modules[PYXBUF_SHARED_MODULE]. The first copy that
+ * needs it installs it; later copies use it. Fields are only ever appended:
+ * check `size` before reading a field. Today it holds the cooperative borrow
+ * registry (PYXBUF_EXT_TRACKED grants). */
+#define PYXBUF_SHARED_MODULE "_pyxbuf_shared"
+#define PYXBUF_SHARED_CAPSULE "_pyxbuf_shared.API"
+#define PYXBUF_SHARED_API_VERSION 1
+
+/* The bytes a borrow covers: [lo, hi) on one device. */
+typedef struct pyxbuf_borrow_range {
+    int32_t device_type; /* PYXBUF_DL_* */
+    int32_t device_id;
+    uint64_t lo;
+    uint64_t hi;
+} pyxbuf_borrow_range;
+
+typedef struct pyxbuf_shared_api {
+    uint32_t version;              /* PYXBUF_SHARED_API_VERSION of the installer */
+    uint32_t size;                 /* sizeof(pyxbuf_shared_api) as the installer knew it */
+    const char *installer_version; /* pyxbuf_version_string() of the installer */
+    /* Grant a borrow of `range` unless it overlaps an exclusive borrow (or, for
+     * an exclusive request, any borrow): 0 and *token, or PYXBUF_EBORROW with a
+     * description of the conflicting borrow in why[why_cap]. Thread-safe. */
+    int (*borrow_acquire)(const pyxbuf_borrow_range *range, int32_t exclusive, int64_t *token,
+                          char *why, size_t why_cap);
+    void (*borrow_release)(int64_t token);
+    int64_t (*borrow_live)(void); /* borrows held now, all copies together */
+} pyxbuf_shared_api;
+
+/* The shared table (installed on first call). Needs the GIL the first time.
+ * Returns NULL with an exception set if sys.modules holds an incompatible one. */
+PYXBUF_API const pyxbuf_shared_api *pyxbuf_shared_api_get(void);
 
 /* 1 if `view` currently holds an acquisition, else 0. */
 PYXBUF_API int pyxbuf_view_is_acquired(const pyxbuf_view *view);

@@ -112,7 +112,7 @@ def test_classic_fields_match_getbuffer(name, factory, request_name):
 def test_extended_request_on_classic_producer(name, factory):
     """Extended bits are soft: a classic producer answers as for the classic part."""
     obj = factory()
-    ext = t.PYXBUF_DEVICE | t.PYXBUF_BORROW_SHARED | t.PYXBUF_TEMPORARY
+    ext = t.PYXBUF_DEVICE | t.PYXBUF_TEMPORARY  # borrows: test_tracked_borrows.py
     want = t.classic(obj, t.PyBUF_RECORDS_RO)
     got = t.inspect(obj, t.PyBUF_RECORDS_RO | ext)
     for field in CLASSIC_FIELDS:

@@ -13,7 +13,9 @@
 
 #include "testdev.h"
 
-int pyxbuf_testext_add_format(PyObject *module); /* testext_format.c */
+int pyxbuf_testext_add_format(PyObject *module);  /* testext_format.c */
+int pyxbuf_testext_add_dlpack(PyObject *module);  /* testext_dlpack.c */
+int pyxbuf_testext_add_bridges(PyObject *module); /* testext_bridges.c */
 
 /* ------------------------------------------------------------------------- */
 /* Views as dicts                                                            */
@@ -489,6 +491,15 @@ static PyObject *exporter_poke(PyObject *mod, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* (address of the shared table, borrows live, installer's version). */
+static PyObject *shared_info(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    const pyxbuf_shared_api *api = pyxbuf_shared_api_get();
+    if (api == NULL) return NULL;
+    return Py_BuildValue("(NLs)", PyLong_FromVoidPtr((void *)api), (long long)api->borrow_live(),
+                         api->installer_version);
+}
+
 static PyObject *versions(PyObject *mod, PyObject *unused) {
     (void)mod;
     (void)unused;
@@ -635,6 +646,7 @@ static PyMethodDef module_methods[] = {
     {"host_only", host_only, METH_VARARGS, "host_only(obj, 'item'|'memoryview'|'contiguous')"},
     {"exporter_poke", exporter_poke, METH_VARARGS, "Write one byte of an exporter's memory."},
     {"versions", versions, METH_NOARGS, "(abi_version, version_string)"},
+    {"shared_info", shared_info, METH_NOARGS, "(shared table address, live borrows, installer)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -686,7 +698,8 @@ PyMODINIT_FUNC PyInit__pyxbuf_testext(void) {
         PyModule_AddObjectRef(m, "View", (PyObject *)View_type) < 0 ||
         PyModule_AddObjectRef(m, "Liar", (PyObject *)Liar_type) < 0 ||
         PyModule_AddObjectRef(m, "Exporter", (PyObject *)pyxbuf_exporter_type()) < 0 ||
-        add_constants(m) < 0 || pyxbuf_testext_add_format(m) < 0) {
+        add_constants(m) < 0 || pyxbuf_testext_add_format(m) < 0 ||
+        pyxbuf_testext_add_dlpack(m) < 0 || pyxbuf_testext_add_bridges(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,0 +1,93 @@
+"""Cooperative borrows (PYXBUF_EXT_TRACKED) for producers that know nothing of
+borrows, shared by two separately linked copies of libpyxbuf in one process:
+_pyxbuf_testext and _pyxbuf_second_copy each link their own static copy."""
+
+import numpy as np
+import pytest
+
+import _pyxbuf_second_copy as other
+import _pyxbuf_testext as t
+
+SHARED = t.PyBUF_RECORDS_RO | t.PYXBUF_BORROW_SHARED
+EXCLUSIVE = t.PyBUF_RECORDS | t.PYXBUF_BORROW_EXCLUSIVE
+
+
+@pytest.fixture(autouse=True)
+def registry_empty_after():
+    yield
+    assert t.shared_info()[1] == 0
+
+
+def test_both_copies_use_one_table_but_keep_private_state():
+    mine, theirs = t.shared_info(), other.shared_info()
+    assert mine[0] == theirs[0]  # the same table, installed once
+    assert mine[2] == theirs[2]
+    # Everything else is private: only the test extension registered the
+    # emulated device in its copy.
+    assert not other.has_emulated_device()
+
+
+def test_grants_are_tracked():
+    a = np.zeros(8)
+    v = t.acquire(a, SHARED)
+    info = v.info()
+    assert info["ext_flags"] == t.PYXBUF_EXT_TRACKED | t.PYXBUF_EXT_SHARED
+    assert info["flags"] == t.PYXBUF_BORROW_SHARED
+    assert info["readonly"] == 1  # the shared borrower reads only
+    assert t.shared_info()[1] == 1
+    v.release()
+    x = t.acquire(a, EXCLUSIVE)
+    assert x.info()["ext_flags"] == t.PYXBUF_EXT_TRACKED | t.PYXBUF_EXT_EXCLUSIVE
+    assert x.info()["readonly"] == 0
+    x.release()
+
+
+@pytest.mark.parametrize("first,second,granted", [
+    ("shared", "shared", True),
+    ("shared", "exclusive", False),
+    ("exclusive", "shared", False),
+    ("exclusive", "exclusive", False),
+])
+def test_conflicts_across_copies(first, second, granted):
+    a = np.arange(16, dtype=np.int32)
+    flags = {"shared": SHARED, "exclusive": EXCLUSIVE}
+    held = t.acquire(a, flags[first])
+    if granted:
+        other.acquire(a, flags[second]).release()
+    else:
+        with pytest.raises(BufferError, match="held by another pyxbuf consumer"):
+            other.acquire(a, flags[second])
+    held.release()
+    other.acquire(a, flags[second]).release()  # released: grantable again
+
+
+def test_overlap_is_by_memory_not_by_object():
+    a = np.arange(100, dtype=np.uint8)
+    head, tail, middle = a[:50], a[50:], a[40:60]
+    x = other.acquire(head, EXCLUSIVE)
+    t.acquire(tail, EXCLUSIVE).release()  # disjoint memory: no conflict
+    with pytest.raises(BufferError, match="overlaps an exclusive borrow"):
+        t.acquire(middle, SHARED)  # a different object over the same bytes
+    x.release()
+
+
+def test_writable_shared_borrow_is_refused():
+    with pytest.raises(BufferError, match="ask for PYXBUF_BORROW_EXCLUSIVE to write"):
+        t.acquire(bytearray(4), t.PyBUF_RECORDS | t.PYXBUF_BORROW_SHARED)
+
+
+def test_plain_views_are_not_tracked():
+    a = np.zeros(4)
+    x = t.acquire(a, EXCLUSIVE)
+    v = t.acquire(a, t.PyBUF_RECORDS)  # cooperative: plain consumers are not stopped
+    assert v.info()["ext_flags"] == 0
+    v.release()
+    x.release()
+
+
+def test_native_exporters_keep_their_own_counts():
+    e = t.exporter("i", (4,))
+    v = t.acquire(e, SHARED)
+    assert v.info()["ext_flags"] == t.PYXBUF_EXT_SHARED  # the producer's grant, not TRACKED
+    assert t.shared_info()[1] == 0
+    v.release()
