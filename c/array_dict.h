@@ -37,15 +37,38 @@ static inline int pyxbuf__optional_attr(PyObject *obj, PyObject *name, PyObject 
     return 0;
 }
 
-/* dict[key] as a borrowed reference: 1 found (and not None when
- * none_is_absent), 0 absent, -1 error. `required` turns absence into a
- * BufferError that says what the key must hold. */
+/* The interned str for a key (a string literal: cached by its address, one
+ * cache per including file, kept for the process). NULL with an exception. */
+static inline PyObject *pyxbuf__dict_key(const char *key, int *owned) {
+    static struct {
+        const char *literal;
+        PyObject *str;
+    } cache[16];
+    *owned = 0;
+    for (size_t i = 0; i < sizeof cache / sizeof *cache; i++) {
+        if (cache[i].literal == key) return cache[i].str;
+        if (cache[i].literal == NULL) {
+            PyObject *str = PyUnicode_InternFromString(key);
+            if (str == NULL) return NULL;
+            cache[i].str = str;
+            cache[i].literal = key;
+            return str;
+        }
+    }
+    *owned = 1;
+    return PyUnicode_FromString(key);
+}
+
+/* dict[key] as a borrowed reference: 1 found, 0 absent, -1 error.
+ * `required` turns absence into a BufferError that says what the key must
+ * hold (`must`). */
 static inline int pyxbuf__dict_item(PyObject *dict, const char *iface, const char *key,
                                     const char *must, int required, PyObject **out) {
-    PyObject *k = PyUnicode_FromString(key);
+    int owned;
+    PyObject *k = pyxbuf__dict_key(key, &owned);
     if (k == NULL) return -1;
     *out = PyDict_GetItemWithError(dict, k);
-    Py_DECREF(k);
+    if (owned) Py_DECREF(k);
     if (*out != NULL) return 1;
     if (PyErr_Occurred()) return -1;
     if (!required) return 0;
