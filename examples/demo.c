@@ -20,7 +20,13 @@ static const char *const make_objects =
     "  ('bytes', b'pyxbuf'),\n"
     "  (\"array.array('d')\", array.array('d', [1.0, 2.0, 3.0])),\n"
     "  ('ml_dtypes bfloat16 (NumPy user dtype)', np.ones(4, dtype=ml_dtypes.bfloat16)),\n"
-    "]\n";
+    "  ('ml_dtypes float8_e4m3fn, every other row', np.ones((4, 2), dtype=ml_dtypes.float8_e4m3fn)[::2]),\n"
+    "]\n"
+    "try:\n"
+    "  import jax.numpy as jnp\n"
+    "  objects.append(('JAX bfloat16 (CPU)', jnp.arange(6, dtype=jnp.bfloat16).reshape(2, 3)))\n"
+    "except ImportError:\n"
+    "  pass\n";
 
 static void print_tuple(const char *label, const Py_ssize_t *v, int n) {
     printf("    %-9s ", label);
