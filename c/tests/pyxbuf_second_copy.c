@@ -13,14 +13,16 @@ static PyTypeObject *Held_type;
 
 static void Held_dealloc(PyObject *self) {
     PyTypeObject *tp = Py_TYPE(self);
-    pyxbuf_release(&((HeldObject *)self)->view);
+    HeldObject *h = (HeldObject *)self;
+    if (pyxbuf_view_is_acquired(&h->view)) pyxbuf_release(&h->view);
     tp->tp_free(self);
     Py_DECREF(tp);
 }
 
 static PyObject *Held_release(PyObject *self, PyObject *unused) {
     (void)unused;
-    pyxbuf_release(&((HeldObject *)self)->view);
+    HeldObject *h = (HeldObject *)self;
+    if (pyxbuf_view_is_acquired(&h->view)) pyxbuf_release(&h->view);
     Py_RETURN_NONE;
 }
 

@@ -95,14 +95,16 @@ static PyTypeObject *View_type;
 
 static void View_dealloc(PyObject *self) {
     PyTypeObject *tp = Py_TYPE(self);
-    pyxbuf_release(&((ViewObject *)self)->view);
+    ViewObject *v = (ViewObject *)self;
+    if (pyxbuf_view_is_acquired(&v->view)) pyxbuf_release(&v->view); /* exactly once */
     tp->tp_free(self);
     Py_DECREF(tp);
 }
 
 static PyObject *View_release(PyObject *self, PyObject *unused) {
     (void)unused;
-    pyxbuf_release(&((ViewObject *)self)->view);
+    ViewObject *v = (ViewObject *)self;
+    if (pyxbuf_view_is_acquired(&v->view)) pyxbuf_release(&v->view);
     Py_RETURN_NONE;
 }
 
