@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use bindgen::callbacks::{IntKind, ParseCallbacks};
+use bindgen::callbacks::{DeriveInfo, IntKind, ParseCallbacks};
 
 /// The repository root (the C sources and the header live there).
 pub fn repo_root() -> PathBuf {
@@ -72,6 +72,17 @@ impl ParseCallbacks for MacroTypes {
         };
         Some(kind)
     }
+
+    /// bindgen cannot tell that pyo3-ffi's (blocklisted) `Py_buffer` is
+    /// `Copy`, so the view that embeds it gets its derives here; `Debug` it
+    /// cannot have (`Py_buffer` has none).
+    fn add_derives(&self, info: &DeriveInfo<'_>) -> Vec<String> {
+        if info.name == "pyxbuf_view" {
+            vec!["Copy".into(), "Clone".into()]
+        } else {
+            vec![]
+        }
+    }
 }
 
 /// CPython's types come from pyo3-ffi, never regenerated.
@@ -91,8 +102,7 @@ fn builder(header: &Path) -> Result<bindgen::Builder, String> {
         .rust_target(target)
         .blocklist_type(CPYTHON_TYPES)
         .derive_default(true)
-        // pyo3-ffi's Py_buffer is Copy but not Debug.
-        .derive_debug(false)
+        .derive_debug(true)
         .derive_copy(true)
         .generate_cstr(true)
         .merge_extern_blocks(true)

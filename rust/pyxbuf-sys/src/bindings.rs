@@ -286,7 +286,7 @@ pub type vectorcallfunc = ::std::option::Option<
     ) -> *mut PyObject,
 >;
 #[repr(C)]
-#[derive(Copy, Clone)]
+#[derive(Debug, Copy, Clone)]
 pub struct PyNumberMethods {
     /** Number implementations must check *both*
 arguments for proper type and implement the necessary conversions
@@ -452,7 +452,7 @@ impl Default for PyNumberMethods {
     }
 }
 #[repr(C)]
-#[derive(Copy, Clone)]
+#[derive(Debug, Copy, Clone)]
 pub struct PySequenceMethods {
     pub sq_length: lenfunc,
     pub sq_concat: binaryfunc,
@@ -512,7 +512,7 @@ impl Default for PySequenceMethods {
     }
 }
 #[repr(C)]
-#[derive(Default, Copy, Clone)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct PyMappingMethods {
     pub mp_length: lenfunc,
     pub mp_subscript: binaryfunc,
@@ -542,7 +542,7 @@ pub type sendfunc = ::std::option::Option<
     ) -> PySendResult,
 >;
 #[repr(C)]
-#[derive(Default, Copy, Clone)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct PyAsyncMethods {
     pub am_await: unaryfunc,
     pub am_aiter: unaryfunc,
@@ -567,7 +567,7 @@ const _: () = {
     ][::std::mem::offset_of!(PyAsyncMethods, am_send) - 24usize];
 };
 #[repr(C)]
-#[derive(Default, Copy, Clone)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct PyBufferProcs {
     pub bf_getbuffer: getbufferproc,
     pub bf_releasebuffer: releasebufferproc,
@@ -587,7 +587,7 @@ pub type PyCFunction = ::std::option::Option<
     unsafe extern "C" fn(arg1: *mut PyObject, arg2: *mut PyObject) -> *mut PyObject,
 >;
 #[repr(C)]
-#[derive(Copy, Clone)]
+#[derive(Debug, Copy, Clone)]
 pub struct PyMethodDef {
     /// The name of the built-in function/method
     pub ml_name: *const ::std::os::raw::c_char,
@@ -639,7 +639,7 @@ pub type setter = ::std::option::Option<
     ) -> ::std::os::raw::c_int,
 >;
 #[repr(C)]
-#[derive(Copy, Clone)]
+#[derive(Debug, Copy, Clone)]
 pub struct PyGetSetDef {
     pub name: *const ::std::os::raw::c_char,
     pub get: getter,
@@ -680,7 +680,7 @@ impl Default for PyGetSetDef {
  wanted). `position` is the byte offset in the input the error refers to
  (format strings), or -1.*/
 #[repr(C)]
-#[derive(Copy, Clone)]
+#[derive(Debug, Copy, Clone)]
 pub struct pyxbuf_error {
     pub code: i32,
     pub reserved0: i32,
@@ -721,6 +721,7 @@ impl Default for pyxbuf_error {
  it and pyxbuf_release empties it. sizeof(pyxbuf_view) is part of the ABI:
  growth goes into `reserved`, with PYXBUF_ABI_VERSION bumped otherwise.*/
 #[repr(C)]
+#[derive(Copy, Clone)]
 pub struct pyxbuf_view {
     /// the classic view, its layout untouched
     pub base: Py_buffer,
@@ -808,7 +809,7 @@ impl Default for pyxbuf_view {
 }
 /// The bytes a borrow covers: [lo, hi) on one device.
 #[repr(C)]
-#[derive(Default, Copy, Clone)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct pyxbuf_borrow_range {
     /// PYXBUF_DL_*
     pub device_type: i32,
@@ -838,7 +839,7 @@ const _: () = {
     ][::std::mem::offset_of!(pyxbuf_borrow_range, hi) - 16usize];
 };
 #[repr(C)]
-#[derive(Copy, Clone)]
+#[derive(Debug, Copy, Clone)]
 pub struct pyxbuf_shared_api {
     /// PYXBUF_SHARED_API_VERSION of the installer
     pub version: u32,
@@ -897,7 +898,7 @@ impl Default for pyxbuf_shared_api {
     }
 }
 #[repr(C)]
-#[derive(Copy, Clone)]
+#[derive(Debug, Copy, Clone)]
 pub struct pyxbuf_device_info {
     /// sizeof as the writer knew it
     pub size: u32,
@@ -960,7 +961,7 @@ impl Default for pyxbuf_device_info {
 /** A device in the Array API's sense: a DLPack device type and an ordinal.
  The host is {PYXBUF_DL_CPU, 0}. Devices compare with pyxbuf_device_same.*/
 #[repr(C)]
-#[derive(Default, Copy, Clone)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct pyxbuf_device {
     /// PYXBUF_DL_*
     pub device_type: i32,
@@ -986,7 +987,7 @@ const _: () = {
  the destination device. PYXBUF_STREAM_NONE: copies and event records use the
  default stream, waits and synchronisation do nothing.*/
 #[repr(C)]
-#[derive(Copy, Clone)]
+#[derive(Debug, Copy, Clone)]
 pub struct pyxbuf_backend {
     /// sizeof(pyxbuf_backend) as the registrant knew it
     pub size: u32,
@@ -1237,7 +1238,7 @@ impl Default for pyxbuf_export_desc {
 }
 /// Borrow counting for a producer's object: embed one, zero-initialised.
 #[repr(C)]
-#[derive(Default, Copy, Clone)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct pyxbuf_borrow_counter {
     /// live views of any kind
     pub views: i64,
@@ -1271,7 +1272,7 @@ const _: () = {
 };
 /// One item of a format, in a tree stored as an array in pre-order.
 #[repr(C)]
-#[derive(Copy, Clone)]
+#[derive(Debug, Copy, Clone)]
 pub struct pyxbuf_format_node {
     /// PYXBUF_FMT_*
     pub kind: i32,
@@ -1407,7 +1408,7 @@ impl Default for pyxbuf_format_node {
  passed): keep them alive while the descriptor is used. Relocatable (it may be
  moved or copied by value while it owns no heap memory, see heap_nodes).*/
 #[repr(C)]
-#[derive(Copy, Clone)]
+#[derive(Debug, Copy, Clone)]
 pub struct pyxbuf_format {
     /// the string parsed, or NULL when built
     pub source: *const ::std::os::raw::c_char,
@@ -1485,7 +1486,7 @@ impl Default for pyxbuf_format {
  ending in '$' ("mylib$") matches every payload of the id and, when
  `size_fn` is set, asks it for the size. Entries are process-wide.*/
 #[repr(C)]
-#[derive(Copy, Clone)]
+#[derive(Debug, Copy, Clone)]
 pub struct pyxbuf_dtype_spec {
     /// sizeof(pyxbuf_dtype_spec)
     pub size: u32,

@@ -1,0 +1,149 @@
+//! Typed, zero-copy views of Python buffers for PyO3 — host **and device**
+//! memory, with **borrow grants** that make plain `&[T]` / `&mut [T]`
+//! possible, and **custom dtypes** such as bfloat16.
+//!
+//! `pyxbuf` is the safe layer over libpyxbuf (the C library implementing the
+//! proposed extended Python buffer protocol; raw bindings in [`sys`]). One
+//! call accepts a NumPy array, a `bytearray`, an `array.array`, a DLPack or
+//! CUDA-Array-Interface tensor, an ml_dtypes bfloat16 array or a
+//! `pyxbuf.Exporter`, and hands out a [`PyXBuffer<T>`] with its shape,
+//! strides, device and grants.
+//!
+//! ```
+//! use pyo3::prelude::*;
+//! use pyxbuf::PyXBuffer;
+//!
+//! /// Sum any float32 buffer: a plain slice when the memory is borrowed and
+//! /// contiguous, a C-order copy otherwise.
+//! #[pyfunction]
+//! fn sum(x: PyXBuffer<'_, f32>) -> PyResult<f32> {
+//!     if let Some(items) = x.as_slice() {
+//!         return Ok(items.iter().sum());
+//!     }
+//!     Ok(x.to_vec()?.iter().sum())
+//! }
+//!
+//! Python::attach(|py| -> PyResult<()> {
+//!     let sum = wrap_pyfunction!(sum, py)?;
+//!     let array = py.import("array")?.getattr("array")?.call1(("f", vec![1.0f32, 2.0, 3.5]))?;
+//!     assert_eq!(sum.call1((array,))?.extract::<f32>()?, 6.5);
+//!     Ok(())
+//! })
+//! .unwrap();
+//! ```
+//!
+//! # Porting from `pyo3::buffer::PyBuffer`
+//!
+//! The names are PyO3's where the meaning is the same — [`get`](PyXBuffer::get),
+//! [`item_count`](PyXBuffer::item_count), [`item_size`](PyXBuffer::item_size),
+//! [`len_bytes`](PyXBuffer::len_bytes), [`dimensions`](PyXBuffer::dimensions),
+//! [`shape`](PyXBuffer::shape), [`strides`](PyXBuffer::strides),
+//! [`readonly`](PyXBuffer::readonly), [`format`](PyXBuffer::format),
+//! [`is_c_contiguous`](PyXBuffer::is_c_contiguous),
+//! [`is_fortran_contiguous`](PyXBuffer::is_fortran_contiguous),
+//! [`buf_ptr`](PyXBuffer::buf_ptr), [`get_ptr`](PyXBuffer::get_ptr),
+//! [`to_vec`](PyXBuffer::to_vec), [`to_fortran_vec`](PyXBuffer::to_fortran_vec),
+//! [`copy_to_slice`](PyXBuffer::copy_to_slice),
+//! [`copy_to_fortran_slice`](PyXBuffer::copy_to_fortran_slice),
+//! [`copy_from_slice`](PyXBuffer::copy_from_slice), [`release`](PyXBuffer::release)
+//! — minus the `py` arguments (the buffer carries its `Python<'py>`). PyO3's
+//! `as_slice` (cells) is [`as_cells`](PyXBuffer::as_cells) here;
+//! [`as_slice`](PyXBuffer::as_slice) gives a plain `&[T]` under a borrow
+//! grant, and [`as_mut_slice`](PyXBuffer::as_mut_slice) a `&mut [T]` under an
+//! exclusive one.
+//!
+//! # Grants
+//!
+//! Every acquisition asks for a borrow: [`Shared`] by default (read-only,
+//! nobody writes while the view lives) or [`Exclusive`] (writable, nobody
+//! else reads or writes). pyxbuf's own exporters enforce the borrow
+//! themselves; other producers (NumPy, `bytearray`, DLPack tensors...) get a
+//! *tracked* grant from pyxbuf's process-wide cooperative registry, which
+//! every pyxbuf consumer in the process respects but code that bypasses
+//! pyxbuf does not. [`Grants`] says which one a view holds.
+//!
+//! # Design notes
+//!
+//! - **Inline view, moved freely.** A [`PyXBuffer`] embeds the 296-byte C
+//!   `pyxbuf_view` (no heap allocation per acquisition; PyO3's `PyBuffer`
+//!   boxes its `Py_buffer`). Views can be self-referential: CPython's
+//!   `PyBuffer_FillInfo` (bytes, bytearray, mmap) points `shape`/`strides`
+//!   at the view's own `len`/`itemsize`, pyxbuf's exporter does the same for
+//!   1-D exports without strides, and pyxbuf's bridges point them at the
+//!   view's `inline_dims`. Rather than pin the view (which would make
+//!   `FromPyObject` and returning buffers by value impossible without a box),
+//!   the buffer records the address the view was filled at and *rebases*
+//!   every pointer into that range onto the view's current address before
+//!   using it: accessors rebase on read, C functions that only read a view
+//!   get a rebased copy, and `Drop` rebases in place before
+//!   `pyxbuf_release`. Producers see their `Py_buffer` again only in
+//!   `bf_releasebuffer`, at a possibly different address; none in use keys
+//!   anything on that address (CPython, NumPy and pyxbuf keep per-view state
+//!   in `internal` or in the exporter).
+//! - **Type-state for writing.** Whether a buffer may be written from safe
+//!   code is decided by its type: only `PyXBuffer<T, Exclusive>` has
+//!   `as_mut_slice` and `copy_from_slice`, and they take `&mut self`. A
+//!   writable request without a borrow does not exist in the safe API:
+//!   such a view would bypass the registry and could alias another
+//!   consumer's `&[T]`.
+//! - **Lifetime `'py`.** Releasing a view calls the producer and so needs an
+//!   attached thread; the buffer carries `Python<'py>`, cannot outlive it and
+//!   is `!Send`, so its `Drop` never re-attaches (PyO3's `PyBuffer` does).
+//! - **Formats.** A format matches `T` when its one item is `T`'s kind in
+//!   native byte order (`@ = ^`, and `<` on little-endian targets) and the
+//!   view's `itemsize` is `size_of::<T>()`. The exact canonical string is
+//!   recognised without parsing; anything else goes through pyxbuf's C
+//!   parser (`pyxbuf_format_parse`), which also resolves `[struct$...]`
+//!   payloads and custom-type alternatives.
+//! - **`bool`.** Only bytes 0 and 1 are valid `bool`s: `as_slice` checks
+//!   them, copies normalise them and cells read them as bytes.
+//!
+//! # Features
+//!
+//! - `testdev`: compile pyxbuf's guarded emulated device into the library
+//!   and expose [`testdev`] (tests only).
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
+
+mod buffer;
+mod device;
+mod element;
+pub mod export;
+#[cfg(feature = "testdev")]
+pub mod testdev;
+
+pub use buffer::{BorrowMode, Exclusive, Grants, Path, PyXBuffer, ReadOnlyCell, Request, Shared};
+pub use device::{Device, DevicePtr};
+pub use element::{register_custom, Element, ElementKind};
+/// The raw bindings (`pyxbuf-sys`), for what this crate does not wrap.
+pub use pyxbuf_sys as sys;
+
+/// An error from pyxbuf's pure C functions (no Python exception involved):
+/// a negative `PYXBUF_E*` code and a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FormatError {
+    /// The `PYXBUF_E*` code.
+    pub code: i32,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl std::fmt::Display for FormatError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (pyxbuf error {})", self.message, self.code)
+    }
+}
+
+impl std::error::Error for FormatError {}
+
+/// The version of the libpyxbuf compiled into this crate (`"0.1.0"`).
+///
+/// ```
+/// assert_eq!(pyxbuf::library_version(), env!("CARGO_PKG_VERSION"));
+/// ```
+pub fn library_version() -> &'static str {
+    // SAFETY: returns a static NUL-terminated ASCII string.
+    let v = unsafe { std::ffi::CStr::from_ptr(sys::pyxbuf_version_string()) };
+    v.to_str().unwrap_or("unknown")
+}

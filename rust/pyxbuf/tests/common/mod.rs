@@ -1,0 +1,48 @@
+//! Helpers shared by the integration tests (an embedded interpreter with the
+//! project's NumPy: run with PYTHONPATH pointing at the venv's site-packages).
+#![allow(dead_code)]
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+/// Evaluate a Python expression with `np` (NumPy) and the given locals.
+pub fn eval<'py>(
+    py: Python<'py>,
+    expr: &str,
+    locals: &[(&str, &Bound<'py, PyAny>)],
+) -> Bound<'py, PyAny> {
+    let ns = PyDict::new(py);
+    ns.set_item("np", numpy(py)).unwrap();
+    for (k, v) in locals {
+        ns.set_item(k, v).unwrap();
+    }
+    let code = std::ffi::CString::new(expr).unwrap();
+    py.eval(&code, Some(&ns), Some(&ns))
+        .unwrap_or_else(|e| panic!("{expr}: {e}"))
+}
+
+/// Run Python statements with `np` and the given locals.
+pub fn run<'py>(py: Python<'py>, code: &str, locals: &[(&str, &Bound<'py, PyAny>)]) {
+    let ns = PyDict::new(py);
+    ns.set_item("np", numpy(py)).unwrap();
+    for (k, v) in locals {
+        ns.set_item(k, v).unwrap();
+    }
+    let c = std::ffi::CString::new(code).unwrap();
+    py.run(&c, Some(&ns), Some(&ns))
+        .unwrap_or_else(|e| panic!("{code}: {e}"));
+}
+
+pub fn numpy(py: Python<'_>) -> Bound<'_, PyModule> {
+    py.import("numpy").unwrap_or_else(|e| {
+        panic!(
+            "these tests need NumPy: set PYTHONPATH to the site-packages of the project's .venv \
+             ({e})"
+        )
+    })
+}
+
+pub fn refcount(obj: &Bound<'_, PyAny>) -> isize {
+    // SAFETY: a live object; reading its reference count.
+    unsafe { pyo3::ffi::Py_REFCNT(obj.as_ptr()) }
+}

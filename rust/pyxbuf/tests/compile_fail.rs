@@ -1,0 +1,11 @@
+//! What the type system refuses (trybuild): `as_mut_slice` without an
+//! exclusive borrow, buffers outliving their `Python<'py>`, slices outliving
+//! their buffer, buffers crossing threads. The expected compiler messages are
+//! in tests/compile_fail/*.stderr (regenerate with TRYBUILD=overwrite after a
+//! toolchain change).
+
+#[test]
+fn compile_fail() {
+    let t = trybuild::TestCases::new();
+    t.compile_fail("tests/compile_fail/*.rs");
+}

@@ -1,0 +1,138 @@
+//! The device path on pyxbuf's guarded emulated device (`--features testdev`):
+//! acquisition, device(), device_ptr(), copies, to_device, refusals.
+#![cfg(feature = "testdev")]
+
+mod common;
+
+use common::eval;
+use pyo3::exceptions::PyBufferError;
+use pyo3::prelude::*;
+use pyxbuf::{Device, Exclusive, Path, PyXBuffer};
+
+const EMU: Device = Device::Emulated { id: 0 };
+
+/// A float32 array of `values` on the emulated device.
+fn on_device<'py>(py: Python<'py>, values: &[f32], shape: &[usize]) -> Bound<'py, PyAny> {
+    pyxbuf::testdev::register().unwrap();
+    let host = pyxbuf::export::new_exporter::<f32>(py, shape, Device::Cpu).unwrap();
+    PyXBuffer::<f32, Exclusive>::get(&host)
+        .unwrap()
+        .as_mut_slice()
+        .unwrap()
+        .copy_from_slice(values);
+    let dev = PyXBuffer::<f32>::get(&host)
+        .unwrap()
+        .to_device(EMU)
+        .unwrap();
+    assert_eq!(
+        dev.getattr("device").unwrap().extract::<String>().unwrap(),
+        "ext_dev:0"
+    );
+    dev
+}
+
+#[test]
+fn emulated_device_arrays() {
+    Python::attach(|py| {
+        let values = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let dev = on_device(py, &values, &[2, 3]);
+
+        // Without .device() the producer refuses: the host cannot read it.
+        let err = PyXBuffer::<f32>::get(&dev).unwrap_err();
+        assert!(err.is_instance_of::<PyBufferError>(py), "{err}");
+        assert!(err.to_string().contains("ext_dev:0"), "{err}");
+
+        let buf = PyXBuffer::<f32>::request().device().get(&dev).unwrap();
+        assert_eq!(buf.path(), Path::Native);
+        assert_eq!(buf.device(), EMU);
+        assert!(!buf.is_host());
+        assert_eq!(buf.device_identifier().unwrap(), c"pyxbuf.dlpack");
+        assert_eq!(buf.shape(), [2, 3]);
+        assert!(buf.grants().shared() && buf.grants().is_enforced());
+        assert!(
+            buf.as_slice().is_none(),
+            "device memory is never a host slice"
+        );
+        assert!(buf.as_cells().is_none());
+        let err = buf.to_vec().unwrap_err();
+        assert!(err.is_instance_of::<PyBufferError>(py), "{err}");
+
+        let ptr = buf
+            .device_ptr()
+            .expect("device memory has a device pointer");
+        assert_eq!(ptr.device(), EMU);
+        assert_eq!(ptr.as_ptr(), buf.buf_ptr().cast::<f32>().cast_const());
+        assert_ne!(ptr.addr(), 0);
+        // to_device recorded an event after its copy; consumers wait on it.
+        assert!(ptr.sync_event().is_some());
+        buf.device_wait(pyxbuf::sys::PYXBUF_STREAM_DEFAULT).unwrap();
+
+        assert_eq!(buf.copy_to_host().unwrap(), values);
+        let back = buf.to_device(Device::Cpu).unwrap();
+        assert_eq!(
+            PyXBuffer::<f32>::get(&back).unwrap().as_slice().unwrap(),
+            values
+        );
+        // Already there: the same object, no copy.
+        assert!(buf.to_device(EMU).unwrap().is(&dev));
+    });
+}
+
+#[test]
+fn exclusive_device_borrows() {
+    Python::attach(|py| {
+        let dev = on_device(py, &[0.5; 4], &[4]);
+        let mut w = PyXBuffer::<f32>::request()
+            .device()
+            .writable()
+            .get(&dev)
+            .unwrap();
+        assert!(w.grants().exclusive());
+        assert!(
+            w.as_mut_slice().is_none(),
+            "no host slice of device memory, even exclusive"
+        );
+        assert!(w.device_ptr().is_some());
+        assert!(PyXBuffer::<f32>::request().device().get(&dev).is_err());
+        drop(w);
+        assert_eq!(
+            PyXBuffer::<f32>::request()
+                .device()
+                .get(&dev)
+                .unwrap()
+                .copy_to_host()
+                .unwrap(),
+            [0.5; 4]
+        );
+    });
+}
+
+#[test]
+fn device_bfloat16_and_numpy_round_trip() {
+    Python::attach(|py| {
+        pyxbuf::testdev::register().unwrap();
+        let a = eval(
+            py,
+            "np.arange(6, dtype=np.float64).reshape(2, 3)[:, ::2]",
+            &[],
+        );
+        let host = PyXBuffer::<f64>::get(&a).unwrap();
+        let dev = host.to_device(EMU).unwrap(); // strided host -> packed device copy
+        drop(host);
+        let buf = PyXBuffer::<f64>::request().device().get(&dev).unwrap();
+        assert!(buf.is_c_contiguous());
+        assert_eq!(buf.copy_to_host().unwrap(), [0.0, 2.0, 3.0, 5.0]);
+
+        // Fresh device memory is poisoned (0xDB), never silently zero.
+        let raw = pyxbuf::export::new_exporter::<half::bf16>(py, &[3], EMU).unwrap();
+        let b = PyXBuffer::<half::bf16>::request()
+            .device()
+            .get(&raw)
+            .unwrap();
+        assert_eq!(b.format().to_str().unwrap(), "[ml_dtypes$bfloat16]");
+        assert_eq!(
+            b.copy_to_host().unwrap(),
+            [half::bf16::from_bits(0xDBDB); 3]
+        );
+    });
+}

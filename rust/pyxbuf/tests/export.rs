@@ -1,0 +1,320 @@
+//! The producer side: #[pyclass]es exporting through pyxbuf, consumed by
+//! PyXBuffer and by NumPy.
+
+mod common;
+
+use std::os::raw::c_int;
+
+use common::eval;
+use pyo3::exceptions::PyBufferError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyxbuf::export::{self, BorrowCounter, ExportBuffer, ExportDesc, HostArray};
+use pyxbuf::{Exclusive, Path, PyXBuffer};
+
+#[pyclass(frozen)]
+struct Grid {
+    data: HostArray<f64>,
+}
+
+// SAFETY: HostArray keeps memory, shape and strides in place while views live.
+unsafe impl ExportBuffer for Grid {
+    fn export_desc(&self) -> ExportDesc<'_> {
+        self.data.desc()
+    }
+    fn borrow_counter(&self) -> &BorrowCounter {
+        self.data.borrows()
+    }
+}
+
+#[pymethods]
+impl Grid {
+    #[classattr]
+    #[allow(non_upper_case_globals)]
+    const __pyxbuf_supported_flags__: i32 = export::SUPPORTED_FLAGS;
+
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        // SAFETY: bf_getbuffer's arguments.
+        unsafe { export::getbuffer(&slf, view, flags) }
+    }
+
+    unsafe fn __releasebuffer__(&self, view: *mut ffi::Py_buffer) {
+        // SAFETY: a view getbuffer filled.
+        unsafe { export::releasebuffer(self, view) }
+    }
+
+    fn set(&self, i: usize, v: f64) -> PyResult<()> {
+        self.data.write(|x| x[i] = v)
+    }
+}
+
+fn grid(py: Python<'_>) -> Bound<'_, Grid> {
+    let data = HostArray::new((0..6).map(f64::from).collect(), &[2, 3]).unwrap();
+    Bound::new(py, Grid { data }).unwrap()
+}
+
+#[test]
+fn pyclass_exports_with_enforced_borrows() {
+    Python::attach(|py| {
+        let g = grid(py);
+        let any = g.as_any();
+        let r = PyXBuffer::<f64>::get(any).unwrap();
+        assert_eq!(r.path(), Path::Native);
+        assert!(r.grants().shared() && r.grants().is_enforced());
+        assert_eq!(r.shape(), [2, 3]);
+        assert_eq!(r.strides(), [24, 8]);
+        assert_eq!(r.as_slice().unwrap(), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+        // The owner may read, not write, while a shared borrow lives.
+        assert_eq!(g.get().data.read(|x| x[5]).unwrap(), 5.0);
+        let err = g.call_method1("set", (0, 9.0)).unwrap_err();
+        assert!(err.is_instance_of::<PyBufferError>(py), "{err}");
+        // Writers are refused, readers share.
+        assert!(PyXBuffer::<f64, Exclusive>::get(any).is_err());
+        let r2 = PyXBuffer::<f64>::get(any).unwrap();
+        assert_eq!(g.get().data.borrows().counts().shared, 2);
+        drop((r, r2));
+        g.call_method1("set", (0, 9.0)).unwrap();
+
+        let mut w = PyXBuffer::<f64, Exclusive>::get(any).unwrap();
+        assert!(w.grants().exclusive() && w.grants().is_enforced());
+        w.as_mut_slice().unwrap()[1] = -1.0;
+        // Nobody else, not even a plain NumPy view or the owner, meanwhile.
+        let err = g.get().data.read(|x| x[0]).unwrap_err();
+        assert!(err.is_instance_of::<PyBufferError>(py));
+        let np_err = eval(py, "__import__('builtins').memoryview", &[]).call1((any,));
+        assert!(np_err.is_err());
+        drop(w);
+        assert_eq!(g.get().data.read(|x| x[..2].to_vec()).unwrap(), [9.0, -1.0]);
+        assert_eq!(g.get().data.borrows().views(), 0);
+    });
+}
+
+#[test]
+fn numpy_reads_a_pyclass_export() {
+    Python::attach(|py| {
+        let g = grid(py);
+        let a = eval(py, "np.asarray(g)", &[("g", g.as_any())]);
+        assert_eq!(
+            eval(py, "a.shape", &[("a", &a)])
+                .extract::<(usize, usize)>()
+                .unwrap(),
+            (2, 3)
+        );
+        assert_eq!(
+            eval(py, "float(a.sum())", &[("a", &a)])
+                .extract::<f64>()
+                .unwrap(),
+            15.0
+        );
+        // NumPy's view is a plain, writable one: a shared borrow now fails,
+        assert!(PyXBuffer::<f64>::get(g.as_any()).is_err());
+        // and so do the owner's reads and writes (it borrows like anyone).
+        assert!(g.get().data.read(|x| x[0]).is_err());
+        let err = g.call_method1("set", (0, 100.0)).unwrap_err();
+        assert!(err.is_instance_of::<PyBufferError>(py), "{err}");
+        // NumPy writes through its view instead.
+        common::run(py, "a[0, 0] = 100.0", &[("a", &a)]);
+        drop(a);
+        assert_eq!(g.get().data.borrows().views(), 0);
+        assert_eq!(g.get().data.read(|x| x[0]).unwrap(), 100.0);
+        assert!(PyXBuffer::<f64>::get(g.as_any()).is_ok());
+    });
+}
+
+#[pyclass(frozen)]
+struct Undeclared {
+    data: HostArray<u8>,
+}
+
+// SAFETY: as for Grid.
+unsafe impl ExportBuffer for Undeclared {
+    fn export_desc(&self) -> ExportDesc<'_> {
+        self.data.desc()
+    }
+    fn borrow_counter(&self) -> &BorrowCounter {
+        self.data.borrows()
+    }
+}
+
+#[pymethods]
+impl Undeclared {
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        // SAFETY: bf_getbuffer's arguments.
+        unsafe { export::getbuffer(&slf, view, flags) }
+    }
+
+    unsafe fn __releasebuffer__(&self, view: *mut ffi::Py_buffer) {
+        // SAFETY: a view getbuffer filled.
+        unsafe { export::releasebuffer(self, view) }
+    }
+}
+
+#[test]
+fn supported_flags_decide_the_path() {
+    Python::attach(|py| {
+        let u = Bound::new(
+            py,
+            Undeclared {
+                data: HostArray::from_vec(vec![1, 2, 3]),
+            },
+        )
+        .unwrap();
+        // Not declared: a classic producer, borrows tracked by the registry.
+        let b = PyXBuffer::<u8>::get(u.as_any()).unwrap();
+        assert_eq!(b.path(), Path::Classic);
+        assert!(b.grants().tracked());
+        drop(b);
+        export::declare_supported::<Undeclared>(py).unwrap();
+        let b = PyXBuffer::<u8>::get(u.as_any()).unwrap();
+        assert_eq!(b.path(), Path::Native);
+        assert!(b.grants().is_enforced());
+        assert_eq!(b.as_slice().unwrap(), [1, 2, 3]);
+    });
+}
+
+#[test]
+fn read_only_exports() {
+    Python::attach(|py| {
+        let data = HostArray::new(vec![1.0, 2.0], &[2])
+            .unwrap()
+            .with_readonly(true);
+        let g = Bound::new(py, Grid { data }).unwrap();
+        assert!(PyXBuffer::<f64>::get(g.as_any()).unwrap().readonly());
+        let err = PyXBuffer::<f64, Exclusive>::get(g.as_any()).unwrap_err();
+        assert!(err.to_string().contains("read-only"), "{err}");
+        assert_eq!(g.get().data.borrows().views(), 0);
+    });
+}
+
+#[cfg(feature = "testdev")]
+mod device_export {
+    use super::*;
+    use pyxbuf::export::DeviceInfo;
+    use pyxbuf::sys;
+    use pyxbuf::Device;
+
+    /// Device memory allocated through the emulated device's backend.
+    #[pyclass(frozen)]
+    struct DeviceVec {
+        ptr: usize,
+        shape: [isize; 1],
+        info: DeviceInfo,
+        borrows: BorrowCounter,
+    }
+
+    // SAFETY: the allocation lives until Drop (after every view, which keeps
+    // the object alive) and never moves; shape and info are fields.
+    unsafe impl ExportBuffer for DeviceVec {
+        fn export_desc(&self) -> ExportDesc<'_> {
+            ExportDesc::new(self.ptr as *mut f32, &self.shape).on_device(&self.info)
+        }
+        fn borrow_counter(&self) -> &BorrowCounter {
+            &self.borrows
+        }
+    }
+
+    #[pymethods]
+    impl DeviceVec {
+        #[classattr]
+        #[allow(non_upper_case_globals)]
+        const __pyxbuf_supported_flags__: i32 = export::SUPPORTED_FLAGS;
+
+        unsafe fn __getbuffer__(
+            slf: Bound<'_, Self>,
+            view: *mut ffi::Py_buffer,
+            flags: c_int,
+        ) -> PyResult<()> {
+            // SAFETY: bf_getbuffer's arguments.
+            unsafe { export::getbuffer(&slf, view, flags) }
+        }
+
+        unsafe fn __releasebuffer__(&self, view: *mut ffi::Py_buffer) {
+            // SAFETY: a view getbuffer filled.
+            unsafe { export::releasebuffer(self, view) }
+        }
+    }
+
+    fn backend() -> sys::pyxbuf_backend {
+        let mut b = sys::pyxbuf_backend::default();
+        // SAFETY: out-pointer valid for the call.
+        assert_eq!(
+            unsafe {
+                sys::pyxbuf_backend_get(sys::PYXBUF_DL_EXT_DEV, &mut b, std::ptr::null_mut())
+            },
+            0
+        );
+        b
+    }
+
+    impl Drop for DeviceVec {
+        fn drop(&mut self) {
+            let b = backend();
+            // SAFETY: memory this object allocated on device 0, freed once.
+            unsafe { b.free.unwrap()(b.ctx, 0, self.ptr as *mut _, std::ptr::null_mut()) };
+        }
+    }
+
+    #[test]
+    fn pyclass_exports_device_memory() {
+        pyxbuf::testdev::register().unwrap();
+        let live = pyxbuf::testdev::live_allocations();
+        Python::attach(|py| {
+            let b = backend();
+            let mut ptr = std::ptr::null_mut();
+            let values = [1.0f32, 2.0, 3.0];
+            // SAFETY: allocation and upload of 12 bytes on emulated device 0.
+            unsafe {
+                assert_eq!(
+                    b.alloc.unwrap()(b.ctx, 0, 12, &mut ptr, std::ptr::null_mut()),
+                    0
+                );
+                let rc = b.copy_from_host.unwrap()(
+                    b.ctx,
+                    0,
+                    ptr,
+                    values.as_ptr().cast(),
+                    12,
+                    0,
+                    std::ptr::null_mut(),
+                );
+                assert_eq!(rc, 0);
+            }
+            let info = DeviceInfo::new(Device::Emulated { id: 0 });
+            let v = Bound::new(
+                py,
+                DeviceVec {
+                    ptr: ptr as usize,
+                    shape: [3],
+                    info,
+                    borrows: BorrowCounter::new(),
+                },
+            )
+            .unwrap();
+            let err = PyXBuffer::<f32>::get(v.as_any()).unwrap_err();
+            assert!(err.is_instance_of::<PyBufferError>(py), "{err}");
+            let buf = PyXBuffer::<f32>::request()
+                .device()
+                .get(v.as_any())
+                .unwrap();
+            assert_eq!(buf.device(), Device::Emulated { id: 0 });
+            assert!(buf.grants().is_enforced());
+            assert!(buf.as_slice().is_none());
+            assert_eq!(buf.device_ptr().unwrap().addr(), ptr as u64);
+            assert_eq!(buf.copy_to_host().unwrap(), values);
+            let host = buf.to_device(Device::Cpu).unwrap();
+            assert_eq!(
+                PyXBuffer::<f32>::get(&host).unwrap().as_slice().unwrap(),
+                values
+            );
+        });
+        assert_eq!(pyxbuf::testdev::live_allocations(), live);
+    }
+}
