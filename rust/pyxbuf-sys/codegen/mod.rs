@@ -133,7 +133,11 @@ pub fn generate_main() -> Result<String, String> {
         .allowlist_type("pyxbuf_.*")
         .allowlist_var("PYXBUF_.*")
         .blocklist_function("pyxbuf_testdev_.*")
-        .blocklist_var("PYXBUF_TESTDEV_.*");
+        .blocklist_var("PYXBUF_TESTDEV_.*")
+        // Only pyxbuf's own items: CPython's (Py_buffer, PyObject, ...) are
+        // pyo3-ffi's, and blocklisting alone still lets bindgen walk into
+        // PyTypeObject's members and emit them.
+        .allowlist_recursively(false);
     render(b, "include/pyxbuf.h")
 }
 
