@@ -440,7 +440,7 @@ unsafe fn relocate(view: &mut sys::pyxbuf_view, from: usize) {
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type()
-        .name()
+        .fully_qualified_name()
         .map(|n| n.to_string())
         .unwrap_or_else(|_| "object".to_owned())
 }

@@ -1,0 +1,135 @@
+//! `pyxbuf_sum`: the code to copy when a `#[pyfunction]` should take any
+//! float32 or bfloat16 array — NumPy, ml_dtypes, JAX, PyTorch, a DLPack or
+//! CUDA-Array-Interface tensor, host or device memory — without a copy when
+//! the memory allows it.
+//!
+//! Build it into a virtualenv with `maturin develop -m rust/examples/sum/Cargo.toml`
+//! (or `pip install rust/examples/sum`), then:
+//!
+//! ```python
+//! import numpy as np, ml_dtypes, pyxbuf_sum
+//! pyxbuf_sum.sum_f32(np.arange(10, dtype=np.float32))          # 45.0
+//! pyxbuf_sum.sum_bf16(np.ones(4, dtype=ml_dtypes.bfloat16))     # 4.0
+//! ```
+
+use half::bf16;
+use pyo3::prelude::*;
+use pyxbuf::{Device, Element, PyXBuffer};
+
+/// The sum of a buffer's items, wherever they are.
+///
+/// Host memory that pyxbuf could borrow (every NumPy array, unless someone
+/// else holds it exclusively) and that is contiguous is read in place as a
+/// plain `&[T]`. Strided host memory and device memory are copied to the
+/// host in C order first (device memory after waiting for its producer).
+pub fn total<T: Element>(x: &PyXBuffer<'_, T>, to_f64: impl Fn(T) -> f64) -> PyResult<f64> {
+    if let Some(items) = x.as_slice() {
+        return Ok(items.iter().map(|&v| to_f64(v)).sum());
+    }
+    Ok(x.copy_to_host()?.into_iter().map(to_f64).sum())
+}
+
+/// Sum a float32 array on any device (a float64 accumulator).
+///
+/// `.device()` accepts device memory; without it a GPU tensor is refused
+/// with `BufferError`. The default request also asks for a shared borrow:
+/// while this runs, no other pyxbuf consumer may write the array.
+#[pyfunction]
+fn sum_f32(x: &Bound<'_, PyAny>) -> PyResult<f64> {
+    let x = PyXBuffer::<f32>::request().device().get(x)?;
+    total(&x, f64::from)
+}
+
+/// Sum a bfloat16 array (ml_dtypes, JAX, PyTorch, pyxbuf exporters) on any
+/// device.
+#[pyfunction]
+fn sum_bf16(x: &Bound<'_, PyAny>) -> PyResult<f64> {
+    let x = PyXBuffer::<bf16>::request().device().get(x)?;
+    total(&x, |v| f64::from(v.to_f32()))
+}
+
+/// The shortest form: a host float32 array as a `#[pyfunction]` argument
+/// (read-only, shared borrow, host memory only).
+#[pyfunction]
+fn sum_host_f32(x: PyXBuffer<'_, f32>) -> PyResult<f64> {
+    total(&x, f64::from)
+}
+
+/// Multiply a float32 array in place: an exclusive borrow, then `&mut [f32]`.
+#[pyfunction]
+fn scale_f32(x: &Bound<'_, PyAny>, factor: f32) -> PyResult<()> {
+    let mut x = PyXBuffer::<f32>::request().borrow_exclusive().get(x)?;
+    match x.as_mut_slice() {
+        Some(items) => items.iter_mut().for_each(|v| *v *= factor),
+        None => {
+            let scaled: Vec<f32> = x.to_vec()?.iter().map(|v| v * factor).collect();
+            x.copy_from_slice(&scaled)?;
+        }
+    }
+    Ok(())
+}
+
+fn describe_as<T: Element>(x: &Bound<'_, PyAny>) -> PyResult<String> {
+    let v = PyXBuffer::<T>::request().device().get(x)?;
+    let g = v.grants();
+    let grant = match (g.exclusive(), g.shared()) {
+        (true, _) => "exclusive",
+        (false, true) => "shared",
+        _ => "none",
+    };
+    let by = if g.tracked() {
+        "pyxbuf's registry"
+    } else {
+        "the producer"
+    };
+    Ok(format!(
+        "path={:?} device={} format={} shape={:?} strides={:?} borrow={grant} (granted by {by})",
+        v.path(),
+        v.device(),
+        v.format().to_string_lossy(),
+        v.shape(),
+        v.strides(),
+    ))
+}
+
+/// What pyxbuf sees in a float32, bfloat16 or float64 buffer: protocol path,
+/// device, format, shape, strides and borrow grant.
+#[pyfunction]
+fn describe(x: &Bound<'_, PyAny>) -> PyResult<String> {
+    describe_as::<f32>(x)
+        .or_else(|_| describe_as::<bf16>(x))
+        .or_else(|_| describe_as::<f64>(x))
+}
+
+/// A new `pyxbuf.Exporter` of `n` zeroed float32 items: pyxbuf's own
+/// producer, which enforces borrows itself.
+#[pyfunction]
+fn zeros_f32(py: Python<'_>, n: usize) -> PyResult<Bound<'_, PyAny>> {
+    pyxbuf::export::new_exporter::<f32>(py, &[n], Device::Cpu)
+}
+
+/// A copy of a float32 or bfloat16 array on pyxbuf's emulated device (a
+/// `pyxbuf.Exporter` whose memory the host cannot read).
+#[cfg(feature = "emulated-device")]
+#[pyfunction]
+fn to_emulated_device<'py>(x: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    pyxbuf::testdev::register()?;
+    let device = Device::Emulated { id: 0 };
+    match PyXBuffer::<f32>::get(x) {
+        Ok(v) => v.to_device(device),
+        Err(_) => PyXBuffer::<bf16>::get(x)?.to_device(device),
+    }
+}
+
+#[pymodule]
+fn pyxbuf_sum(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(sum_f32, m)?)?;
+    m.add_function(wrap_pyfunction!(sum_bf16, m)?)?;
+    m.add_function(wrap_pyfunction!(sum_host_f32, m)?)?;
+    m.add_function(wrap_pyfunction!(scale_f32, m)?)?;
+    m.add_function(wrap_pyfunction!(describe, m)?)?;
+    m.add_function(wrap_pyfunction!(zeros_f32, m)?)?;
+    #[cfg(feature = "emulated-device")]
+    m.add_function(wrap_pyfunction!(to_emulated_device, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,65 @@
+"""The example module against NumPy: same sums on float32, ml_dtypes bfloat16
+and emulated-device arrays; TypeError naming both formats on a dtype
+mismatch; BufferError on a borrow conflict. Run after building the module
+(maturin develop, or make demo)."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import pyxbuf_sum as s
+
+
+def close(a, b):
+    return abs(a - b) <= 1e-9 * max(1.0, abs(b))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: np.arange(1000, dtype=np.float32) / 7,
+    lambda: (np.arange(60, dtype=np.float32) / 3).reshape(6, 10)[::2, 1::3],  # strided
+    lambda: np.arange(10, dtype=np.float32)[::-1],                           # negative strides
+])
+def test_float32_sums_match_numpy(make):
+    a = make()
+    assert close(s.sum_f32(a), float(a.astype(np.float64).sum()))
+    assert close(s.sum_host_f32(a), float(a.astype(np.float64).sum()))
+
+
+def test_bfloat16_sums_match_numpy():
+    a = (np.arange(100) / 8).astype(ml_dtypes.bfloat16)
+    assert close(s.sum_bf16(a), float(a.astype(np.float64).sum()))
+    assert "ArrayInterface" in s.describe(a)
+
+
+def test_emulated_device_sums_match_numpy():
+    host = np.linspace(-3, 5, 33, dtype=np.float32)
+    dev = s.to_emulated_device(host)
+    assert str(dev.device) == "ext_dev:0"
+    assert close(s.sum_f32(dev), float(host.astype(np.float64).sum()))
+    b = np.arange(16).astype(ml_dtypes.bfloat16)
+    assert close(s.sum_bf16(s.to_emulated_device(b)), float(b.astype(np.float64).sum()))
+    with pytest.raises(BufferError, match="ext_dev:0"):
+        s.sum_host_f32(dev)  # host-only request: the device array is refused
+
+
+def test_dtype_mismatch_names_both_formats():
+    with pytest.raises(TypeError, match=r"format 'd'.*format 'f'"):
+        s.sum_f32(np.zeros(3))
+    with pytest.raises(TypeError, match=r"\[ml_dtypes\$bfloat16\]"):
+        s.sum_bf16(np.zeros(3, dtype=np.float16))
+
+
+def test_borrow_conflict_is_a_buffer_error():
+    e = s.zeros_f32(4)
+    m = memoryview(e)  # a writable view: nobody may borrow it shared now
+    with pytest.raises(BufferError):
+        s.sum_f32(e)
+    m.release()
+    assert s.sum_f32(e) == 0.0
+
+
+def test_scale_in_place():
+    a = np.ones(6, dtype=np.float32)
+    s.scale_f32(a, 3.0)
+    s.scale_f32(a[::2], 2.0)  # strided: copied back item by item
+    assert a.tolist() == [6, 3, 6, 3, 6, 3]
