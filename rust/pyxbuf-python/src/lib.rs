@@ -1,0 +1,491 @@
+//! The `pyxbuf` Python module: what libpyxbuf sees in any object
+//! (`inspect`), Array-API device moves (`to_device`), zero-copy imports
+//! (`from_dlpack`), and test producers (`exporter`: pyxbuf's borrow-counting
+//! exporter on the host or, with the `emulated-device` feature, on the
+//! guarded emulated device).
+//!
+//! ```python
+//! import numpy as np, pyxbuf
+//! pyxbuf.inspect(np.arange(6, dtype=np.float32).reshape(2, 3))["format_parsed"]["itemsize"]  # 4
+//! d = pyxbuf.to_device(np.ones(4, np.float32), "ext_dev:0")    # emulated-device copy
+//! pyxbuf.inspect(d)["device"]                                  # 'ext_dev:0'
+//! ```
+
+use std::ffi::{c_char, CStr};
+use std::mem::MaybeUninit;
+use std::ptr;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+use pyxbuf::sys;
+
+/// The default request of `inspect` and friends: strides, format, device
+/// memory accepted, read-only, no borrow.
+const DEFAULT_FLAGS: i32 = ffi::PyBUF_RECORDS_RO | sys::PYXBUF_DEVICE;
+
+/// Releases the view it guards, also when the code using it panics.
+struct Held<'a>(&'a mut sys::pyxbuf_view);
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the view was acquired in place and is released once, here,
+        // with the thread attached (we are inside a #[pyfunction]).
+        unsafe { sys::pyxbuf_release(self.0) };
+    }
+}
+
+/// Acquire a view of `obj` in place (it never moves, so self-referential
+/// views stay valid), run `f`, release.
+fn with_view<R>(
+    obj: &Bound<'_, PyAny>,
+    flags: i32,
+    stream: Option<i64>,
+    f: impl FnOnce(&sys::pyxbuf_view) -> PyResult<R>,
+) -> PyResult<R> {
+    let mut view = MaybeUninit::<sys::pyxbuf_view>::zeroed();
+    // SAFETY: a live object, writable storage for the view, attached thread.
+    let rc = unsafe {
+        match stream {
+            None => sys::pyxbuf_get(obj.as_ptr(), view.as_mut_ptr(), flags),
+            Some(s) => sys::pyxbuf_get_stream(obj.as_ptr(), view.as_mut_ptr(), flags, s),
+        }
+    };
+    if rc != 0 {
+        return Err(PyErr::fetch(obj.py()));
+    }
+    // SAFETY: zeroed, then filled by a successful pyxbuf_get.
+    let held = Held(unsafe { view.assume_init_mut() });
+    f(held.0)
+}
+
+fn cstr(p: *const c_char) -> Option<String> {
+    // SAFETY: NULL or a NUL-terminated string owned by the view or the library.
+    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+fn device_of(v: &sys::pyxbuf_view) -> (i32, i32) {
+    let mut d = sys::pyxbuf_device {
+        device_type: sys::PYXBUF_DL_CPU,
+        device_id: 0,
+    };
+    // SAFETY: an acquired view and an out-pointer; failure leaves `d` (CPU)
+    // and is reported through device_identifier.
+    unsafe { sys::pyxbuf_view_device(v, &mut d, ptr::null_mut()) };
+    (d.device_type, d.device_id)
+}
+
+fn device_name(device_type: i32, device_id: i32) -> String {
+    pyxbuf::Device::from_dlpack(device_type, device_id).to_string()
+}
+
+/// "cpu", "cuda", "cuda:1", "ext_dev:0", ... or a (device_type, device_id) tuple.
+fn parse_device(arg: &Bound<'_, PyAny>) -> PyResult<sys::pyxbuf_device> {
+    if let Ok((device_type, device_id)) = arg.extract::<(i32, i32)>() {
+        return Ok(sys::pyxbuf_device {
+            device_type,
+            device_id,
+        });
+    }
+    let text: String = arg.str()?.extract()?;
+    let (name, id) = match text.split_once(':') {
+        Some((n, i)) => (
+            n,
+            i.parse::<i32>().map_err(|_| {
+                PyValueError::new_err(format!("pyxbuf: bad device ordinal in '{text}'"))
+            })?,
+        ),
+        None => (text.as_str(), 0),
+    };
+    for t in 1..64 {
+        // SAFETY: returns a static string for any integer.
+        let known = unsafe { CStr::from_ptr(sys::pyxbuf_device_type_name(t)) };
+        if known.to_bytes() == name.as_bytes() && name != "unknown" {
+            return Ok(sys::pyxbuf_device {
+                device_type: t,
+                device_id: id,
+            });
+        }
+    }
+    Err(PyValueError::new_err(format!(
+        "pyxbuf: unknown device '{text}'; write it as 'cpu', 'cuda:0', 'ext_dev:0', ... or a \
+         (device_type, device_id) tuple"
+    )))
+}
+
+fn order_name(order: i32) -> String {
+    char::from_u32(order as u32).map_or_else(String::new, String::from)
+}
+
+/// The parsed form of a format: item size, alignment, canonical string and
+/// its fields (kind, code, byte order, offset, size, count, sub-array shape,
+/// name, custom type).
+fn parsed_format<'py>(py: Python<'py>, format: *const c_char) -> PyResult<Bound<'py, PyDict>> {
+    let out = PyDict::new(py);
+    let mut f = MaybeUninit::<sys::pyxbuf_format>::zeroed();
+    let mut err = sys::pyxbuf_error::default();
+    // SAFETY: a NUL-terminated string (or NULL = "B") alive for the call; on
+    // failure nothing needs freeing.
+    let rc = unsafe { sys::pyxbuf_format_parse(format, f.as_mut_ptr(), &mut err) };
+    if rc != 0 {
+        let msg: Vec<u8> = err
+            .message
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
+        out.set_item("error", String::from_utf8_lossy(&msg))?;
+        return Ok(out);
+    }
+    // SAFETY: parse succeeded.
+    let f = unsafe { f.assume_init_mut() };
+    let mut text = [0u8; 512];
+    let mut len = 0usize;
+    // SAFETY: a parsed descriptor and a buffer of the stated capacity.
+    if unsafe {
+        sys::pyxbuf_format_write(
+            f,
+            text.as_mut_ptr().cast(),
+            text.len(),
+            &mut len,
+            ptr::null_mut(),
+        )
+    } == 0
+    {
+        out.set_item("canonical", String::from_utf8_lossy(&text[..len]))?;
+    }
+    out.set_item("itemsize", f.itemsize)?;
+    out.set_item("alignment", f.alignment)?;
+    // SAFETY: the descriptor's nodes and dims, alive until it is cleared.
+    let (nodes, dims) = unsafe {
+        (
+            std::slice::from_raw_parts(sys::pyxbuf_format_nodes(f), f.nnodes as usize),
+            std::slice::from_raw_parts(sys::pyxbuf_format_dims(f), f.ndims as usize),
+        )
+    };
+    let kinds = ["root", "scalar", "struct", "custom", "padding"];
+    let fields = PyList::empty(py);
+    for n in nodes.iter().skip(1) {
+        let d = PyDict::new(py);
+        d.set_item("kind", kinds.get(n.kind as usize).copied().unwrap_or("?"))?;
+        if n.kind == sys::PYXBUF_FMT_SCALAR {
+            d.set_item("code", order_name(n.code))?;
+        }
+        d.set_item("byte_order", order_name(n.byte_order))?;
+        d.set_item("parent", n.parent)?;
+        d.set_item("offset", n.offset)?;
+        d.set_item("itemsize", n.itemsize)?;
+        d.set_item("repeat", n.repeat)?;
+        d.set_item("complex", n.flags & sys::PYXBUF_FMTN_COMPLEX != 0)?;
+        let shape: Vec<i64> = dims
+            .get(n.dims_start.max(0) as usize..)
+            .map(|d| d.iter().take(n.ndim.max(0) as usize).copied().collect())
+            .unwrap_or_default();
+        d.set_item("shape", PyTuple::new(py, shape)?)?;
+        let slice = |p: *const c_char, len: i32| -> Option<String> {
+            // SAFETY: the descriptor points into the parsed string for `len`
+            // bytes while it lives.
+            (!p.is_null() && len > 0).then(|| {
+                String::from_utf8_lossy(unsafe {
+                    std::slice::from_raw_parts(p.cast::<u8>(), len as usize)
+                })
+                .into_owned()
+            })
+        };
+        d.set_item("name", slice(n.name, n.name_len))?;
+        if n.kind == sys::PYXBUF_FMT_CUSTOM {
+            d.set_item("custom", slice(n.custom, n.custom_len))?;
+            d.set_item("opaque", n.flags & sys::PYXBUF_FMTN_OPAQUE != 0)?;
+        }
+        fields.append(d)?;
+    }
+    out.set_item("fields", fields)?;
+    // SAFETY: parsed above, cleared once.
+    unsafe { sys::pyxbuf_format_clear(f) };
+    Ok(out)
+}
+
+/// inspect(obj, flags=PyBUF_RECORDS_RO | PYXBUF_DEVICE, stream=None) -> dict
+///
+/// Acquire `obj` through pyxbuf with `flags` and describe the view: the
+/// protocol path taken, device, format and its parsed form, shape, strides,
+/// read-only flag, honoured extended flags and borrow grants.
+#[pyfunction]
+#[pyo3(signature = (obj, flags = DEFAULT_FLAGS, stream = None))]
+fn inspect<'py>(
+    obj: &Bound<'py, PyAny>,
+    flags: i32,
+    stream: Option<i64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let py = obj.py();
+    with_view(obj, flags, stream, |v| {
+        let d = PyDict::new(py);
+        // SAFETY: returns a static string.
+        d.set_item("path", cstr(unsafe { sys::pyxbuf_path_name(v.path) }))?;
+        let (device_type, device_id) = device_of(v);
+        d.set_item(
+            "device",
+            if v.device.is_null() {
+                "cpu".to_owned()
+            } else {
+                device_name(device_type, device_id)
+            },
+        )?;
+        d.set_item("device_identifier", cstr(v.device))?;
+        d.set_item("device_type", device_type)?;
+        d.set_item("device_id", device_id)?;
+        let b = &v.base;
+        d.set_item("format", cstr(b.format).unwrap_or_else(|| "B".to_owned()))?;
+        d.set_item("format_parsed", parsed_format(py, b.format)?)?;
+        d.set_item("itemsize", b.itemsize)?;
+        d.set_item("ndim", b.ndim)?;
+        d.set_item("len", b.len)?;
+        d.set_item("readonly", b.readonly != 0)?;
+        let ndim = b.ndim.max(0) as usize;
+        // SAFETY: an acquired view's shape/strides have ndim entries (or are
+        // NULL); the view has not moved since the producer filled it.
+        let (shape, strides) = unsafe {
+            (
+                (!b.shape.is_null()).then(|| std::slice::from_raw_parts(b.shape, ndim).to_vec()),
+                (!b.strides.is_null())
+                    .then(|| std::slice::from_raw_parts(b.strides, ndim).to_vec()),
+            )
+        };
+        d.set_item("shape", shape.map(|s| PyTuple::new(py, s)).transpose()?)?;
+        d.set_item("strides", strides.map(|s| PyTuple::new(py, s)).transpose()?)?;
+        d.set_item("flags", v.flags)?;
+        d.set_item("ext_flags", v.ext_flags)?;
+        let g = pyxbuf::Grants::from_bits(v.ext_flags);
+        let grants = PyDict::new(py);
+        grants.set_item("shared", g.shared())?;
+        grants.set_item("exclusive", g.exclusive())?;
+        grants.set_item("tracked", g.tracked())?;
+        d.set_item("grants", grants)?;
+        if !v.device_info.is_null() && cstr(v.device).as_deref() == Some("pyxbuf.dlpack") {
+            // SAFETY: a "pyxbuf.dlpack" device's info is a pyxbuf_device_info.
+            let info = unsafe { &*v.device_info.cast::<sys::pyxbuf_device_info>() };
+            d.set_item("sync_event", !info.sync_event.is_null())?;
+            d.set_item("producer_stream", info.stream)?;
+        }
+        Ok(d)
+    })
+}
+
+/// to_device(obj, device, stream=0) -> object
+///
+/// The Array API's `to_device`: `obj` itself when it already lives on
+/// `device`, else a new `pyxbuf.Exporter` holding a C-order copy there.
+/// `device` is 'cpu', 'cuda:0', 'ext_dev:0', ... or a (type, id) tuple.
+#[pyfunction]
+#[pyo3(signature = (obj, device, stream = sys::PYXBUF_STREAM_DEFAULT))]
+fn to_device<'py>(
+    obj: &Bound<'py, PyAny>,
+    device: &Bound<'py, PyAny>,
+    stream: i64,
+) -> PyResult<Bound<'py, PyAny>> {
+    let target = parse_device(device)?;
+    with_view(obj, DEFAULT_FLAGS, None, |v| {
+        // SAFETY: an acquired view and a device; new reference or NULL + error.
+        unsafe { Bound::from_owned_ptr_or_err(obj.py(), sys::pyxbuf_to_device(v, &target, stream)) }
+    })
+}
+
+/// The view a from_dlpack exporter keeps alive, released when it dies.
+unsafe extern "C" fn release_boxed_view(ctx: *mut std::ffi::c_void) {
+    // SAFETY: `ctx` is the Box<pyxbuf_view> from_dlpack leaked, acquired in
+    // place; the exporter calls this once, with the GIL, when it dies.
+    unsafe {
+        let mut view = Box::from_raw(ctx.cast::<sys::pyxbuf_view>());
+        sys::pyxbuf_release(&mut *view);
+    }
+}
+
+/// from_dlpack(obj, writable=False, stream=None) -> pyxbuf.Exporter
+///
+/// A zero-copy `pyxbuf.Exporter` over `obj`'s memory (host or device), from
+/// whatever protocol pyxbuf reads it through (DLPack, the CUDA Array
+/// Interface, the classic buffer, `__array_interface__`). The exporter keeps
+/// `obj`'s view alive and exports it through the extended protocol with
+/// borrow counting.
+#[pyfunction]
+#[pyo3(signature = (obj, writable = false, stream = None))]
+fn from_dlpack<'py>(
+    obj: &Bound<'py, PyAny>,
+    writable: bool,
+    stream: Option<i64>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
+    let flags = DEFAULT_FLAGS | if writable { ffi::PyBUF_WRITABLE } else { 0 };
+    // The view is acquired where it will live (a box the exporter owns), so
+    // its self-references stay valid.
+    let boxed: Box<MaybeUninit<sys::pyxbuf_view>> = Box::new(MaybeUninit::zeroed());
+    let raw = Box::into_raw(boxed).cast::<sys::pyxbuf_view>();
+    // SAFETY: writable storage for a view; a live object; attached thread.
+    let rc = unsafe {
+        match stream {
+            None => sys::pyxbuf_get(obj.as_ptr(), raw, flags),
+            Some(s) => sys::pyxbuf_get_stream(obj.as_ptr(), raw, flags, s),
+        }
+    };
+    if rc != 0 {
+        // SAFETY: the box leaked above, holding nothing.
+        drop(unsafe { Box::from_raw(raw.cast::<MaybeUninit<sys::pyxbuf_view>>()) });
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: acquired in place above.
+    let v = unsafe { &*raw };
+    // The exporter adopts (and one day destroys) the event in the device info
+    // it is given; the producer owns this one. Wait for it now and hand over
+    // an info without it: later consumers find the data ready.
+    let mut own_info: Option<sys::pyxbuf_device_info> = None;
+    if !v.device.is_null() && !v.device_info.is_null() {
+        // SAFETY: an acquired device view; waits on the default stream.
+        if unsafe { sys::pyxbuf_device_wait(v, sys::PYXBUF_STREAM_DEFAULT) } != 0 {
+            // SAFETY: not adopted by an exporter: release it here.
+            unsafe { release_boxed_view(raw.cast()) };
+            return Err(PyErr::fetch(py));
+        }
+        if cstr(v.device).as_deref() == Some("pyxbuf.dlpack") {
+            // SAFETY: a "pyxbuf.dlpack" device's info is a pyxbuf_device_info.
+            let mut info = unsafe { *v.device_info.cast::<sys::pyxbuf_device_info>() };
+            info.sync_event = ptr::null_mut();
+            own_info = Some(info);
+        }
+    }
+    let device_info = own_info
+        .as_mut()
+        .map_or(v.device_info, |i| ptr::addr_of_mut!(*i).cast());
+    let b = &v.base;
+    let desc = sys::pyxbuf_export_desc {
+        size: std::mem::size_of::<sys::pyxbuf_export_desc>() as u32,
+        ndim: b.ndim,
+        buf: b.buf,
+        format: b.format,
+        itemsize: b.itemsize,
+        shape: b.shape,
+        strides: b.strides,
+        readonly: b.readonly,
+        device: v.device,
+        device_info,
+        ..Default::default()
+    };
+    // SAFETY: the description points into the acquired view (copied by the
+    // exporter except buf, which stays valid until release_boxed_view runs).
+    let e = unsafe { sys::pyxbuf_exporter_wrap(&desc, Some(release_boxed_view), raw.cast()) };
+    if e.is_null() {
+        // SAFETY: not adopted by an exporter: release it here.
+        unsafe { release_boxed_view(raw.cast()) };
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: a new reference.
+    Ok(unsafe { Bound::from_owned_ptr(py, e) })
+}
+
+/// exporter(shape, format='B', device='cpu', readonly=False) -> pyxbuf.Exporter
+///
+/// A test producer: pyxbuf's exporter owning zeroed host memory (or, on a
+/// device, backend-allocated memory whose contents are undefined — the
+/// emulated device fills it with 0xDB), exporting it through the extended
+/// protocol with borrow counting.
+#[pyfunction]
+#[pyo3(signature = (shape, format = "B", device = None, readonly = false))]
+fn exporter<'py>(
+    py: Python<'py>,
+    shape: Vec<isize>,
+    format: &str,
+    device: Option<&Bound<'py, PyAny>>,
+    readonly: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let device = match device {
+        Some(d) => parse_device(d)?,
+        None => sys::pyxbuf_device {
+            device_type: sys::PYXBUF_DL_CPU,
+            device_id: 0,
+        },
+    };
+    let format =
+        std::ffi::CString::new(format).map_err(|_| PyTypeError::new_err("format contains NUL"))?;
+    // SAFETY: a NUL-terminated format, shape.len() dims, a device; new
+    // reference or NULL with an exception set.
+    unsafe {
+        let e = sys::pyxbuf_exporter_new(
+            format.as_ptr(),
+            shape.len() as i32,
+            shape.as_ptr(),
+            i32::from(readonly),
+            &device,
+        );
+        Bound::from_owned_ptr_or_err(py, e)
+    }
+}
+
+/// check_supports(obj, flags) -> bool: whether `obj`'s type supports every
+/// request flag in `flags` (the proposal's PyObject_CheckBufferSupports).
+#[pyfunction]
+fn check_supports(obj: &Bound<'_, PyAny>, flags: i32) -> PyResult<bool> {
+    // SAFETY: a live object, attached thread; -1 means an exception is set.
+    match unsafe { sys::pyxbuf_check_supports(obj.as_ptr(), flags) } {
+        -1 => Err(PyErr::fetch(obj.py())),
+        r => Ok(r == 1),
+    }
+}
+
+/// Live cooperative borrows in the process (all copies of libpyxbuf).
+#[pyfunction]
+fn live_borrows(py: Python<'_>) -> PyResult<i64> {
+    // SAFETY: attached thread; NULL means an exception is set.
+    let api = unsafe { sys::pyxbuf_shared_api_get() };
+    if api.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: a valid table whose borrow_live is always present (version 1).
+    Ok(unsafe { (*api).borrow_live.map_or(0, |f| f()) })
+}
+
+#[pymodule]
+#[pyo3(name = "pyxbuf")]
+fn pyxbuf_python(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    #[cfg(feature = "emulated-device")]
+    pyxbuf::testdev::register()?;
+    m.add_function(wrap_pyfunction!(inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(to_device, m)?)?;
+    m.add_function(wrap_pyfunction!(from_dlpack, m)?)?;
+    m.add_function(wrap_pyfunction!(exporter, m)?)?;
+    m.add_function(wrap_pyfunction!(check_supports, m)?)?;
+    m.add_function(wrap_pyfunction!(live_borrows, m)?)?;
+    // SAFETY: attached thread; a borrowed reference to the type (kept by the
+    // library for the process) or NULL with an exception.
+    let tp = unsafe { sys::pyxbuf_exporter_type() };
+    if tp.is_null() {
+        return Err(PyErr::fetch(m.py()));
+    }
+    // SAFETY: as above; a type object is a Python object.
+    m.add("Exporter", unsafe {
+        Bound::from_borrowed_ptr(m.py(), tp.cast())
+    })?;
+    m.add("__version__", pyxbuf::library_version())?;
+    m.add("EMULATED_DEVICE", cfg!(feature = "emulated-device"))?;
+    for (name, value) in [
+        ("PyBUF_SIMPLE", ffi::PyBUF_SIMPLE),
+        ("PyBUF_WRITABLE", ffi::PyBUF_WRITABLE),
+        ("PyBUF_FORMAT", ffi::PyBUF_FORMAT),
+        ("PyBUF_ND", ffi::PyBUF_ND),
+        ("PyBUF_STRIDES", ffi::PyBUF_STRIDES),
+        ("PyBUF_C_CONTIGUOUS", ffi::PyBUF_C_CONTIGUOUS),
+        ("PyBUF_F_CONTIGUOUS", ffi::PyBUF_F_CONTIGUOUS),
+        ("PyBUF_RECORDS", ffi::PyBUF_RECORDS),
+        ("PyBUF_RECORDS_RO", ffi::PyBUF_RECORDS_RO),
+        ("PYXBUF_DEVICE", sys::PYXBUF_DEVICE),
+        ("PYXBUF_BORROW_SHARED", sys::PYXBUF_BORROW_SHARED),
+        ("PYXBUF_BORROW_EXCLUSIVE", sys::PYXBUF_BORROW_EXCLUSIVE),
+        ("PYXBUF_TEMPORARY", sys::PYXBUF_TEMPORARY),
+        ("PYXBUF_EXT_SHARED", sys::PYXBUF_EXT_SHARED),
+        ("PYXBUF_EXT_EXCLUSIVE", sys::PYXBUF_EXT_EXCLUSIVE),
+        ("PYXBUF_EXT_TRACKED", sys::PYXBUF_EXT_TRACKED),
+        ("PYXBUF_SUPPORTED_FLAGS", pyxbuf::export::SUPPORTED_FLAGS),
+    ] {
+        m.add(name, value)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,106 @@
+"""The pyxbuf Python module against NumPy, ml_dtypes, JAX (where installed)
+and its own producers. Run after building the module (maturin develop)."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import pyxbuf
+
+
+@pytest.fixture(autouse=True)
+def no_borrow_left_behind():
+    yield
+    assert pyxbuf.live_borrows() == 0
+
+
+def test_inspect_numpy():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    info = pyxbuf.inspect(a)
+    assert info["path"] == "classic"
+    assert info["device"] == "cpu" and info["device_identifier"] is None
+    assert info["format"] == "f" and info["itemsize"] == 4
+    assert info["shape"] == (2, 3) and info["strides"] == (12, 4)
+    assert info["format_parsed"]["fields"][0]["code"] == "f"
+    assert info["grants"] == {"shared": False, "exclusive": False, "tracked": False}
+    shared = pyxbuf.inspect(a, pyxbuf.PyBUF_RECORDS_RO | pyxbuf.PYXBUF_BORROW_SHARED)
+    assert shared["grants"] == {"shared": True, "exclusive": False, "tracked": True}
+
+
+def test_inspect_struct_format():
+    a = np.zeros(2, dtype=[("x", "<i4"), ("y", "<f8", (2,))])
+    parsed = pyxbuf.inspect(a)["format_parsed"]
+    assert parsed["itemsize"] == 20
+    names = [f["name"] for f in parsed["fields"] if f["name"]]
+    assert names == ["x", "y"]
+    y = next(f for f in parsed["fields"] if f["name"] == "y")
+    assert y["shape"] == (2,) and y["offset"] == 4
+
+
+def test_inspect_bfloat16():
+    a = np.ones(3, dtype=ml_dtypes.bfloat16)
+    info = pyxbuf.inspect(a)
+    assert info["path"] == "array-interface"
+    assert info["format"] == "[ml_dtypes$bfloat16]"
+    assert info["format_parsed"]["fields"][0]["custom"] == "ml_dtypes$bfloat16"
+
+
+def test_refusals_are_buffer_errors():
+    with pytest.raises(BufferError):
+        pyxbuf.inspect(b"read-only", pyxbuf.PyBUF_RECORDS)
+    with pytest.raises(TypeError):
+        pyxbuf.inspect(42)
+
+
+@pytest.mark.skipif(not pyxbuf.EMULATED_DEVICE, reason="built without the emulated device")
+def test_to_device_and_back():
+    a = np.arange(8, dtype=np.int32)
+    d = pyxbuf.to_device(a, "ext_dev:0")
+    assert isinstance(d, pyxbuf.Exporter) and d.device == "ext_dev:0"
+    info = pyxbuf.inspect(d)
+    assert info["device"] == "ext_dev:0" and info["device_type"] == 12
+    assert info["path"] == "native"
+    with pytest.raises(BufferError, match="ext_dev:0"):
+        memoryview(d)  # the host cannot read it
+    back = pyxbuf.to_device(d, "cpu")
+    assert np.asarray(back).tolist() == list(range(8))
+    assert pyxbuf.to_device(d, (12, 0)) is d  # already there: no copy
+
+
+@pytest.mark.skipif(not pyxbuf.EMULATED_DEVICE, reason="built without the emulated device")
+def test_exporter_test_producers():
+    e = pyxbuf.exporter((2, 2), "<f", "ext_dev:0")
+    assert e.device == "ext_dev:0" and e.format == "<f"
+    host = pyxbuf.exporter((3,), "[ml_dtypes$bfloat16]")
+    assert pyxbuf.inspect(host)["itemsize"] == 2
+    x = pyxbuf.inspect(host, pyxbuf.PyBUF_RECORDS | pyxbuf.PYXBUF_BORROW_EXCLUSIVE)
+    assert x["grants"] == {"shared": False, "exclusive": True, "tracked": False}
+    assert host.borrows["views"] == 0
+
+
+def test_from_dlpack_is_zero_copy():
+    a = np.arange(6, dtype=np.float64).reshape(2, 3)
+    e = pyxbuf.from_dlpack(a, writable=True)
+    assert isinstance(e, pyxbuf.Exporter)
+    assert e.shape == (2, 3) and e.format == "d"
+    a[1, 2] = 42.0
+    assert np.asarray(e)[1, 2] == 42.0
+    info = pyxbuf.inspect(e, pyxbuf.PyBUF_RECORDS_RO | pyxbuf.PYXBUF_BORROW_SHARED)
+    assert info["grants"]["shared"] and not info["grants"]["tracked"]
+    del e  # releases its view of a
+
+
+def test_check_supports():
+    e = pyxbuf.exporter((1,))
+    assert pyxbuf.check_supports(e, pyxbuf.PYXBUF_DEVICE)
+    assert not pyxbuf.check_supports(np.zeros(1), pyxbuf.PYXBUF_DEVICE)
+    assert pyxbuf.check_supports(np.zeros(1), pyxbuf.PyBUF_RECORDS)
+
+
+def test_jax_bfloat16_if_installed():
+    jnp = pytest.importorskip("jax.numpy")
+    x = jnp.arange(4, dtype=jnp.bfloat16)
+    info = pyxbuf.inspect(x)
+    assert info["format"] == "[ml_dtypes$bfloat16]" and info["shape"] == (4,)
+    e = pyxbuf.from_dlpack(x)
+    assert e.format == "[ml_dtypes$bfloat16]" and e.shape == (4,)
