@@ -1,5 +1,7 @@
 # pyxbuf's front door. `make demo` and `make test` set up everything they need
-# on a fresh machine: a local .venv for Python packages, a CMake build in build/.
+# on a fresh machine: a local .venv for Python packages, a CMake build in build/,
+# the Rust workspace in target/ (libclang from Debian when it is missing, for
+# the bindings check; the rest needs none).
 
 PYTHON ?= python3
 VENV := .venv
@@ -13,7 +15,8 @@ CMAKE_ARGS ?=
 export PYTHONDONTWRITEBYTECODE := 1
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build test test-c test-python demo clean distclean venv
+.PHONY: all build test test-c test-python test-rust test-pymodules pymodules demo clean \
+	distclean venv libclang bindings
 
 all: build
 
@@ -40,13 +43,44 @@ test-c: build
 test-python: build
 	PYTHONPATH=$(abspath $(BUILD))/python $(VPY) -m pytest -q python-tests
 
-test: test-c test-python
+# Rust: the embedded interpreter of cargo's tests is the venv's base Python,
+# which finds the venv's packages through PYTHONPATH.
+RUST_ENV = PYO3_PYTHON=$(abspath $(VPY)) PYTHONPATH=$(SITE) CARGO_BUILD_JOBS=$(JOBS)
+MATURIN_ENV = VIRTUAL_ENV=$(abspath $(VENV)) PYO3_PYTHON=$(abspath $(VPY))
 
-demo: build
+# libclang lets cargo test regenerate the bindings and compare; installed
+# from Debian when missing and we are root (the test says SKIPPED otherwise).
+libclang:
+	@ldconfig -p | grep -q 'libclang[-.0-9]*\.so' || \
+	    { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	      { apt-get update -qq >/dev/null && apt-get install -y -qq libclang-dev >/dev/null; }; } || true
+
+test-rust: venv libclang
+	$(RUST_ENV) cargo fmt --all --check
+	$(RUST_ENV) cargo clippy --workspace --all-targets --all-features -- -D warnings
+	$(RUST_ENV) cargo test --workspace --all-features
+
+# The `pyxbuf` Python module and the example crate, built into the venv.
+pymodules: venv
+	$(MATURIN_ENV) $(VENV)/bin/maturin develop --quiet -m rust/pyxbuf-python/Cargo.toml
+	$(MATURIN_ENV) $(VENV)/bin/maturin develop --quiet -m rust/examples/sum/Cargo.toml
+
+test-pymodules: pymodules
+	$(VPY) -m pytest -q rust/pyxbuf-python/tests rust/examples/sum/tests
+
+test: test-c test-python test-rust test-pymodules
+
+bindings: venv libclang
+	PYO3_PYTHON=$(abspath $(VPY)) cargo run -p pyxbuf-sys --example regenerate
+
+demo: build pymodules
 	@PYTHONPATH=$(abspath $(BUILD))/python:$(SITE) $(BUILD)/pyxbuf_demo
+	@echo
+	@echo "== the same arrays from Rust: rust/examples/sum (PyXBuffer<f32>, PyXBuffer<bf16>) =="
+	@$(VPY) rust/examples/sum/demo.py
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) target
 
 distclean: clean
 	rm -rf $(VENV)

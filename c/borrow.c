@@ -130,6 +130,7 @@ static int64_t next_token = 1;
 static pthread_mutex_t tracked_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int ranges_overlap(const pyxbuf_borrow_range *a, const pyxbuf_borrow_range *b) {
+    if (a->lo == a->hi || b->lo == b->hi) return 0; /* no bytes, no conflict */
     return a->device_type == b->device_type && a->device_id == b->device_id && a->lo < b->hi &&
            b->lo < a->hi;
 }
@@ -241,7 +242,12 @@ int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags) {
     pyxbuf_device device = {PYXBUF_DL_CPU, 0};
     pyxbuf_view_device(view, &device, NULL);
     Py_ssize_t lo = 0, hi = 0;
-    pyxbuf__view_span(&view->base, &lo, &hi);
+    if (pyxbuf__view_span(&view->base, &lo, &hi) < 0) {
+        PyErr_Format(PyExc_BufferError,
+                     "pyxbuf: cannot track a borrow of '%.200s': its shape and strides overflow",
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
     pyxbuf_borrow_range range = {device.device_type, device.device_id,
                                  (uint64_t)((uintptr_t)view->base.buf + (uintptr_t)lo),
                                  (uint64_t)((uintptr_t)view->base.buf + (uintptr_t)hi)};
@@ -264,7 +270,8 @@ int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags) {
 }
 
 void pyxbuf__tracked_release(pyxbuf_view *view) {
-    const pyxbuf_shared_api *api = shared_api; /* set by the acquisition */
+    const pyxbuf_shared_api *api = pyxbuf_shared_api_get(); /* cached after the first call */
+    if (api == NULL) PyErr_Clear(); /* the acquisition found it: cannot fail now */
     if (api != NULL && view->borrow_token != 0) api->borrow_release(view->borrow_token);
     view->borrow_token = 0;
 }

@@ -558,6 +558,17 @@ static int cai_import(PyObject *obj, PyObject *dict, pyxbuf_view *view, int32_t 
         Py_DECREF(holder);
         return -1;
     }
+    /* The first byte told the device; the last must be on it too. */
+    Py_ssize_t lo = 0, hi = 0;
+    pyxbuf_error span_err;
+    if (s->has_backend && pyxbuf__view_span(&view->base, &lo, &hi) == 0 &&
+        pyxbuf__check_device_span(&s->backend, view->base.buf, lo, hi, &dev, &span_err) < 0) {
+        Py_CLEAR(view->base.obj);
+        Py_DECREF(holder);
+        PyErr_Format(PyExc_BufferError, "pyxbuf: the CAI array of '%.200s' is invalid: %s",
+                     Py_TYPE(obj)->tp_name, span_err.message);
+        return -1;
+    }
     view->path = PYXBUF_PATH_CAI;
     view->owner = holder;
     /* The request is granted: only now order the consumer after the

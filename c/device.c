@@ -101,7 +101,8 @@ int pyxbuf__backend_register_raw(const pyxbuf_backend *backend) {
     if (check_backend(backend, NULL) < 0) return PYXBUF_EINVAL;
     pthread_mutex_lock(&registry_lock);
     memset(&backends[backend->device_type], 0, sizeof(pyxbuf_backend));
-    memcpy(&backends[backend->device_type], backend, sizeof(pyxbuf_backend));
+    size_t n = backend->size < sizeof(pyxbuf_backend) ? backend->size : sizeof(pyxbuf_backend);
+    memcpy(&backends[backend->device_type], backend, n);
     backends[backend->device_type].size = (uint32_t)sizeof(pyxbuf_backend);
     backend_present[backend->device_type] = 1;
     pthread_mutex_unlock(&registry_lock);
@@ -305,10 +306,12 @@ int pyxbuf_device_wait(const pyxbuf_view *view, int64_t consumer_stream) {
 /* ------------------------------------------------------------------------- */
 
 /* The byte range [lo, hi) a view's items touch, relative to base.buf, and
- * whether they form one C-contiguous block. */
+ * whether they form one C-contiguous block. `ok` is 0 when the producer's
+ * numbers overflow (a lying producer's strides must not wrap the span). */
 typedef struct layout {
     Py_ssize_t lo, hi;
     int c_contiguous;
+    int ok;
     Py_ssize_t count; /* items */
 } layout;
 
@@ -319,32 +322,88 @@ static Py_ssize_t stride_of(const Py_buffer *b, int dim) {
     return s;
 }
 
+#define MUL_OK(a, b, r) (!__builtin_mul_overflow((a), (b), (r)))
+#define ADD_OK(a, b, r) (!__builtin_add_overflow((a), (b), (r)))
+
+int pyxbuf__checked_span(int ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
+                         Py_ssize_t itemsize, Py_ssize_t *lo_out, Py_ssize_t *hi_out) {
+    Py_ssize_t lo = 0, hi = 0, expected = itemsize;
+    if (ndim < 0 || ndim > PYXBUF_MAX_NDIM || itemsize < 0) return -1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0) return -1;
+        if (shape[i] == 0) { /* no items: an empty span */
+            *lo_out = *hi_out = 0;
+            return 0;
+        }
+    }
+    for (int i = ndim - 1; i >= 0; i--) {
+        Py_ssize_t n = shape[i], s = strides ? strides[i] : expected, extent;
+        if (!strides && !MUL_OK(expected, n, &expected)) return -1;
+        if (!MUL_OK(s, n - 1, &extent)) return -1;
+        if (!(extent < 0 ? ADD_OK(lo, extent, &lo) : ADD_OK(hi, extent, &hi))) return -1;
+    }
+    if (!ADD_OK(hi, itemsize, &hi) || !ADD_OK(hi, -lo, &expected)) return -1;
+    *lo_out = lo;
+    *hi_out = hi;
+    return 0;
+}
+
 static layout view_layout(const Py_buffer *b) {
-    layout l = {0, 0, 1, 1};
+    layout l = {0, 0, 1, 1, 1};
     if (b->shape == NULL) { /* no ND: one flat C-contiguous block */
         l.hi = b->len;
         l.count = b->itemsize ? b->len / b->itemsize : 0;
+        l.ok = b->len >= 0;
+        return l;
+    }
+    if (pyxbuf__checked_span(b->ndim, b->shape, b->strides, b->itemsize, &l.lo, &l.hi) < 0) {
+        l.ok = 0;
         return l;
     }
     Py_ssize_t expected = b->itemsize;
-    for (int i = b->ndim - 1; i >= 0; i--) {
-        Py_ssize_t n = b->shape[i], s = stride_of(b, i);
-        l.count *= n;
-        if (n > 1 && s != expected) l.c_contiguous = 0;
-        expected *= n;
-        if (n == 0) continue;
-        if (s < 0) l.lo += s * (n - 1);
-        else l.hi += s * (n - 1);
+    for (int i = b->ndim - 1; i >= 0 && l.ok; i--) {
+        Py_ssize_t n = b->shape[i];
+        if (n > 1 && stride_of(b, i) != expected) l.c_contiguous = 0;
+        l.ok = MUL_OK(l.count, n, &l.count) && MUL_OK(expected, n, &expected);
     }
-    l.hi += b->itemsize;
-    if (l.count == 0) l.lo = l.hi = 0;
     return l;
 }
 
-void pyxbuf__view_span(const Py_buffer *b, Py_ssize_t *lo, Py_ssize_t *hi) {
+int pyxbuf__view_span(const Py_buffer *b, Py_ssize_t *lo, Py_ssize_t *hi) {
     layout l = view_layout(b);
     *lo = l.lo;
     *hi = l.hi;
+    return l.ok ? 0 : -1;
+}
+
+/* A device view's first and last bytes must both be memory of the device it
+ * claims; "cuda" claims are also met by CUDA managed memory, which is what
+ * PyTorch and RAPIDS hand out under kDLCUDA when managed memory is on. */
+int pyxbuf__check_device_span(const pyxbuf_backend *b, const char *buf, Py_ssize_t lo,
+                              Py_ssize_t hi, const pyxbuf_device *claimed, pyxbuf_error *err) {
+    if (hi <= lo) return 0;
+    const char *ends[2] = {buf + lo, buf + hi - 1};
+    for (int i = 0; i < 2; i++) {
+        pyxbuf_device found = {0, 0};
+        char claim[64], where[64];
+        pyxbuf_device_format(claimed, claim, sizeof claim);
+        pyxbuf_error why;
+        if (b->pointer_query(b->ctx, ends[i], &found, &why) < 0)
+            return pyxbuf__error(err, PYXBUF_EDEVICE, -1,
+                                 "its %s byte %p is not memory of device '%s' (%.300s)",
+                                 i ? "last" : "first", (const void *)ends[i], claim, why.message);
+        int same = pyxbuf_device_same(&found, claimed) ||
+                   (claimed->device_type == PYXBUF_DL_CUDA &&
+                    found.device_type == PYXBUF_DL_CUDA_MANAGED &&
+                    found.device_id == claimed->device_id);
+        if (!same) {
+            pyxbuf_device_format(&found, where, sizeof where);
+            return pyxbuf__error(err, PYXBUF_EDEVICE, -1,
+                                 "it claims device '%s' but its %s byte %p is on '%s'", claim,
+                                 i ? "last" : "first", (const void *)ends[i], where);
+        }
+    }
+    return 0;
 }
 
 /* Copy every item of `b`, whose bytes start at `src` (= base.buf shifted to
@@ -412,7 +471,18 @@ static int is_host_view(const pyxbuf_view *view) {
     return pyxbuf_view_device(view, &d, NULL) == 0 && host_accessible(d.device_type);
 }
 
+static int refuse_released(void) {
+    PyErr_SetString(PyExc_BufferError,
+                    "pyxbuf: the view is not acquired (released already?); acquire it with "
+                    "pyxbuf_get first");
+    return -1;
+}
+
 void *pyxbuf_view_item_ptr(const pyxbuf_view *view, const Py_ssize_t *indices) {
+    if (!pyxbuf_view_is_acquired(view)) {
+        refuse_released();
+        return NULL;
+    }
     if (!is_host_view(view)) {
         refuse_device_view(view, "element access");
         return NULL;
@@ -433,6 +503,10 @@ void *pyxbuf_view_item_ptr(const pyxbuf_view *view, const Py_ssize_t *indices) {
 }
 
 PyObject *pyxbuf_view_memoryview(const pyxbuf_view *view) {
+    if (!pyxbuf_view_is_acquired(view)) {
+        refuse_released();
+        return NULL;
+    }
     if (!is_host_view(view)) {
         refuse_device_view(view, "a memoryview");
         return NULL;
@@ -445,6 +519,21 @@ PyObject *pyxbuf_view_memoryview(const pyxbuf_view *view) {
 }
 
 static int check_copy_size(const pyxbuf_view *view, size_t nbytes) {
+    if (!pyxbuf_view_is_acquired(view)) {
+        PyErr_SetString(PyExc_BufferError,
+                        "pyxbuf: the view is not acquired (released already?); acquire it with "
+                        "pyxbuf_get first");
+        return -1;
+    }
+    layout l = view_layout(&view->base);
+    Py_ssize_t want = 0;
+    if (!l.ok || !MUL_OK(l.count, view->base.itemsize, &want) || want != view->base.len) {
+        PyErr_Format(PyExc_BufferError,
+                     "pyxbuf: the view's len %zd disagrees with its shape and itemsize %zd, or "
+                     "its strides overflow; the producer's buffer is inconsistent",
+                     view->base.len, view->base.itemsize);
+        return -1;
+    }
     if (view->base.suboffsets != NULL) {
         PyErr_SetString(PyExc_BufferError,
                         "pyxbuf: cannot copy a view with suboffsets (PIL-style indirect arrays); "
@@ -462,8 +551,8 @@ static int check_copy_size(const pyxbuf_view *view, size_t nbytes) {
 }
 
 int pyxbuf_view_copy_contiguous(const pyxbuf_view *view, void *dst, size_t nbytes, char order) {
-    if (!is_host_view(view)) return refuse_device_view(view, "a contiguous copy");
     if (check_copy_size(view, nbytes) < 0) return -1;
+    if (!is_host_view(view)) return refuse_device_view(view, "a contiguous copy");
     if (order != 'C' && order != 'F') {
         PyErr_Format(PyExc_ValueError, "pyxbuf: order must be 'C' or 'F', not '%c'", order);
         return -1;
@@ -501,7 +590,7 @@ static int device_to_host(const pyxbuf_backend *b, const pyxbuf_view *view, cons
 
 int pyxbuf_copy_to_host(const pyxbuf_view *view, void *dst, size_t nbytes) {
     if (check_copy_size(view, nbytes) < 0) return -1;
-    if (is_host_view(view)) {
+    if (view->device == NULL) {
         gather_c_order(&view->base, view->base.buf, dst);
         return 0;
     }
@@ -511,8 +600,14 @@ int pyxbuf_copy_to_host(const pyxbuf_view *view, void *dst, size_t nbytes) {
     int rc = view_backend(view, &b, &d, &err);
     if (rc == 0) {
         Py_BEGIN_ALLOW_THREADS
+        /* Pinned host memory too: the producer may still be writing it. */
         rc = wait_event(&b, view, PYXBUF_STREAM_DEFAULT, &err);
-        if (rc == 0) rc = device_to_host(&b, view, &d, dst, PYXBUF_STREAM_DEFAULT, &err);
+        if (rc == 0 && host_accessible(d.device_type)) {
+            rc = b.synchronize ? b.synchronize(b.ctx, d.device_id, PYXBUF_STREAM_DEFAULT, &err) : 0;
+            if (rc == 0) gather_c_order(&view->base, view->base.buf, dst);
+        } else if (rc == 0) {
+            rc = device_to_host(&b, view, &d, dst, PYXBUF_STREAM_DEFAULT, &err);
+        }
         Py_END_ALLOW_THREADS
     }
     return rc < 0 ? pyxbuf_error_raise(&err) : 0;
@@ -533,9 +628,14 @@ static int copy_into(const pyxbuf_view *view, const pyxbuf_device *src, void *ds
     pyxbuf_backend sb, tb;
     int rc = 0;
     int src_host = host_accessible(src->device_type);
-    if (!src_host && (rc = pyxbuf_backend_get(src->device_type, &sb, err)) < 0) return rc;
+    if (view->device != NULL && (rc = pyxbuf_backend_get(src->device_type, &sb, err)) < 0)
+        return rc;
     if ((rc = pyxbuf_backend_get(target->device_type, &tb, err)) < 0) return rc;
-    if (!src_host && (rc = wait_event(&sb, view, stream, err)) < 0) return rc;
+    /* Wait for the producer, also when its memory is host-accessible (pinned). */
+    if (view->device != NULL && (rc = wait_event(&sb, view, stream, err)) < 0) return rc;
+    if (view->device != NULL && src_host && sb.synchronize &&
+        (rc = sb.synchronize(sb.ctx, src->device_id, stream, err)) < 0)
+        return rc;
     if (host_accessible(target->device_type)) {
         if (src_host) {
             gather_c_order(&view->base, view->base.buf, dst);
@@ -599,7 +699,8 @@ PyObject *pyxbuf_to_device(const pyxbuf_view *view, const pyxbuf_device *target,
     Py_ssize_t flat = view->base.itemsize ? view->base.len / view->base.itemsize : 0;
     int32_t ndim = view->base.shape || view->base.ndim == 0 ? view->base.ndim : 1;
     const Py_ssize_t *shape = view->base.shape ? view->base.shape : &flat;
-    PyObject *out = pyxbuf_exporter_new(view_format(view, fmt, sizeof fmt), ndim, shape, 0, target);
+    PyObject *out = pyxbuf__exporter_new_sized(view_format(view, fmt, sizeof fmt),
+                                               view->base.itemsize, ndim, shape, 0, target);
     if (out == NULL) return NULL;
     void *dst = pyxbuf__exporter_buffer(out);
     int rc;

@@ -454,24 +454,18 @@ static int refuse(const char *fmt, ...) {
     return -1;
 }
 
-/* When a backend serves the tensor's device type, it must agree that the
- * pointer is memory of that very device. */
-static int check_device_pointer(const void *ptr, Py_ssize_t len, int32_t type, int32_t id) {
+/* When a backend serves the tensor's device type, it must agree that both
+ * ends of the tensor's bytes are memory of that very device. */
+static int check_device_pointer(const Py_buffer *base, int32_t type, int32_t id) {
     pyxbuf_backend b;
-    if (len == 0 || pyxbuf_backend_get(type, &b, NULL) < 0) return 0;
-    pyxbuf_device found = {0, 0}, claimed = {type, id};
+    if (pyxbuf_backend_get(type, &b, NULL) < 0) return 0;
+    Py_ssize_t lo = 0, hi = 0;
+    if (pyxbuf__view_span(base, &lo, &hi) < 0)
+        return refuse("pyxbuf: the DLPack tensor's shape and strides overflow");
+    pyxbuf_device claimed = {type, id};
     pyxbuf_error err;
-    char claim[64], where[64];
-    pyxbuf_device_format(&claimed, claim, sizeof claim);
-    if (b.pointer_query(b.ctx, ptr, &found, &err) < 0)
-        return refuse("pyxbuf: the DLPack tensor claims device '%s' but its pointer is not memory "
-                      "of that device (%.300s)",
-                      claim, err.message);
-    if (found.device_type != type || found.device_id != id) {
-        pyxbuf_device_format(&found, where, sizeof where);
-        return refuse("pyxbuf: the DLPack tensor claims device '%s' but its pointer is on '%s'",
-                      claim, where);
-    }
+    if (pyxbuf__check_device_span(&b, base->buf, lo, hi, &claimed, &err) < 0)
+        return refuse("pyxbuf: the DLPack tensor is invalid: %s", err.message);
     return 0;
 }
 
@@ -545,6 +539,9 @@ static int describe(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t str
     int32_t type = t->device.device_type;
     int host = host_device_type(type);
     char *data = t->data;
+    if (data != NULL && t->byte_offset > UINTPTR_MAX - (uintptr_t)data)
+        return refuse("pyxbuf: the DLPack tensor's byte_offset %llu overflows its data pointer",
+                      (unsigned long long)t->byte_offset);
     if (data != NULL) data += t->byte_offset;
     pyxbuf_export_desc desc;
     memset(&desc, 0, sizeof desc);
@@ -566,8 +563,7 @@ static int describe(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t str
         desc.device_info = &h->info;
     }
     if (pyxbuf_export_fill(&view->base, obj, flags, &desc) < 0) return -1;
-    if (!host && check_device_pointer(view->base.buf, view->base.len, type,
-                                      t->device.device_id) < 0) {
+    if (!host && check_device_pointer(&view->base, type, t->device.device_id) < 0) {
         Py_CLEAR(view->base.obj);
         return -1;
     }
@@ -1042,6 +1038,13 @@ static PyObject *make_capsule(export_block *b, const DLPackVersion *version, int
     DLDataType dt;
     int padded = 0;
     if (format_to_dtype(base->format, &dt, &padded) < 0) return NULL;
+    if ((Py_ssize_t)(dt.bits / 8) * dt.lanes != base->itemsize && !padded) {
+        PyErr_Format(PyExc_BufferError,
+                     "pyxbuf: format '%s' is %d bits per item but the buffer's itemsize is %zd; "
+                     "DLPack cannot describe the disagreement",
+                     base->format, (int)dt.bits, base->itemsize);
+        return NULL;
+    }
     int legacy = version->major == 0;
     if (legacy && (base->readonly || padded)) {
         PyErr_Format(PyExc_BufferError,

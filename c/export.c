@@ -76,17 +76,19 @@ static int desc_itemsize(const pyxbuf_export_desc *d, Py_ssize_t *itemsize) {
     return 0;
 }
 
+/* Bytes of the items; also refuses shapes whose non-zero extents overflow
+ * (strides are computed from them, even when another extent is 0). */
 static int desc_nbytes(const pyxbuf_export_desc *d, Py_ssize_t itemsize, Py_ssize_t *nbytes) {
-    Py_ssize_t n = itemsize;
+    Py_ssize_t n = itemsize, extent = itemsize;
     for (int32_t i = 0; i < d->ndim; i++) {
-        if (d->shape[i] < 0 ||
-            (d->shape[i] != 0 && n > PY_SSIZE_T_MAX / d->shape[i])) {
+        Py_ssize_t dim = d->shape[i];
+        if (dim < 0 || __builtin_mul_overflow(extent, dim > 0 ? dim : 1, &extent)) {
             PyErr_Format(PyExc_ValueError,
                          "pyxbuf: export shape[%d] = %zd is negative or overflows the size",
-                         (int)i, d->shape[i]);
+                         (int)i, dim);
             return -1;
         }
-        n *= d->shape[i];
+        n = dim == 0 ? 0 : n * dim; /* cannot overflow: n <= extent */
     }
     *nbytes = n;
     return 0;
@@ -147,8 +149,24 @@ int pyxbuf_export_fill(Py_buffer *view, PyObject *exporter, int flags,
                      type_name(exporter));
         return -1;
     }
-    Py_ssize_t itemsize = 0, nbytes = 0;
+    Py_ssize_t itemsize = 0, nbytes = 0, lo = 0, hi = 0;
     if (desc_itemsize(d, &itemsize) < 0 || desc_nbytes(d, itemsize, &nbytes) < 0) return -1;
+    /* Foreign producers' numbers (the bridges fill views through here): the
+     * span must not wrap and the memory must exist. */
+    if (pyxbuf__checked_span(d->ndim, d->shape, d->strides, itemsize, &lo, &hi) < 0) {
+        PyErr_Format(PyExc_BufferError,
+                     "pyxbuf: the strides of '%.200s' overflow the address space; the producer's "
+                     "layout is invalid",
+                     type_name(exporter));
+        return -1;
+    }
+    if (d->buf == NULL && nbytes > 0) {
+        PyErr_Format(PyExc_BufferError,
+                     "pyxbuf: '%.200s' describes %zd bytes at a NULL address; the producer's "
+                     "buffer is invalid",
+                     type_name(exporter), nbytes);
+        return -1;
+    }
     if (check_contiguity(exporter, flags, d, itemsize) < 0) return -1;
 
     view->buf = d->buf;
@@ -404,18 +422,25 @@ static int adopt_desc(exporter_object *e, const pyxbuf_export_desc *d) {
         if (e->desc.device == NULL) return -1;
     }
     e->device.device_type = PYXBUF_DL_CPU;
-    if (d->device_info != NULL) {
-        /* Only pyxbuf_device_info is known here; its size field says how much
-         * the writer filled. */
+    int dlpack_device = e->desc.device != NULL &&
+                        pyxbuf_device_equal(e->desc.device, PYXBUF_DEVICE_DLPACK);
+    if (dlpack_device && d->device_info == NULL) {
+        PyErr_SetString(PyExc_ValueError, "pyxbuf_exporter_wrap: device \"" PYXBUF_DEVICE_DLPACK
+                                          "\" needs a pyxbuf_device_info in desc.device_info");
+        return -1;
+    }
+    if (dlpack_device) {
+        /* pyxbuf_device_info is copied (its size says how much the writer
+         * filled); other identifiers' info is the caller's, kept as given. */
         const pyxbuf_device_info *info = d->device_info;
         size_t n = info->size < sizeof e->device_info ? info->size : sizeof e->device_info;
         memcpy(&e->device_info, info, n);
         e->device_info.size = (uint32_t)sizeof e->device_info;
         e->desc.device_info = &e->device_info;
-        if (e->desc.device != NULL && pyxbuf_device_equal(e->desc.device, PYXBUF_DEVICE_DLPACK)) {
-            e->device.device_type = info->device_type;
-            e->device.device_id = info->device_id;
-        }
+        e->device.device_type = info->device_type;
+        e->device.device_id = info->device_id;
+    } else {
+        e->desc.device_info = d->device_info;
     }
     size_t dims = d->ndim > 0 ? (size_t)d->ndim : 1;
     Py_ssize_t *block = PyMem_Calloc(2 * dims, sizeof(Py_ssize_t));
@@ -445,6 +470,7 @@ PyObject *pyxbuf_exporter_wrap(const pyxbuf_export_desc *desc, void (*free_fn)(v
     if (e == NULL) return NULL;
     memset((char *)e + sizeof(PyObject), 0, sizeof *e - sizeof(PyObject));
     if (adopt_desc(e, desc) < 0) {
+        e->device_info.sync_event = NULL; /* still the caller's on failure */
         Py_DECREF(e); /* frees what adopt_desc copied; free_fn not yet owned */
         return NULL;
     }
@@ -466,8 +492,6 @@ static void free_device_block(void *p) {
     free(block);
 }
 
-static void free_host_block(void *p) { free(p); }
-
 /* Allocate `nbytes` on `device`; free_fn(free_ctx) releases it. */
 static void *allocate_on(const pyxbuf_device *device, size_t nbytes, void (**free_fn)(void *),
                          void **free_ctx) {
@@ -481,20 +505,19 @@ static void *allocate_on(const pyxbuf_device *device, size_t nbytes, void (**fre
         return NULL;
     }
     block->device_id = device->device_id;
-    if (device->device_type == PYXBUF_DL_CPU) { /* the CPU backend zeroes; free is free() */
-        void *ptr = block->ptr;
-        free(block);
-        *free_fn = free_host_block;
-        *free_ctx = ptr;
-        return ptr;
-    }
-    *free_fn = free_device_block;
+    *free_fn = free_device_block; /* also for the host: the CPU backend may be replaced */
     *free_ctx = block;
     return block->ptr;
 }
 
 PyObject *pyxbuf_exporter_new(const char *format, int32_t ndim, const Py_ssize_t *shape,
                               int32_t readonly, const pyxbuf_device *device) {
+    return pyxbuf__exporter_new_sized(format, 0, ndim, shape, readonly, device);
+}
+
+PyObject *pyxbuf__exporter_new_sized(const char *format, Py_ssize_t itemsize_given, int32_t ndim,
+                                     const Py_ssize_t *shape, int32_t readonly,
+                                     const pyxbuf_device *device) {
     static const pyxbuf_device host = {PYXBUF_DL_CPU, 0};
     if (device == NULL) device = &host;
     if (ndim < 0 || ndim > PYXBUF_MAX_NDIM || (ndim > 0 && shape == NULL)) {
@@ -509,6 +532,7 @@ PyObject *pyxbuf_exporter_new(const char *format, int32_t ndim, const Py_ssize_t
     d.format = format ? format : "B";
     d.shape = (Py_ssize_t *)shape;
     d.readonly = readonly;
+    d.itemsize = itemsize_given;
     Py_ssize_t itemsize = 0, nbytes = 0;
     if (desc_itemsize(&d, &itemsize) < 0 || desc_nbytes(&d, itemsize, &nbytes) < 0) return NULL;
     /* C strides; check_desc needs them for ndim > 1, adopt_desc copies them. */

@@ -37,6 +37,11 @@ int pyxbuf__backend_register_raw(const pyxbuf_backend *backend);
 /* The exporter's memory, and adopting an event recorded after writing it
  * (export.c; the caller knows `obj` is an exporter). */
 void *pyxbuf__exporter_buffer(PyObject *obj);
+/* pyxbuf_exporter_new with the item size given (0 = from the format): a copy
+ * keeps its source's itemsize even where the format disagrees (ctypes). */
+PyObject *pyxbuf__exporter_new_sized(const char *format, Py_ssize_t itemsize, int32_t ndim,
+                                     const Py_ssize_t *shape, int32_t readonly,
+                                     const pyxbuf_device *device);
 void pyxbuf__exporter_adopt_event(PyObject *obj, void *event, int64_t stream);
 
 /* ------------------------------------------------------------------------- */
@@ -78,8 +83,16 @@ int pyxbuf__backend_find_pointer(const void *ptr, pyxbuf_device *device, pyxbuf_
 int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags);
 void pyxbuf__tracked_release(pyxbuf_view *view);
 
-/* The byte span [lo, hi) a view's items touch, relative to base.buf. */
-void pyxbuf__view_span(const Py_buffer *b, Py_ssize_t *lo, Py_ssize_t *hi);
+/* The byte span [lo, hi) a view's items touch, relative to base.buf; -1 when
+ * the producer's shape and strides overflow. */
+int pyxbuf__view_span(const Py_buffer *b, Py_ssize_t *lo, Py_ssize_t *hi);
+/* The same from raw shape/strides (strides NULL = C order), all checked. */
+int pyxbuf__checked_span(int ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
+                         Py_ssize_t itemsize, Py_ssize_t *lo, Py_ssize_t *hi);
+/* PYXBUF_EDEVICE unless the backend says both ends of [buf+lo, buf+hi) are
+ * memory of `claimed` (a "cuda" claim also accepts CUDA managed memory). */
+int pyxbuf__check_device_span(const pyxbuf_backend *b, const char *buf, Py_ssize_t lo,
+                              Py_ssize_t hi, const pyxbuf_device *claimed, pyxbuf_error *err);
 
 /* A Python object holding `size` bytes of zeroed, 16-byte-aligned storage
  * for a bridge's state (device info, spilled dims, format strings);

@@ -362,15 +362,25 @@ static int td_synchronize(void *ctx, int32_t id, int64_t handle, pyxbuf_error *e
     return rc;
 }
 
+/* Like cuPointerGetAttributes: only addresses inside a live allocation are
+ * device memory (so a producer claiming more bytes than it owns is caught). */
+static int in_live_block(int32_t id, const void *ptr) {
+    size_t offset = (size_t)((const char *)ptr - devices[id].guarded);
+    for (const block *b = devices[id].blocks; b != NULL; b = b->next)
+        if (b->used && offset >= b->offset && offset < b->offset + b->size) return 1;
+    return 0;
+}
+
 static int td_pointer_query(void *ctx, const void *ptr, pyxbuf_device *out, pyxbuf_error *err) {
     (void)ctx;
     pthread_mutex_lock(&lock);
     int32_t found = -1;
     for (int32_t i = 0; i < PYXBUF_TESTDEV_MAX_DEVICES && found < 0; i++)
-        if (backing_of(i, ptr, 1) != NULL) found = i;
+        if (backing_of(i, ptr, 1) != NULL && in_live_block(i, ptr)) found = i;
     pthread_mutex_unlock(&lock);
     if (found < 0)
-        return td_error(err, PYXBUF_EDEVICE, "pointer %p is not memory of any emulated device", ptr);
+        return td_error(err, PYXBUF_EDEVICE,
+                        "pointer %p is not in a live allocation of any emulated device", ptr);
     out->device_type = PYXBUF_DL_EXT_DEV;
     out->device_id = found;
     return 0;

@@ -254,29 +254,18 @@ static int32_t allowed_grants(int32_t passed) {
 static int validate_device_pointer(pyxbuf_view *view, PyObject *obj) {
     if (!pyxbuf_device_equal(view->device, PYXBUF_DEVICE_DLPACK)) return 0;
     const pyxbuf_device_info *info = view->device_info;
-    if (info == NULL || info->size < offsetof(pyxbuf_device_info, sync_event))
+    if (info == NULL || info->size < offsetof(pyxbuf_device_info, reserved))
         return refuse_answer(view, obj, "its \"" PYXBUF_DEVICE_DLPACK "\" device has no valid "
                              "pyxbuf_device_info", view->flags);
     pyxbuf_backend b;
-    if (pyxbuf_backend_get(info->device_type, &b, NULL) < 0 || view->base.len == 0) return 0;
-    pyxbuf_device found = {0, 0};
-    pyxbuf_error err;
-    int rc = b.pointer_query(b.ctx, view->base.buf, &found, &err);
-    if (rc == 0 && found.device_type == info->device_type && found.device_id == info->device_id)
-        return 0;
-    char claim[64], reason[PYXBUF_ERROR_MESSAGE_SIZE + 64];
+    if (pyxbuf_backend_get(info->device_type, &b, NULL) < 0) return 0;
+    Py_ssize_t lo = 0, hi = 0;
+    if (pyxbuf__view_span(&view->base, &lo, &hi) < 0)
+        return refuse_answer(view, obj, "its shape and strides overflow", view->flags);
     pyxbuf_device claimed = {info->device_type, info->device_id};
-    pyxbuf_device_format(&claimed, claim, sizeof claim);
-    if (rc < 0) {
-        snprintf(reason, sizeof reason, "its pointer is not memory of device '%s' (%.400s)", claim,
-                 err.message);
-    } else {
-        char where[64];
-        pyxbuf_device_format(&found, where, sizeof where);
-        snprintf(reason, sizeof reason, "it claims device '%s' but the pointer is on '%s'", claim,
-                 where);
-    }
-    return refuse_answer(view, obj, reason, view->flags);
+    pyxbuf_error err;
+    if (pyxbuf__check_device_span(&b, view->base.buf, lo, hi, &claimed, &err) == 0) return 0;
+    return refuse_answer(view, obj, err.message, view->flags);
 }
 
 static int validate_extended(pyxbuf_view *view, PyObject *obj, int32_t passed) {
@@ -301,6 +290,9 @@ static int validate_extended(pyxbuf_view *view, PyObject *obj, int32_t passed) {
 }
 
 static int validate_classic(pyxbuf_view *view, PyObject *obj, int32_t passed) {
+    if (PYXBUF_UNLIKELY((unsigned)view->base.ndim > PYXBUF_MAX_NDIM))
+        return refuse_answer(view, obj, "its ndim is negative or above PYXBUF_MAX_NDIM (64)",
+                             passed);
     if (PYXBUF_UNLIKELY((passed & PyBUF_WRITABLE) && view->base.readonly))
         return refuse_answer(view, obj, "it returned read-only memory for a WRITABLE request",
                              passed);
@@ -372,6 +364,27 @@ static int acquire_by_bridges(PyObject *obj, pyxbuf_view *view, int32_t flags, i
     if (type == NULL) return 0;
     PyErr_Restore(type, value, tb);
     return -1;
+}
+
+/* After the classic path failed: may a bridge answer instead? Only when the
+ * classic buffer could not describe the object (a dtype it cannot carry, a
+ * layout it refuses). Not when the memory is read-only and the request
+ * writable: a bridge must not hand out writable access the producer refused
+ * (JAX arrays are immutable, yet their DLPack capsules carry no read-only
+ * flag). Not for errors other than refusals (MemoryError, KeyboardInterrupt). */
+static int classic_cannot_describe(PyObject *obj, int32_t flags) {
+    if (!PyErr_ExceptionMatches(PyExc_BufferError)) return 0;
+    if (!(flags & PyBUF_WRITABLE)) return 1;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    Py_buffer probe;
+    int readable = PyObject_GetBuffer(obj, &probe, flags & PYXBUF_CLASSIC_FLAGS & ~PyBUF_WRITABLE);
+    if (readable == 0)
+        PyBuffer_Release(&probe);
+    else
+        PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+    return readable != 0;
 }
 
 static void release_by_bridge(pyxbuf_view *view) {
@@ -470,7 +483,8 @@ static inline int get_view(PyObject *obj, pyxbuf_view *view, int32_t flags, int6
     } else if (PYXBUF_LIKELY(PyObject_CheckBuffer(obj))) {
         /* The fast path: the classic buffer answers most CPU arrays. */
         rc = acquire_classic(obj, view, flags);
-        if (PYXBUF_UNLIKELY(rc < 0)) rc = acquire_by_bridges(obj, view, flags, stream) == 1 ? 0 : -1;
+        if (PYXBUF_UNLIKELY(rc < 0) && classic_cannot_describe(obj, flags))
+            rc = acquire_by_bridges(obj, view, flags, stream) == 1 ? 0 : -1;
     } else {
         rc = acquire_by_bridges(obj, view, flags, stream);
         if (rc == 0) return refuse_no_protocol(obj);
@@ -512,6 +526,10 @@ void pyxbuf_release(pyxbuf_view *view) {
     /* Released: nothing left that points at the producer's memory. */
     view->state = PYXBUF__STATE_RELEASED;
     view->base.buf = NULL;
+    view->base.len = 0;
+    view->base.ndim = 0;
+    view->base.shape = view->base.strides = view->base.suboffsets = NULL;
+    view->base.format = NULL;
     view->device = NULL;
     view->device_info = NULL;
     view->ext_flags = 0;

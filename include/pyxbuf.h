@@ -486,8 +486,11 @@ PYXBUF_API int pyxbuf_exporter_device(PyObject *obj, pyxbuf_device *out);
 PYXBUF_API int pyxbuf_exporter_set_event(PyObject *obj, void *event, int64_t stream);
 
 /* An exporter over memory the caller allocated: `free_fn(free_ctx)` runs once
- * when the exporter dies (free_fn may be NULL). `desc->shape`/`strides` are
- * copied; `desc->format` and `desc->device_info` are copied when not NULL. */
+ * when the exporter dies (free_fn may be NULL). `desc->shape`/`strides` and
+ * `desc->format` are copied. For device PYXBUF_DEVICE_DLPACK the
+ * pyxbuf_device_info is copied and the exporter owns its sync_event from then
+ * on; other device identifiers' device_info is kept as given (it must outlive
+ * the exporter). */
 PYXBUF_API PyObject *pyxbuf_exporter_wrap(const pyxbuf_export_desc *desc,
                                           void (*free_fn)(void *), void *free_ctx);
 

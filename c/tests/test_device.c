@@ -222,10 +222,30 @@ TEST_CASE(same_device_and_host_only_refusals) {
     Py_DECREF(d);
 }
 
+TEST_CASE(released_view_refuses_host_only_calls) {
+    PyObject *h = py_eval("bytearray(b'abcdefgh')");
+    pyxbuf_view v;
+    CHECK(pyxbuf_get(h, &v, PyBUF_RECORDS_RO) == 0);
+    pyxbuf_release(&v);
+    CHECK(v.base.shape == NULL && v.base.len == 0 && v.base.format == NULL);
+    Py_ssize_t zero = 0;
+    char out[8];
+    CHECK(pyxbuf_view_item_ptr(&v, &zero) == NULL);
+    CHECK_CONTAINS(take_error(PyExc_BufferError), "not acquired");
+    CHECK(pyxbuf_copy_to_host(&v, out, 8) == -1);
+    CHECK_CONTAINS(take_error(PyExc_BufferError), "not acquired");
+    CHECK(pyxbuf_view_copy_contiguous(&v, out, 8, 'C') == -1);
+    take_error(PyExc_BufferError);
+    CHECK(pyxbuf_view_memoryview(&v) == NULL);
+    take_error(PyExc_BufferError);
+    Py_DECREF(h);
+}
+
 PYTHON_TEST_MAIN(TEST_ENTRY(device_names_and_formatting), TEST_ENTRY(builtin_backends_are_registered),
                  TEST_ENTRY(third_party_backend_registration),
                  TEST_ENTRY(host_dereference_of_emulated_memory_crashes),
                  TEST_ENTRY(events_order_work_across_streams),
                  TEST_ENTRY(emulated_device_refuses_bad_addresses),
                  TEST_ENTRY(to_device_round_trip_and_no_leaks),
-                 TEST_ENTRY(same_device_and_host_only_refusals))
+                 TEST_ENTRY(same_device_and_host_only_refusals),
+                 TEST_ENTRY(released_view_refuses_host_only_calls))

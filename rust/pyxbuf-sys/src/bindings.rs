@@ -1179,8 +1179,11 @@ unsafe extern "C" {
         stream: i64,
     ) -> ::std::os::raw::c_int;
     /** An exporter over memory the caller allocated: `free_fn(free_ctx)` runs once
- when the exporter dies (free_fn may be NULL). `desc->shape`/`strides` are
- copied; `desc->format` and `desc->device_info` are copied when not NULL.*/
+ when the exporter dies (free_fn may be NULL). `desc->shape`/`strides` and
+ `desc->format` are copied. For device PYXBUF_DEVICE_DLPACK the
+ pyxbuf_device_info is copied and the exporter owns its sync_event from then
+ on; other device identifiers' device_info is kept as given (it must outlive
+ the exporter).*/
     pub fn pyxbuf_exporter_wrap(
         desc: *const pyxbuf_export_desc,
         free_fn: ::std::option::Option<
