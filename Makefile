@@ -40,7 +40,7 @@ SITE = $(shell $(VPY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib
 test-c: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
-test-python: build
+test-python: build pymodules
 	PYTHONPATH=$(abspath $(BUILD))/python $(VPY) -m pytest -q python-tests
 
 # Rust: the embedded interpreter of cargo's tests is the venv's base Python,
@@ -68,7 +68,7 @@ pymodules: venv
 test-pymodules: pymodules
 	$(VPY) -m pytest -q rust/pyxbuf-python/tests rust/examples/sum/tests
 
-test: test-c test-python test-rust test-pymodules
+test: test-c test-rust test-python test-pymodules
 
 bindings: venv libclang
 	PYO3_PYTHON=$(abspath $(VPY)) cargo run -p pyxbuf-sys --example regenerate

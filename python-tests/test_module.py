@@ -1,0 +1,75 @@
+"""The suite's acquisition checks through the `pyxbuf` Python module (the Rust
+layer, rust/pyxbuf-python) instead of the C test extension: every classic field
+as PyObject_GetBuffer gives it, the bridges' paths, grants, refusals and
+refcounts. The C test extension stays for what only C can do (lying
+producers, DLPack producers with counting deleters, a second library copy)."""
+
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import _pyxbuf_testext as t
+import pyxbuf
+from test_acquire import CLASSIC_REQUESTS, PRODUCERS
+
+FIELDS = ("itemsize", "ndim", "len", "shape", "strides")
+
+
+@pytest.fixture(autouse=True)
+def no_borrow_left_behind():
+    yield
+    assert pyxbuf.live_borrows() == 0
+
+
+@pytest.mark.parametrize("name,factory", PRODUCERS, ids=[p[0] for p in PRODUCERS])
+@pytest.mark.parametrize("request_name", list(CLASSIC_REQUESTS))
+def test_module_sees_what_getbuffer_gives(name, factory, request_name):
+    obj = factory()
+    flags = CLASSIC_REQUESTS[request_name]
+    try:
+        theirs = t.classic(obj, flags)
+    except Exception as exc:  # the producer refuses: so must the module
+        assert isinstance(exc, (BufferError, ValueError, TypeError))
+        with pytest.raises(BufferError):
+            pyxbuf.inspect(obj, flags)
+        return
+    ours = pyxbuf.inspect(obj, flags)
+    for field in FIELDS:
+        assert ours[field] == theirs[field], field
+    assert ours["readonly"] == bool(theirs["readonly"])
+    assert ours["format"] == (theirs["format"] or "B")
+    assert ours["path"] == "classic"
+    assert (ours["flags"], ours["ext_flags"], ours["device"]) == (0, 0, "cpu")
+
+
+def test_bridges_through_the_module():
+    assert pyxbuf.inspect(np.ones(3, dtype=ml_dtypes.bfloat16))["path"] == "array-interface"
+    assert pyxbuf.inspect(np.ones(2, dtype=ml_dtypes.float8_e5m2))["format"] == (
+        "[ml_dtypes$float8_e5m2]")
+    jnp = pytest.importorskip("jax.numpy")
+    info = pyxbuf.inspect(jnp.arange(4, dtype=jnp.bfloat16))
+    assert (info["path"], info["format"]) == ("dlpack", "[ml_dtypes$bfloat16]")
+
+
+def test_module_grants_and_conflicts():
+    a = np.arange(8.0)
+    shared = pyxbuf.PyBUF_RECORDS_RO | pyxbuf.PYXBUF_BORROW_SHARED
+    exclusive = pyxbuf.PyBUF_RECORDS | pyxbuf.PYXBUF_BORROW_EXCLUSIVE
+    assert pyxbuf.inspect(a, shared)["grants"] == {
+        "shared": True, "exclusive": False, "tracked": True}
+    held = t.acquire(a, exclusive)  # another consumer (the C extension's copy)
+    with pytest.raises(BufferError, match="held by another pyxbuf consumer"):
+        pyxbuf.inspect(a, shared)
+    held.release()
+
+
+def test_module_refcounts_after_10000_cycles():
+    for name, factory in PRODUCERS:
+        obj = factory()
+        pyxbuf.inspect(obj, pyxbuf.PyBUF_RECORDS_RO)
+        before = sys.getrefcount(obj)
+        for _ in range(10_000):
+            pyxbuf.inspect(obj, pyxbuf.PyBUF_RECORDS_RO)
+        assert sys.getrefcount(obj) == before, name
