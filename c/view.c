@@ -176,14 +176,23 @@ static void reset_view(pyxbuf_view *view, int32_t requested) {
  * one. Other exceptions (MemoryError, KeyboardInterrupt...) keep their type. */
 static void add_context(PyObject *obj, const char *path, int32_t flags) {
     PyObject *type, *value, *tb;
+    char names[256];
+    pyxbuf__flag_names(flags, names, sizeof names);
+    if (!PyErr_Occurred()) {
+        /* A producer that fails without an exception would leave the
+         * consumer returning NULL with none (SystemError at best). */
+        PyErr_Format(PyExc_BufferError,
+                     "pyxbuf: %s buffer of '%.200s' failed the request %s without setting an "
+                     "exception; the producer is broken and must be fixed",
+                     path, Py_TYPE(obj)->tp_name, names);
+        return;
+    }
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
     if (value == NULL) {
         PyErr_Restore(type, value, tb);
         return;
     }
-    char names[256];
-    pyxbuf__flag_names(flags, names, sizeof names);
     PyObject *text = PyObject_Str(value);
     const char *reason = text ? PyUnicode_AsUTF8(text) : NULL;
     if (reason == NULL) {
@@ -299,6 +308,76 @@ static int validate_classic(pyxbuf_view *view, PyObject *obj, int32_t passed) {
     return 0;
 }
 
+/* The size of a single native struct code with no prefix, 0 for any other
+ * format (prefixed formats carry producer quirks: ctypes' '<l' is 8 bytes and
+ * its '<u' 4; pyxbuf trusts the itemsize there, as its copies do). */
+static Py_ssize_t native_code_size(const char *format) {
+    if (format == NULL || format[0] == '\0' || format[1] != '\0') return 0;
+    switch (format[0]) {
+    case 'c': case 'b': case 'B': case '?': return 1;
+    case 'h': case 'H': case 'e': return 2;
+    case 'i': case 'I': return (Py_ssize_t)sizeof(int);
+    case 'l': case 'L': return (Py_ssize_t)sizeof(long);
+    case 'q': case 'Q': return (Py_ssize_t)sizeof(long long);
+    case 'n': case 'N': return (Py_ssize_t)sizeof(Py_ssize_t);
+    case 'f': return (Py_ssize_t)sizeof(float);
+    case 'd': return (Py_ssize_t)sizeof(double);
+    case 'P': return (Py_ssize_t)sizeof(void *);
+    default: return 0;
+    }
+}
+
+/* Native (extended) producers only: the classic fields must agree with each
+ * other -- itemsize positive and equal to a plain native format's size, a
+ * shape when PyBUF_ND was asked, no negative extent, and len equal to the
+ * product of the shape times itemsize (PEP 3118). Consumers size slices by
+ * the shape (the Rust layer) and copies by len; a producer whose two answers
+ * differ would send one of them past the memory. The classic path does not
+ * pay for this loop: CPython's and NumPy's buffers are consistent, and the
+ * copy functions check again (check_copy_size in device.c). */
+static int validate_native_layout(pyxbuf_view *view, PyObject *obj, int32_t passed) {
+    const Py_buffer *b = &view->base;
+    char why[200];
+    if (PYXBUF_UNLIKELY(b->itemsize < 1)) {
+        snprintf(why, sizeof why, "its itemsize %zd is not positive", b->itemsize);
+        return refuse_answer(view, obj, why, passed);
+    }
+    Py_ssize_t code_size = native_code_size(b->format);
+    if (PYXBUF_UNLIKELY(code_size != 0 && code_size != b->itemsize)) {
+        snprintf(why, sizeof why, "its itemsize %zd disagrees with its format '%s' (%zd bytes)",
+                 b->itemsize, b->format, code_size);
+        return refuse_answer(view, obj, why, passed);
+    }
+    if (b->shape == NULL) {
+        if (PYXBUF_UNLIKELY((passed & PyBUF_ND) && b->ndim > 0))
+            return refuse_answer(view, obj, "its shape is NULL though PyBUF_ND was requested",
+                                 passed);
+        if (PYXBUF_UNLIKELY(b->len < 0)) {
+            snprintf(why, sizeof why, "its len %zd is negative", b->len);
+            return refuse_answer(view, obj, why, passed);
+        }
+        return 0;
+    }
+    Py_ssize_t bytes = b->itemsize;
+    for (int i = 0; i < b->ndim; i++) {
+        if (PYXBUF_UNLIKELY(b->shape[i] < 0)) {
+            snprintf(why, sizeof why, "its shape[%d] = %zd is negative", i, b->shape[i]);
+            return refuse_answer(view, obj, why, passed);
+        }
+        if (PYXBUF_UNLIKELY(__builtin_mul_overflow(bytes, b->shape[i], &bytes))) {
+            snprintf(why, sizeof why, "its shape times itemsize %zd overflows", b->itemsize);
+            return refuse_answer(view, obj, why, passed);
+        }
+    }
+    if (PYXBUF_UNLIKELY(bytes != b->len)) {
+        snprintf(why, sizeof why,
+                 "its len %zd disagrees with its shape times itemsize %zd (%zd bytes)", b->len,
+                 b->itemsize, bytes);
+        return refuse_answer(view, obj, why, passed);
+    }
+    return 0;
+}
+
 static int acquire_native(PyObject *obj, pyxbuf_view *view, int32_t flags, int32_t supported) {
     /* Extended bits go only to types that advertise them; unsupported soft
      * flags are dropped (the consumer sees them clear in view->flags). */
@@ -309,8 +388,10 @@ static int acquire_native(PyObject *obj, pyxbuf_view *view, int32_t flags, int32
         return -1;
     }
     view->path = PYXBUF_PATH_NATIVE;
-    if (validate_extended(view, obj, passed) < 0) return -1;
-    return validate_classic(view, obj, passed);
+    /* ndim first: the device check below walks shape and strides. */
+    if (validate_classic(view, obj, passed) < 0) return -1;
+    if (validate_native_layout(view, obj, passed) < 0) return -1;
+    return validate_extended(view, obj, passed);
 }
 
 static int acquire_classic(PyObject *obj, pyxbuf_view *view, int32_t flags) {

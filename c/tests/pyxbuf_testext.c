@@ -531,6 +531,17 @@ static const char *const liar_modes[] = {
     "readonly_for_writable",/* 7: hands out read-only memory for a WRITABLE request */
     "device_unrequested",   /* 8: fills device fields without PYXBUF_DEVICE asked */
     "wrong_device_pointer", /* 9: claims emulated device 0 for host memory */
+    "ndim_65",              /* 10: ndim above PYXBUF_MAX_NDIM */
+    "ndim_negative",        /* 11: ndim -1 */
+    "len_disagrees",        /* 12: len 15 for shape (16,) of 1-byte items */
+    "itemsize_vs_format",   /* 13: format "i" with itemsize 1 */
+    "negative_shape",       /* 14: shape (-16,) */
+    "itemsize_zero",        /* 15: itemsize 0 */
+    "null_shape",           /* 16: shape NULL though PyBUF_ND was asked */
+    "raises",               /* 17: getbuffer raises ValueError */
+    "fails_silently",       /* 18: getbuffer returns -1 with no exception set */
+    "shape_overflows",      /* 19: shape (PY_SSIZE_T_MAX,) of 2-byte items, len 16 */
+    "ndim_65_device",       /* 20: ndim 65 and a device view (the device check walks shape) */
     NULL,
 };
 
@@ -571,7 +582,35 @@ static int Liar_getbuffer(PyObject *self, Py_buffer *view, int flags) {
     view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? &view->itemsize : NULL;
     view->suboffsets = NULL;
     view->internal = NULL;
+    static Py_ssize_t negative = -16, huge = (Py_ssize_t)(((size_t)-1) >> 1);
     switch (l->mode) {
+    case 10: view->ndim = 65; break;
+    case 11: view->ndim = -1; break;
+    case 12: view->len = l->shape - 1; break;
+    case 13: view->format = (flags & PyBUF_FORMAT) ? "i" : NULL; break;
+    case 14: view->shape = (flags & PyBUF_ND) ? &negative : NULL; break;
+    case 15: view->itemsize = 0; break;
+    case 16: view->shape = NULL; break;
+    case 17:
+        Py_CLEAR(view->obj);
+        l->gets++;
+        PyErr_SetString(PyExc_ValueError, "the liar refuses");
+        return -1;
+    case 18:
+        Py_CLEAR(view->obj);
+        l->gets++;
+        return -1;
+    case 19:
+        view->shape = (flags & PyBUF_ND) ? &huge : NULL;
+        view->itemsize = 2;
+        view->format = (flags & PyBUF_FORMAT) ? "H" : NULL;
+        break;
+    case 20:
+        view->ndim = 65;
+        x->flags |= PYXBUF_DEVICE;
+        x->device = PYXBUF_DEVICE_DLPACK;
+        x->device_info = &liar_info;
+        break;
     case 1: x->flags |= PYXBUF_TEMPORARY; break;
     case 2: x->device = PYXBUF_DEVICE_DLPACK; x->device_info = &liar_info; break;
     case 3: x->flags |= PYXBUF_DEVICE; break;
@@ -615,7 +654,9 @@ static PyType_Slot Liar_slots[] = {
 static PyType_Spec Liar_spec = {
     .name = "_pyxbuf_testext.Liar",
     .basicsize = (int)sizeof(LiarObject),
-    .flags = Py_TPFLAGS_DEFAULT,
+    /* BASETYPE: a Python subclass with __pyxbuf_supported_flags__ = 0 tells
+     * the same lies through the classic path. */
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .slots = Liar_slots,
 };
 

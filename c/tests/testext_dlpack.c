@@ -7,7 +7,10 @@
  *                  dtype_code=None, bits=None, lanes=1, versioned=True,
  *                  legacy_only=False, read_only=False, is_copied=False,
  *                  padded=False, major=1, minor=3, byte_offset=0,
- *                  device=None, capsule_name=None, null_deleter=False)
+ *                  device=None, capsule_name=None, null_deleter=False,
+ *                  deleter_raises=False, ndim=None)
+ *     ndim, when given, is written into the tensor whatever the shape's
+ *     length (a lying producer; only shape's entries exist).
  *     `data` is any object pyxbuf can view (NumPy array, bytes, an Exporter
  *     on the emulated device); the producer holds that view and exports its
  *     memory, describing it as told. Its __dlpack__ follows the Python spec:
@@ -121,6 +124,9 @@ typedef struct {
     uint64_t byte_offset;
     t_device device;
     int versioned, legacy_only, null_deleter;
+    int deleter_raises; /* the deleter leaves a RuntimeError set (a broken producer) */
+    int ndim_lie;       /* ndim written into the tensor instead of the shape's length */
+    int lie_ndim;
     char *capsule_name; /* PyMem; NULL = the standard name */
     Py_ssize_t exported, deleted, dlpack_calls, c_calls;
     PyObject *last_kwargs;
@@ -142,8 +148,10 @@ typedef struct {
 static void block_delete(block *b) {
     PyGILState_STATE st = PyGILState_Ensure();
     b->owner->deleted++;
+    int raises = b->owner->deleter_raises;
     Py_DECREF(b->owner);
     free(b);
+    if (raises) PyErr_SetString(PyExc_RuntimeError, "the DLPack deleter raises");
     PyGILState_Release(st);
 }
 
@@ -162,7 +170,7 @@ static block *make_tensor(Producer *p, int versioned) {
     t_tensor *t = versioned ? &b->t.v.dl_tensor : &b->t.m.dl_tensor;
     t->data = (char *)p->view.base.buf - p->byte_offset;
     t->device = p->device;
-    t->ndim = p->ndim;
+    t->ndim = p->lie_ndim ? p->ndim_lie : p->ndim;
     t->dtype = p->dtype;
     t->shape = b->dims;
     t->strides = p->null_strides ? NULL : b->dims + n;
@@ -296,19 +304,20 @@ static PyObject *Producer_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     static char *kwlist[] = {"data", "shape", "strides", "null_strides", "dtype_code", "bits",
                              "lanes", "versioned", "legacy_only", "read_only", "is_copied",
                              "padded", "major", "minor", "byte_offset", "device",
-                             "capsule_name", "null_deleter", NULL};
+                             "capsule_name", "null_deleter", "deleter_raises", "ndim", NULL};
     PyObject *data, *shape = Py_None, *strides = Py_None, *code = Py_None, *bits = Py_None;
     PyObject *device = Py_None;
     int null_strides = 0, lanes = 1, versioned = 1, legacy_only = 0, read_only = 0;
-    int is_copied = 0, padded = 0, null_deleter = 0;
+    int is_copied = 0, padded = 0, null_deleter = 0, deleter_raises = 0;
     unsigned int major = 1, minor = 3;
     unsigned long long byte_offset = 0;
     const char *capsule_name = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOpOOipppppIIKOzp:DLPackProducer", kwlist,
+    PyObject *ndim_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOpOOipppppIIKOzppO:DLPackProducer", kwlist,
                                      &data, &shape, &strides, &null_strides, &code, &bits, &lanes,
                                      &versioned, &legacy_only, &read_only, &is_copied, &padded,
                                      &major, &minor, &byte_offset, &device, &capsule_name,
-                                     &null_deleter))
+                                     &null_deleter, &deleter_raises, &ndim_obj))
         return NULL;
     Producer *p = (Producer *)type->tp_alloc(type, 0);
     if (p == NULL) return NULL;
@@ -385,6 +394,12 @@ static PyObject *Producer_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     p->versioned = versioned;
     p->legacy_only = legacy_only;
     p->null_deleter = null_deleter;
+    p->deleter_raises = deleter_raises;
+    if (ndim_obj != Py_None) {
+        p->ndim_lie = (int)PyLong_AsLong(ndim_obj);
+        if (PyErr_Occurred()) goto fail;
+        p->lie_ndim = 1;
+    }
     p->major = major;
     p->minor = minor;
     p->byte_offset = byte_offset;
