@@ -68,7 +68,25 @@ pymodules: venv
 test-pymodules: pymodules
 	$(VPY) -m pytest -q rust/pyxbuf-python/tests rust/examples/sum/tests
 
-test: test-c test-rust test-python test-pymodules
+test: test-c test-rust test-python test-pymodules bench-smoke
+
+# Benchmarks (bench/, Criterion). `make bench` runs the suite and writes
+# bench/results/<date>-<machine>.md; `make bench-smoke` (part of `make test`)
+# runs each benchmark once, untimed, so none can rot.
+.PHONY: bench bench-smoke
+BENCH_ENV = $(RUST_ENV) PYXBUF_BUILD_DIR=$(BUILD)
+CRITERION_HOME ?= $(abspath target)/criterion-pyxbuf
+
+bench-smoke: venv build
+	$(BENCH_ENV) cargo test -p pyxbuf-bench --benches
+
+bench: venv build
+	rm -rf $(CRITERION_HOME)
+	@load="$$(cut -d' ' -f1-3 /proc/loadavg)"; \
+	$(BENCH_ENV) CRITERION_HOME=$(CRITERION_HOME) PYXBUF_BENCH_NOTES=$(CRITERION_HOME)/notes.jsonl \
+	    cargo bench -p pyxbuf-bench $(BENCH_ARGS) && \
+	$(VPY) bench/report.py --criterion $(CRITERION_HOME) --notes $(CRITERION_HOME)/notes.jsonl \
+	    --load-before "$$load" --command "make bench$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" $(REPORT_ARGS)
 
 bindings: venv libclang
 	PYO3_PYTHON=$(abspath $(VPY)) cargo run -p pyxbuf-sys --example regenerate
