@@ -81,12 +81,13 @@ bench-smoke: venv build
 	$(BENCH_ENV) cargo test -p pyxbuf-bench --benches
 
 bench: venv build
-	rm -rf $(CRITERION_HOME)
-	@load="$$(cut -d' ' -f1-3 /proc/loadavg)"; \
+	$(BENCH_ENV) cargo bench -p pyxbuf-bench --no-run
+	rm -rf $(CRITERION_HOME) && mkdir -p $(CRITERION_HOME)
+	cut -d' ' -f1-3 /proc/loadavg > $(CRITERION_HOME)/load-before
 	$(BENCH_ENV) CRITERION_HOME=$(CRITERION_HOME) PYXBUF_BENCH_NOTES=$(CRITERION_HOME)/notes.jsonl \
-	    cargo bench -p pyxbuf-bench $(BENCH_ARGS) && \
-	$(VPY) bench/report.py --criterion $(CRITERION_HOME) --notes $(CRITERION_HOME)/notes.jsonl \
-	    --load-before "$$load" --command "make bench$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" $(REPORT_ARGS)
+	    cargo bench -p pyxbuf-bench $(BENCH_ARGS)
+	$(VPY) bench/report.py --criterion $(CRITERION_HOME) \
+	    --command "make bench$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" $(REPORT_ARGS)
 
 bindings: venv libclang
 	PYO3_PYTHON=$(abspath $(VPY)) cargo run -p pyxbuf-sys --example regenerate
