@@ -538,7 +538,65 @@ Py_ssize_t *pyxbuf__view_dims(pyxbuf_view *view, int ndim, Py_ssize_t *spill) {
 /* Both entry points share this body; being static, it is inlined into each
  * (a call between exported functions of a shared library goes through the
  * PLT). */
-static inline int get_view(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream) {
+/* The request bits the fast path serves: classic ones plus the soft device
+ * and temporary flags (a classic producer honours neither; borrows need the
+ * registry). */
+#define FAST_PATH_FLAGS (PYXBUF_CLASSIC_FLAGS | PYXBUF_DEVICE | PYXBUF_TEMPORARY)
+
+/* The common case in as few instructions as we can: a classic producer whose
+ * type pyxbuf has seen, a request it can answer alone. 1 = acquired; 0 = not
+ * this path (nothing done); -1 = the producer refused (view reset, exception
+ * set: a bridge may still answer); -2 = failed for good (exception set). */
+static inline int get_classic_fast(PyObject *obj, pyxbuf_view *view, int32_t flags) {
+    PyTypeObject *tp = Py_TYPE(obj);
+    PyBufferProcs *pb = tp->tp_as_buffer;
+    int32_t supported;
+    if (PYXBUF_UNLIKELY((flags & ~FAST_PATH_FLAGS) != 0 || pb == NULL ||
+                        pb->bf_getbuffer == NULL || !cached_supported(tp, &supported) ||
+                        supported != PYXBUF_CLASSIC_FLAGS))
+        return 0;
+    int32_t passed = flags & PYXBUF_CLASSIC_FLAGS;
+    view->flags = 0;
+    view->ext_flags = 0;
+    view->device = NULL;
+    view->device_info = NULL;
+    view->requested = flags;
+    view->owner = NULL;
+    view->bridge_data = NULL;
+    view->borrow_token = 0;
+    view->path = PYXBUF_PATH_CLASSIC;
+    /* PyObject_GetBuffer is this call after the checks made above. */
+    if (PYXBUF_UNLIKELY(pb->bf_getbuffer(obj, &view->base, passed) < 0)) {
+        reset_view(view, flags);
+        add_context(obj, "classic", passed);
+        return -1;
+    }
+    if (PYXBUF_UNLIKELY((unsigned)view->base.ndim > PYXBUF_MAX_NDIM ||
+                        ((passed & PyBUF_WRITABLE) && view->base.readonly))) {
+        validate_classic(view, obj, passed); /* refuses, releases, says why */
+        return -2;
+    }
+    view->state = PYXBUF__STATE_ACQUIRED;
+    return 1;
+}
+
+#if defined(__GNUC__)
+#define PYXBUF_COLD __attribute__((noinline, cold))
+#else
+#define PYXBUF_COLD
+#endif
+
+/* Everything but the fast path, out of line so that the fast path saves no
+ * registers it does not use. `fast` is get_classic_fast's answer. */
+static PYXBUF_COLD int get_view_slow(PyObject *obj, pyxbuf_view *view, int32_t flags,
+                                     int64_t stream, int fast) {
+    if (fast == -2) return -1;
+    if (fast == -1) {
+        if (!classic_cannot_describe(obj, flags) || acquire_by_bridges(obj, view, flags, stream) != 1)
+            return -1;
+        view->state = PYXBUF__STATE_ACQUIRED;
+        return 0;
+    }
     if (PYXBUF_UNLIKELY(obj == NULL || view == NULL)) {
         PyErr_SetString(PyExc_ValueError, "pyxbuf_get: obj and view must not be NULL");
         return -1;
@@ -580,6 +638,12 @@ static inline int get_view(PyObject *obj, pyxbuf_view *view, int32_t flags, int6
         return -1;
     }
     return 0;
+}
+
+static inline int get_view(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream) {
+    int fast = PYXBUF_LIKELY(obj != NULL && view != NULL) ? get_classic_fast(obj, view, flags) : 0;
+    if (PYXBUF_LIKELY(fast == 1)) return 0;
+    return get_view_slow(obj, view, flags, stream, fast);
 }
 
 int pyxbuf_get(PyObject *obj, pyxbuf_view *view, int32_t flags) {
