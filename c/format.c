@@ -368,44 +368,39 @@ void pyxbuf_format_clear(pyxbuf_format *f) {
     format_reset(f, NULL);
 }
 
-/* Make room for one more element in an array that starts in inline storage
- * and moves to the heap when it outgrows it (nodes and dims alike). */
-static bool grow(void **heap, const void *inline_storage, size_t inline_bytes, size_t elem,
-                 int32_t *capacity) {
-    if (*capacity > INT32_MAX / 2) return false;
-    int32_t cap = *capacity * 2 < 16 ? 16 : *capacity * 2;
-    void *n;
-    if (*heap == NULL) {
-        n = malloc((size_t)cap * elem);
-        if (n) memcpy(n, inline_storage, inline_bytes);
-    } else {
-        n = realloc(*heap, (size_t)cap * elem);
-    }
-    if (n == NULL) return false;
-    *heap = n;
-    *capacity = cap;
-    return true;
-}
-
 /* Index of a new node, or -1 when out of memory. */
 static int32_t node_alloc(pyxbuf_format *f) {
     if (f->nnodes == f->node_capacity) {
-        void *heap = f->heap_nodes;
-        if (!grow(&heap, f->inline_nodes, sizeof f->inline_nodes, sizeof *f->heap_nodes,
-                  &f->node_capacity))
-            return -1;
-        f->heap_nodes = heap;
+        if (f->node_capacity > INT32_MAX / 2) return -1;
+        int32_t cap = f->node_capacity * 2 < 16 ? 16 : f->node_capacity * 2;
+        pyxbuf_format_node *n;
+        if (f->heap_nodes == NULL) {
+            n = malloc((size_t)cap * sizeof *n);
+            if (n) memcpy(n, f->inline_nodes, sizeof f->inline_nodes);
+        } else {
+            n = realloc(f->heap_nodes, (size_t)cap * sizeof *n);
+        }
+        if (n == NULL) return -1;
+        f->heap_nodes = n;
+        f->node_capacity = cap;
     }
     return f->nnodes++;
 }
 
 static bool dim_push(pyxbuf_format *f, int64_t d) {
     if (f->ndims == f->dims_capacity) {
-        void *heap = f->heap_dims;
-        if (!grow(&heap, f->inline_dims, sizeof f->inline_dims, sizeof *f->heap_dims,
-                  &f->dims_capacity))
-            return false;
-        f->heap_dims = heap;
+        if (f->dims_capacity > INT32_MAX / 2) return false;
+        int32_t cap = f->dims_capacity * 2 < 16 ? 16 : f->dims_capacity * 2;
+        int64_t *n;
+        if (f->heap_dims == NULL) {
+            n = malloc((size_t)cap * sizeof *n);
+            if (n) memcpy(n, f->inline_dims, sizeof f->inline_dims);
+        } else {
+            n = realloc(f->heap_dims, (size_t)cap * sizeof *n);
+        }
+        if (n == NULL) return false;
+        f->heap_dims = n;
+        f->dims_capacity = cap;
     }
     pyxbuf_format_dims(f)[f->ndims++] = d;
     return true;
