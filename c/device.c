@@ -379,10 +379,27 @@ int pyxbuf__view_span(const Py_buffer *b, Py_ssize_t *lo, Py_ssize_t *hi) {
 /* A device view's first and last bytes must both be memory of the device it
  * claims; "cuda" claims are also met by CUDA managed memory, which is what
  * PyTorch and RAPIDS hand out under kDLCUDA when managed memory is on. */
+/* The address buf + off, computed as an integer (a lying producer's offset
+ * may leave the address space, where pointer arithmetic is undefined);
+ * 0 when it does. */
+static int address_at(const char *buf, Py_ssize_t off, uintptr_t *out) {
+    uintptr_t base = (uintptr_t)buf;
+    if (off >= 0) return !__builtin_add_overflow(base, (uintptr_t)off, out);
+    uintptr_t back = (uintptr_t)0 - (uintptr_t)off;
+    if (back > base) return 0;
+    *out = base - back;
+    return 1;
+}
+
 int pyxbuf__check_device_span(const pyxbuf_backend *b, const char *buf, Py_ssize_t lo,
                               Py_ssize_t hi, const pyxbuf_device *claimed, pyxbuf_error *err) {
     if (hi <= lo) return 0;
-    const char *ends[2] = {buf + lo, buf + hi - 1};
+    uintptr_t first, last;
+    if (!address_at(buf, lo, &first) || !address_at(buf, hi - 1, &last))
+        return pyxbuf__error(err, PYXBUF_EDEVICE, -1,
+                             "its bytes [%p%+zd, %p%+zd) wrap around the address space",
+                             (const void *)buf, lo, (const void *)buf, hi);
+    const void *ends[2] = {(const void *)first, (const void *)last};
     for (int i = 0; i < 2; i++) {
         pyxbuf_device found = {0, 0};
         char claim[64], where[64];
@@ -391,7 +408,7 @@ int pyxbuf__check_device_span(const pyxbuf_backend *b, const char *buf, Py_ssize
         if (b->pointer_query(b->ctx, ends[i], &found, &why) < 0)
             return pyxbuf__error(err, PYXBUF_EDEVICE, -1,
                                  "its %s byte %p is not memory of device '%s' (%.300s)",
-                                 i ? "last" : "first", (const void *)ends[i], claim, why.message);
+                                 i ? "last" : "first", ends[i], claim, why.message);
         int same = pyxbuf_device_same(&found, claimed) ||
                    (claimed->device_type == PYXBUF_DL_CUDA &&
                     found.device_type == PYXBUF_DL_CUDA_MANAGED &&
@@ -400,7 +417,7 @@ int pyxbuf__check_device_span(const pyxbuf_backend *b, const char *buf, Py_ssize
             pyxbuf_device_format(&found, where, sizeof where);
             return pyxbuf__error(err, PYXBUF_EDEVICE, -1,
                                  "it claims device '%s' but its %s byte %p is on '%s'", claim,
-                                 i ? "last" : "first", (const void *)ends[i], where);
+                                 i ? "last" : "first", ends[i], where);
         }
     }
     return 0;

@@ -545,7 +545,8 @@ typedef struct pyxbuf_format_node {
     int64_t alignment;   /* bytes; 1 in packed modes */
     int64_t repeat;      /* count before the code ("3f" = 3); 1 by default;
                             for 's' and 'p' the byte length of the one item */
-    int64_t offset;      /* byte offset within the parent */
+    int64_t offset;      /* byte offset within the parent; -1 after an item
+                            of unknown size (an opaque custom type) */
     int64_t itemsize;    /* bytes of one element; -1 when unknown (opaque) */
     int64_t nbytes;      /* bytes of the field: itemsize * repeat * prod(dims),
                             -1 when unknown */

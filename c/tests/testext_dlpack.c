@@ -31,6 +31,7 @@
  *     when asked.
  *   dlpack_set_work_stream(stream): what current_work_stream reports for
  *     non-CPU devices.
+ *   dlpack_totals() -> (exported, deleted) over every producer, alive or not.
  */
 #include "pyxbuf.h"
 
@@ -40,71 +41,14 @@
 
 #include <structmember.h>
 
+#include "dlpack_abi.h"
+
 int pyxbuf_testext_add_dlpack(PyObject *module);
 
 /* dlpack.c: what the bridge recorded for a view (hidden in the shared
  * library; this extension links the static one). */
 int pyxbuf__dlpack_view_info(const pyxbuf_view *view, uint64_t *dl_flags, uint32_t *major,
                              uint32_t *minor, int32_t *versioned);
-
-/* ------------------------------------------------------------------------- */
-/* The test's own DLPack declarations (independent of dlpack.c's)            */
-/* ------------------------------------------------------------------------- */
-
-typedef struct {
-    uint32_t major, minor;
-} t_version;
-
-typedef struct {
-    int32_t device_type, device_id;
-} t_device;
-
-typedef struct {
-    uint8_t code, bits;
-    uint16_t lanes;
-} t_dtype;
-
-typedef struct {
-    void *data;
-    t_device device;
-    int32_t ndim;
-    t_dtype dtype;
-    int64_t *shape;
-    int64_t *strides;
-    uint64_t byte_offset;
-} t_tensor;
-
-typedef struct t_managed {
-    t_tensor dl_tensor;
-    void *manager_ctx;
-    void (*deleter)(struct t_managed *);
-} t_managed;
-
-typedef struct t_versioned {
-    t_version version;
-    void *manager_ctx;
-    void (*deleter)(struct t_versioned *);
-    uint64_t flags;
-    t_tensor dl_tensor;
-} t_versioned;
-
-typedef struct t_api_header {
-    t_version version;
-    struct t_api_header *prev_api;
-} t_api_header;
-
-typedef struct {
-    t_api_header header;
-    void *managed_tensor_allocator;
-    int (*managed_tensor_from_py_object_no_sync)(void *py_object, t_versioned **out);
-    void *managed_tensor_to_py_object_no_sync;
-    void *dltensor_from_py_object_no_sync;
-    int (*current_work_stream)(int32_t device_type, int32_t device_id, void **out_stream);
-} t_api;
-
-#define FLAG_READ_ONLY 1u
-#define FLAG_IS_COPIED 2u
-#define FLAG_PADDED 4u
 
 /* ------------------------------------------------------------------------- */
 /* DLPackProducer                                                            */
@@ -145,9 +89,14 @@ typedef struct {
     int64_t dims[];
 } block;
 
+/* Process-wide counts over every producer (python-tests/test_soak.py reads
+ * them after the producers themselves are gone). */
+static Py_ssize_t total_exported, total_deleted;
+
 static void block_delete(block *b) {
     PyGILState_STATE st = PyGILState_Ensure();
     b->owner->deleted++;
+    total_deleted++;
     int raises = b->owner->deleter_raises;
     Py_DECREF(b->owner);
     free(b);
@@ -186,6 +135,7 @@ static block *make_tensor(Producer *p, int versioned) {
         b->t.m.deleter = p->null_deleter ? NULL : deleter_m;
     }
     p->exported++;
+    total_exported++;
     return b;
 }
 
@@ -705,7 +655,14 @@ static PyObject *capsule_consume(PyObject *mod, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *dlpack_totals(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    return Py_BuildValue("(nn)", total_exported, total_deleted);
+}
+
 static PyMethodDef methods[] = {
+    {"dlpack_totals", dlpack_totals, METH_NOARGS,
+     "(tensors exported, deleter calls) over every DLPackProducer in the process"},
     {"dlpack_info", (PyCFunction)(void (*)(void))dlpack_info, METH_VARARGS | METH_KEYWORDS,
      "dlpack_info(obj, flags=PyBUF_RECORDS_RO, stream=None) -> the view and what the DLPack "
      "bridge recorded; with a stream, acquired by pyxbuf_get_stream"},

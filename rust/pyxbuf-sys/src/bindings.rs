@@ -708,7 +708,8 @@ pub struct pyxbuf_format_node {
     /** count before the code ("3f" = 3); 1 by default;
 for 's' and 'p' the byte length of the one item*/
     pub repeat: i64,
-    /// byte offset within the parent
+    /** byte offset within the parent; -1 after an item
+of unknown size (an opaque custom type)*/
     pub offset: i64,
     /// bytes of one element; -1 when unknown (opaque)
     pub itemsize: i64,
