@@ -15,6 +15,7 @@
  * the emulated device's allocations are what they were. */
 #include "fuzz_common.h"
 
+fuzz_outcome_counts fuzz_outcomes;
 static PyObject *make_producer; /* fuzz_cai_producer(text, base) */
 
 static const char PRODUCER_SOURCE[] =

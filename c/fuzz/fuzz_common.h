@@ -32,6 +32,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
         }                                                                      \
     } while (0)
 
+/* What the inputs led to, printed by the replay driver so that a corpus
+ * that never reaches an acquisition or a copy shows. Each target defines it. */
+typedef struct fuzz_outcome_counts {
+    long accepted, compared, refused; /* compared: copies (bridges), struct sizes (format) */
+} fuzz_outcome_counts;
+extern fuzz_outcome_counts fuzz_outcomes;
+
 /* Little-endian fields from the input; bytes past its end read as zero, so
  * every input decodes to something. */
 typedef struct fuzz_reader {
@@ -168,6 +175,7 @@ static inline void fuzz_check_copy(const pyxbuf_view *v) {
     fuzz_gather(b, region, fuzz_mem.mirror, want);
     FUZZ_CHECK(pyxbuf_copy_to_host(v, got, (size_t)b->len) == 0, "copy of a view in bounds");
     FUZZ_CHECK(memcmp(want, got, (size_t)b->len) == 0, "copied items differ from the reference");
+    fuzz_outcomes.compared++;
     free(want);
     free(got);
 }
@@ -176,6 +184,7 @@ static inline void fuzz_check_copy(const pyxbuf_view *v) {
  * format. */
 static inline void fuzz_check_view(const pyxbuf_view *v, int32_t flags) {
     const Py_buffer *b = &v->base;
+    fuzz_outcomes.accepted++;
     FUZZ_CHECK(pyxbuf_view_is_acquired(v), "acquired view not marked acquired");
     FUZZ_CHECK(b->ndim >= 0 && b->ndim <= PYXBUF_MAX_NDIM, "ndim %d", b->ndim);
     FUZZ_CHECK(b->itemsize > 0, "itemsize %zd", b->itemsize);
@@ -210,6 +219,7 @@ static inline void fuzz_check_view(const pyxbuf_view *v, int32_t flags) {
 /* A refusal is an ordinary exception with a message, never SystemError (a C
  * API misuse) or a missing exception. */
 static inline void fuzz_check_refusal(void) {
+    fuzz_outcomes.refused++;
     FUZZ_CHECK(PyErr_Occurred() != NULL, "failure without an exception");
     FUZZ_CHECK(!PyErr_ExceptionMatches(PyExc_SystemError), "SystemError");
     PyObject *type, *value, *tb;

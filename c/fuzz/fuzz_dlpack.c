@@ -47,6 +47,7 @@ typedef struct tensor_spec {
 #define LAYOUT_NULL_DELETER 4
 #define LAYOUT_DELETER_RAISES 8
 
+fuzz_outcome_counts fuzz_outcomes;
 static const tensor_spec *current; /* what the producers export now */
 static Py_ssize_t exported, deleted;
 

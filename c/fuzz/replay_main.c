@@ -59,6 +59,7 @@ int main(int argc, char **argv) {
     int count = 0;
     for (int i = 1; i < argc; i++)
         if (run_path(argv[i], &count) != 0) return 2;
-    fprintf(stderr, "replay: %d inputs, no finding\n", count);
+    fprintf(stderr, "replay: %d inputs (%ld accepted, %ld checked against a reference, %ld refused), no finding\n",
+            count, fuzz_outcomes.accepted, fuzz_outcomes.compared, fuzz_outcomes.refused);
     return 0;
 }
