@@ -721,14 +721,35 @@ static PyObject *call_dlpack(PyObject *obj, PyObject *stream, int writable) {
     static PyObject *kw_modern = NULL, *kw_copy = NULL, *kw_stream = NULL, *max_version = NULL;
     PyObject *name = interned(&name_dlpack, "__dlpack__");
     if (name == NULL) return NULL;
-    if (kw_modern == NULL) { /* kept for the process */
-        kw_modern = Py_BuildValue("(ss)", "max_version", "stream");
-        kw_copy = Py_BuildValue("(sss)", "max_version", "stream", "copy");
-        kw_stream = Py_BuildValue("(s)", "stream");
-        max_version = Py_BuildValue("(ii)", DL_MAJOR, DL_MINOR);
-        if (kw_modern == NULL || kw_copy == NULL || kw_stream == NULL || max_version == NULL) {
-            Py_CLEAR(kw_modern);
+    if (max_version == NULL) { /* kept for the process */
+        /* Built into locals and published together, max_version (the flag
+         * tested above) last: each Py_BuildValue allocates tuples, which can
+         * run the cyclic GC, whose finalizers can run Python code that
+         * releases the GIL. Publishing kw_modern first (as this once did)
+         * let a second thread entering here in that window pass a NULL
+         * max_version to __dlpack__ and crash (python-tests/test_threads.py,
+         * test_first_dlpack_calls_race_with_a_finalizer). */
+        PyObject *modern = Py_BuildValue("(ss)", "max_version", "stream");
+        PyObject *copy = Py_BuildValue("(sss)", "max_version", "stream", "copy");
+        PyObject *only_stream = Py_BuildValue("(s)", "stream");
+        PyObject *version = Py_BuildValue("(ii)", DL_MAJOR, DL_MINOR);
+        if (modern == NULL || copy == NULL || only_stream == NULL || version == NULL) {
+            Py_XDECREF(modern);
+            Py_XDECREF(copy);
+            Py_XDECREF(only_stream);
+            Py_XDECREF(version);
             return NULL;
+        }
+        if (max_version == NULL) { /* else another thread published them meanwhile */
+            kw_modern = modern;
+            kw_copy = copy;
+            kw_stream = only_stream;
+            max_version = version;
+        } else {
+            Py_DECREF(modern);
+            Py_DECREF(copy);
+            Py_DECREF(only_stream);
+            Py_DECREF(version);
         }
     }
     /* copy=False only for writable requests: writes must reach the producer;

@@ -395,6 +395,14 @@ PyTypeObject *pyxbuf_exporter_type(void) {
         Py_DECREF(tp);
         return NULL;
     }
+    /* Creating the type allocates, which may run the GC and, through a
+     * finalizer, let another thread in here: if it published a type
+     * meanwhile, keep that one (its exporters would fail the type checks
+     * against ours). */
+    if (exporter_type_object != NULL) {
+        Py_DECREF(tp);
+        return exporter_type_object;
+    }
     exporter_type_object = (PyTypeObject *)tp; /* kept for the process */
     return exporter_type_object;
 }

@@ -518,8 +518,16 @@ static PyType_Spec holder_spec = {
 
 PyObject *pyxbuf__holder_new(size_t size, void (*finalize)(void *storage)) {
     static PyTypeObject *holder_type = NULL; /* one per library copy, kept */
-    if (holder_type == NULL && (holder_type = (PyTypeObject *)PyType_FromSpec(&holder_spec)) == NULL)
-        return NULL;
+    if (holder_type == NULL) {
+        PyTypeObject *tp = (PyTypeObject *)PyType_FromSpec(&holder_spec);
+        if (tp == NULL) return NULL;
+        /* Creating a type allocates, which may run the GC and let another
+         * thread in here: the first type published stays. */
+        if (holder_type == NULL)
+            holder_type = tp;
+        else
+            Py_DECREF(tp);
+    }
     /* itemsize 1: `size` bytes after the (16-aligned) header. */
     holder_object *h = PyObject_NewVar(holder_object, holder_type, (Py_ssize_t)size);
     if (h == NULL) return NULL;

@@ -243,6 +243,9 @@ ROWS = [
      "byte_offset 18446744073709551608 overflows its data pointer"),
     ("dlpack-strides-wrap-the-span", dl_dev(shape=[2, 2, 2], strides=[(2**64 + 2) // 3] * 3),
      DEVICE_VIEW, BufferError, "overflow"),
+    # found by fuzz_dlpack: the span's first byte lies below address 0
+    ("dlpack-device-span-below-address-zero", dl_dev(shape=[2], strides=[-(1 << 60)]),
+     DEVICE_VIEW, BufferError, "wrap around the address space"),
     # --- __cuda_array_interface__ ---------------------------------------------
     ("cai-missing-shape", lambda: cai(drop=("shape",)), DEVICE_VIEW, BufferError,
      "'shape'"),

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import _pyxbuf_testext as t
+from cai_producers import CAI
 
 EXT = t.PYXBUF_DL_EXT_DEV
 CUDA = t.PYXBUF_DL_CUDA
@@ -31,21 +32,6 @@ def no_leaked_device_memory():
     yield
     gc.collect()
     assert t.testdev_live_allocations() == before
-
-
-class CAI:
-    """A producer that speaks only the CUDA Array Interface.
-
-    `memory` keeps the device allocation alive, as a real producer's array
-    object does; the dict is built anew on every access, like CuPy's."""
-
-    def __init__(self, memory, **iface):
-        self.memory = memory
-        self.iface = iface
-
-    @property
-    def __cuda_array_interface__(self):
-        return dict(self.iface)
 
 
 def upload(host, device=DEV0):

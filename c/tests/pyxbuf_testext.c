@@ -118,6 +118,24 @@ static PyObject *View_info(PyObject *self, PyObject *unused) {
     return view_dict(&v->view);
 }
 
+/* The held view's items in C order, by pyxbuf_copy_to_host (device views
+ * too): reads the memory through this view, not a new acquisition, so a test
+ * can check what a view still sees after its producer lost every other
+ * reference. */
+static PyObject *View_copy_to_host(PyObject *self, PyObject *unused) {
+    (void)unused;
+    ViewObject *v = (ViewObject *)self;
+    if (!pyxbuf_view_is_acquired(&v->view)) {
+        PyErr_SetString(PyExc_ValueError, "view is released");
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, v->view.base.len);
+    if (out != NULL &&
+        pyxbuf_copy_to_host(&v->view, PyBytes_AS_STRING(out), (size_t)v->view.base.len) < 0)
+        Py_CLEAR(out);
+    return out;
+}
+
 static PyObject *View_acquired(PyObject *self, void *closure) {
     (void)closure;
     return PyBool_FromLong(pyxbuf_view_is_acquired(&((ViewObject *)self)->view));
@@ -126,6 +144,8 @@ static PyObject *View_acquired(PyObject *self, void *closure) {
 static PyMethodDef View_methods[] = {
     {"release", View_release, METH_NOARGS, "Release the view (a second call is a no-op)."},
     {"info", View_info, METH_NOARGS, "The view's classic and extended fields as a dict."},
+    {"copy_to_host", View_copy_to_host, METH_NOARGS,
+     "The held view's items in C order as bytes (pyxbuf_copy_to_host)."},
     {NULL, NULL, 0, NULL},
 };
 
