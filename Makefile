@@ -16,7 +16,9 @@ export PYTHONDONTWRITEBYTECODE := 1
 MAKEFLAGS += --no-print-directory
 
 .PHONY: all build test test-c test-python test-rust test-pymodules pymodules demo clean \
-	distclean venv libclang bindings asan-build test-asan test-asan-c test-asan-python
+	distclean venv libclang bindings asan-build test-asan test-asan-c test-asan-python \
+	clang fuzz fuzz-build \
+	valgrind-build test-valgrind tsan-build test-tsan
 
 all: build
 
@@ -141,8 +143,106 @@ test-asan-python: asan-build
 
 test-asan: test-asan-c test-asan-python
 
+# libFuzzer (clang from Debian's packages, installed when missing): the
+# targets of c/fuzz over the library built with coverage, ASan and UBSan in
+# build-fuzz/. `make fuzz FUZZ_SECONDS=N` runs each target N seconds from its
+# seed corpus (written from the tests by c/fuzz/seeds.py) plus the corpus
+# kept in build-fuzz/corpus/ and the committed regressions; a finding stops
+# the run with the input in build-fuzz/crashes/. The CAI target's inputs go
+# through ast.literal_eval, whose allocations do not balance per input, so
+# LeakSanitizer would scan the whole heap after almost every run (20x
+# slower): its leaks are checked by the target itself (the producer dies,
+# no device allocation is left).
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= format dlpack cai
+FUZZ_CC ?= clang-14
+FUZZ_CXX ?= clang++-14
+FUZZ_SANITIZE := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
+	-fno-omit-frame-pointer
+FUZZ_ARGS_cai := -detect_leaks=0
+
+clang:
+	@echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }' | \
+	    $(FUZZ_CC) -fsanitize=fuzzer -x c - -o /dev/null 2>/dev/null || \
+	    { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq >/dev/null && \
+	      apt-get install -y -qq clang-14 libclang-rt-14-dev >/dev/null; }
+
+fuzz-build: venv clang
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=$(FUZZ_CC) -DCMAKE_CXX_COMPILER=$(FUZZ_CXX) \
+	    -DPython3_EXECUTABLE=$(abspath $(VPY)) -DPYXBUF_WERROR=$(WERROR) \
+	    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPYXBUF_BUILD_FUZZERS=ON \
+	    "-DCMAKE_C_FLAGS=$(FUZZ_SANITIZE)" "-DCMAKE_CXX_FLAGS=$(FUZZ_SANITIZE)" \
+	    "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined" $(CMAKE_ARGS)
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) $(addprefix --target fuzz_,$(FUZZ_TARGETS))
+	$(VPY) c/fuzz/seeds.py $(FUZZ_BUILD)/seeds
+
+fuzz: $(addprefix fuzz-,$(FUZZ_TARGETS))
+
+# One target: its log in build-fuzz/logs/, the executions on stdout.
+fuzz-%: fuzz-build
+	@mkdir -p $(FUZZ_BUILD)/corpus/$* $(FUZZ_BUILD)/crashes $(FUZZ_BUILD)/logs
+	@echo "fuzz_$*: $(FUZZ_SECONDS) s (log: $(FUZZ_BUILD)/logs/$*.log)"
+	@$(FUZZ_BUILD)/fuzz_$* -max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
+	    -artifact_prefix=$(abspath $(FUZZ_BUILD))/crashes/$*- $(FUZZ_ARGS_$*) \
+	    $(FUZZ_BUILD)/corpus/$* $(FUZZ_BUILD)/seeds/$* c/fuzz/regressions/$* \
+	    > $(FUZZ_BUILD)/logs/$*.log 2>&1 || \
+	    { tail -40 $(FUZZ_BUILD)/logs/$*.log; echo "fuzz_$*: FINDING (input in $(FUZZ_BUILD)/crashes/)"; exit 1; }
+	@grep -E '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added|peak_rss_mb)' \
+	    $(FUZZ_BUILD)/logs/$*.log | sed 's/^/fuzz_$*: /'
+	@echo "fuzz_$*: no finding"
+
+# Valgrind memcheck: every C test case (and test_header_cxx) under valgrind in
+# build-valgrind/ (RelWithDebInfo, no sanitizers), through the CMake launcher
+# PYXBUF_TEST_LAUNCHER. Any memcheck error or definite leak fails the case
+# (exit 99). PYTHONMALLOC=malloc: pymalloc's arenas hide CPython's objects from
+# memcheck. c/tests/valgrind.supp: CPython, NumPy and ld.so frames only, each
+# entry justified there. --child-silent-after-fork:
+# device.host_dereference_of_emulated_memory_crashes forks a child that must
+# die of SIGSEGV. Left out: the packaging scripts (build.*, no C code of ours).
+VALGRIND_BUILD ?= build-valgrind
+VALGRIND_ARGS = --tool=memcheck --error-exitcode=99 --leak-check=full \
+	--errors-for-leak-kinds=definite --show-leak-kinds=definite --track-origins=yes \
+	--child-silent-after-fork=yes --num-callers=100 \
+	--suppressions=$(abspath c/tests/valgrind.supp)
+space := $() $()
+# A CMake ;-list: valgrind, then each argument.
+VALGRIND_LAUNCHER = valgrind;$(subst $(space),;,$(strip $(VALGRIND_ARGS)))
+
+valgrind-build: venv
+	cmake -S . -B $(VALGRIND_BUILD) -DPython3_EXECUTABLE=$(abspath $(VPY)) \
+	    -DPYXBUF_WERROR=$(WERROR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	    "-DPYXBUF_TEST_LAUNCHER=$(VALGRIND_LAUNCHER)" $(CMAKE_ARGS)
+	cmake --build $(VALGRIND_BUILD) -j $(JOBS)
+
+test-valgrind: valgrind-build
+	PYTHONMALLOC=malloc ctest --test-dir $(VALGRIND_BUILD) --output-on-failure -j $(JOBS) \
+	    --timeout 900 -E '^build\.'
+
+# ThreadSanitizer (gcc): the library and the C tests in build-tsan/; every C
+# test runs, test_threads (8 pthreads on acquisition, borrows, registries) is
+# the one that matters. The embedded libpython is not instrumented: TSan sees
+# pyxbuf's own accesses, ordered through the GIL's pthread mutex.
+# c/tests/tsan.supp: CPython-internal reports only. handle_segv=0: as for ASan.
+TSAN_BUILD ?= build-tsan
+TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer
+TSAN_SUPP = suppressions=$(abspath c/tests/tsan.supp)
+TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:handle_segv=0:$(TSAN_SUPP)
+
+tsan-build: venv
+	cmake -S . -B $(TSAN_BUILD) -DPython3_EXECUTABLE=$(abspath $(VPY)) \
+	    -DPYXBUF_WERROR=$(WERROR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	    "-DCMAKE_C_FLAGS=$(TSAN_FLAGS)" "-DCMAKE_CXX_FLAGS=$(TSAN_FLAGS)" \
+	    "-DCMAKE_EXE_LINKER_FLAGS=$(TSAN_FLAGS)" "-DCMAKE_SHARED_LINKER_FLAGS=$(TSAN_FLAGS)" \
+	    "-DCMAKE_MODULE_LINKER_FLAGS=$(TSAN_FLAGS)" $(CMAKE_ARGS)
+	cmake --build $(TSAN_BUILD) -j $(JOBS)
+
+test-tsan: tsan-build
+	$(TSAN_ENV) ctest --test-dir $(TSAN_BUILD) --output-on-failure -j $(JOBS) \
+	    -E '^build\.'
+
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) target
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(VALGRIND_BUILD) $(TSAN_BUILD) target
 
 distclean: clean
 	rm -rf $(VENV)
