@@ -166,9 +166,11 @@ static inline void fuzz_check_copy(const pyxbuf_view *v) {
     if (b->len <= 0 || b->len > (1 << 16) || b->strides == NULL || b->buf == NULL ||
         !fuzz_span(b, &lo, &hi))
         return;
-    int64_t start = (int64_t)((uintptr_t)b->buf - (uintptr_t)region);
-    if ((uintptr_t)b->buf < (uintptr_t)region || start > FUZZ_REGION || start + lo < 0 ||
-        start + hi > FUZZ_REGION)
+    uintptr_t offset = (uintptr_t)b->buf - (uintptr_t)region;
+    int64_t first, end;
+    if ((uintptr_t)b->buf < (uintptr_t)region || offset > FUZZ_REGION ||
+        __builtin_add_overflow((int64_t)offset, lo, &first) || first < 0 ||
+        __builtin_add_overflow((int64_t)offset, hi, &end) || end > FUZZ_REGION)
         return;
     unsigned char *want = malloc((size_t)b->len), *got = malloc((size_t)b->len);
     FUZZ_CHECK(want && got, "out of memory");
