@@ -324,6 +324,7 @@ static Py_ssize_t stride_of(const Py_buffer *b, int dim) {
 
 #define MUL_OK(a, b, r) (!__builtin_mul_overflow((a), (b), (r)))
 #define ADD_OK(a, b, r) (!__builtin_add_overflow((a), (b), (r)))
+#define SUB_OK(a, b, r) (!__builtin_sub_overflow((a), (b), (r)))
 
 int pyxbuf__checked_span(int ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
                          Py_ssize_t itemsize, Py_ssize_t *lo_out, Py_ssize_t *hi_out) {
@@ -342,7 +343,8 @@ int pyxbuf__checked_span(int ndim, const Py_ssize_t *shape, const Py_ssize_t *st
         if (!MUL_OK(s, n - 1, &extent)) return -1;
         if (!(extent < 0 ? ADD_OK(lo, extent, &lo) : ADD_OK(hi, extent, &hi))) return -1;
     }
-    if (!ADD_OK(hi, itemsize, &hi) || !ADD_OK(hi, -lo, &expected)) return -1;
+    /* hi - lo, not hi + -lo: lo may be PY_SSIZE_T_MIN, whose negation overflows. */
+    if (!ADD_OK(hi, itemsize, &hi) || !SUB_OK(hi, lo, &expected)) return -1;
     *lo_out = lo;
     *hi_out = hi;
     return 0;

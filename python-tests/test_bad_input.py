@@ -246,6 +246,9 @@ ROWS = [
     # found by fuzz_dlpack: the span's first byte lies below address 0
     ("dlpack-device-span-below-address-zero", dl_dev(shape=[2], strides=[-(1 << 60)]),
      DEVICE_VIEW, BufferError, "wrap around the address space"),
+    # found by fuzz_dlpack: the span's low end is exactly PY_SSIZE_T_MIN
+    ("dlpack-span-low-end-is-ssize-min", dl(shape=[5, 2], strides=[-(1 << 59), 1]), RO,
+     BufferError, "strides of .* overflow the address space"),
     # --- __cuda_array_interface__ ---------------------------------------------
     ("cai-missing-shape", lambda: cai(drop=("shape",)), DEVICE_VIEW, BufferError,
      "'shape'"),
