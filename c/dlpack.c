@@ -542,7 +542,9 @@ static int describe(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t str
     if (data != NULL && t->byte_offset > UINTPTR_MAX - (uintptr_t)data)
         return refuse("pyxbuf: the DLPack tensor's byte_offset %llu overflows its data pointer",
                       (unsigned long long)t->byte_offset);
-    if (data != NULL) data += t->byte_offset;
+    /* As an integer: an offset of 2^63 or more is a negative index to C's
+     * pointer arithmetic (undefined), yet a valid address for DLPack. */
+    if (data != NULL) data = (char *)((uintptr_t)data + t->byte_offset);
     pyxbuf_export_desc desc;
     memset(&desc, 0, sizeof desc);
     desc.size = (uint32_t)sizeof desc;
