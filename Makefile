@@ -117,13 +117,19 @@ ASAN_C_OPTIONS = ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:malloc_cont
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 ASAN_PY_OPTIONS = ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
-asan-build: venv
-	cmake -S . -B $(ASAN_BUILD) -DPython3_EXECUTABLE=$(abspath $(VPY)) \
+# $(call sanitized_build,DIR,FLAGS): configure and build DIR (RelWithDebInfo,
+# the venv's Python) compiling and linking everything with FLAGS.
+define sanitized_build
+	cmake -S . -B $(1) -DPython3_EXECUTABLE=$(abspath $(VPY)) \
 	    -DPYXBUF_WERROR=$(WERROR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	    "-DCMAKE_C_FLAGS=$(SANITIZE)" "-DCMAKE_CXX_FLAGS=$(SANITIZE)" \
-	    "-DCMAKE_EXE_LINKER_FLAGS=$(SANITIZE)" "-DCMAKE_SHARED_LINKER_FLAGS=$(SANITIZE)" \
-	    "-DCMAKE_MODULE_LINKER_FLAGS=$(SANITIZE)" $(CMAKE_ARGS)
-	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	    "-DCMAKE_C_FLAGS=$(2)" "-DCMAKE_CXX_FLAGS=$(2)" \
+	    "-DCMAKE_EXE_LINKER_FLAGS=$(2)" "-DCMAKE_SHARED_LINKER_FLAGS=$(2)" \
+	    "-DCMAKE_MODULE_LINKER_FLAGS=$(2)" $(CMAKE_ARGS)
+	cmake --build $(1) -j $(JOBS)
+endef
+
+asan-build: venv
+	$(call sanitized_build,$(ASAN_BUILD),$(SANITIZE))
 
 # build.install_and_find_package builds a consumer against the installed
 # library with plain flags; under ASan that consumer would need the sanitizer
@@ -230,12 +236,7 @@ TSAN_SUPP = suppressions=$(abspath c/tests/tsan.supp)
 TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:handle_segv=0:$(TSAN_SUPP)
 
 tsan-build: venv
-	cmake -S . -B $(TSAN_BUILD) -DPython3_EXECUTABLE=$(abspath $(VPY)) \
-	    -DPYXBUF_WERROR=$(WERROR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	    "-DCMAKE_C_FLAGS=$(TSAN_FLAGS)" "-DCMAKE_CXX_FLAGS=$(TSAN_FLAGS)" \
-	    "-DCMAKE_EXE_LINKER_FLAGS=$(TSAN_FLAGS)" "-DCMAKE_SHARED_LINKER_FLAGS=$(TSAN_FLAGS)" \
-	    "-DCMAKE_MODULE_LINKER_FLAGS=$(TSAN_FLAGS)" $(CMAKE_ARGS)
-	cmake --build $(TSAN_BUILD) -j $(JOBS)
+	$(call sanitized_build,$(TSAN_BUILD),$(TSAN_FLAGS))
 
 test-tsan: tsan-build
 	$(TSAN_ENV) ctest --test-dir $(TSAN_BUILD) --output-on-failure -j $(JOBS) \

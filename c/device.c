@@ -378,9 +378,6 @@ int pyxbuf__view_span(const Py_buffer *b, Py_ssize_t *lo, Py_ssize_t *hi) {
     return l.ok ? 0 : -1;
 }
 
-/* A device view's first and last bytes must both be memory of the device it
- * claims; "cuda" claims are also met by CUDA managed memory, which is what
- * PyTorch and RAPIDS hand out under kDLCUDA when managed memory is on. */
 /* The address buf + off, computed as an integer (a lying producer's offset
  * may leave the address space, where pointer arithmetic is undefined);
  * 0 when it does. */
@@ -393,6 +390,9 @@ static int address_at(const char *buf, Py_ssize_t off, uintptr_t *out) {
     return 1;
 }
 
+/* A device view's first and last bytes must both be memory of the device it
+ * claims; "cuda" claims are also met by CUDA managed memory, which is what
+ * PyTorch and RAPIDS hand out under kDLCUDA when managed memory is on. */
 int pyxbuf__check_device_span(const pyxbuf_backend *b, const char *buf, Py_ssize_t lo,
                               Py_ssize_t hi, const pyxbuf_device *claimed, pyxbuf_error *err) {
     if (hi <= lo) return 0;

@@ -724,34 +724,24 @@ static PyObject *call_dlpack(PyObject *obj, PyObject *stream, int writable) {
     PyObject *name = interned(&name_dlpack, "__dlpack__");
     if (name == NULL) return NULL;
     if (max_version == NULL) { /* kept for the process */
-        /* Built into locals and published together, max_version (the flag
-         * tested above) last: each Py_BuildValue allocates tuples, which can
-         * run the cyclic GC, whose finalizers can run Python code that
-         * releases the GIL. Publishing kw_modern first (as this once did)
-         * let a second thread entering here in that window pass a NULL
-         * max_version to __dlpack__ and crash (python-tests/test_threads.py,
-         * test_first_dlpack_calls_race_with_a_finalizer). */
-        PyObject *modern = Py_BuildValue("(ss)", "max_version", "stream");
-        PyObject *copy = Py_BuildValue("(sss)", "max_version", "stream", "copy");
-        PyObject *only_stream = Py_BuildValue("(s)", "stream");
-        PyObject *version = Py_BuildValue("(ii)", DL_MAJOR, DL_MINOR);
-        if (modern == NULL || copy == NULL || only_stream == NULL || version == NULL) {
-            Py_XDECREF(modern);
-            Py_XDECREF(copy);
-            Py_XDECREF(only_stream);
-            Py_XDECREF(version);
-            return NULL;
-        }
-        if (max_version == NULL) { /* else another thread published them meanwhile */
-            kw_modern = modern;
-            kw_copy = copy;
-            kw_stream = only_stream;
-            max_version = version;
+        /* All four are built before any is published, max_version (the
+         * flag tested above) last: building may switch threads (see
+         * pyxbuf__publish_once), and publishing kw_modern first once let a
+         * second thread pass a NULL max_version to __dlpack__ and crash
+         * (test_threads.py, test_first_dlpack_calls_race_with_a_finalizer). */
+        PyObject *built[4] = {Py_BuildValue("(ss)", "max_version", "stream"),
+                              Py_BuildValue("(sss)", "max_version", "stream", "copy"),
+                              Py_BuildValue("(s)", "stream"),
+                              Py_BuildValue("(ii)", DL_MAJOR, DL_MINOR)};
+        int complete = built[0] && built[1] && built[2] && built[3];
+        if (complete && max_version == NULL) {
+            kw_modern = built[0];
+            kw_copy = built[1];
+            kw_stream = built[2];
+            max_version = built[3];
         } else {
-            Py_DECREF(modern);
-            Py_DECREF(copy);
-            Py_DECREF(only_stream);
-            Py_DECREF(version);
+            for (int i = 0; i < 4; i++) Py_XDECREF(built[i]);
+            if (!complete) return NULL;
         }
     }
     /* copy=False only for writable requests: writes must reach the producer;

@@ -208,7 +208,7 @@ typedef struct exporter_object {
     PyObject *weakreflist;
 } exporter_object;
 
-static PyTypeObject *exporter_type_object = NULL;
+static PyObject *exporter_type_object = NULL; /* a type; kept for the process */
 
 static int exporter_getbuffer(PyObject *self, Py_buffer *view, int flags) {
     exporter_object *e = (exporter_object *)self;
@@ -387,7 +387,7 @@ static PyType_Spec exporter_spec = {
 };
 
 PyTypeObject *pyxbuf_exporter_type(void) {
-    if (exporter_type_object != NULL) return exporter_type_object;
+    if (exporter_type_object != NULL) return (PyTypeObject *)exporter_type_object;
     PyObject *tp = PyType_FromSpec(&exporter_spec);
     if (tp == NULL) return NULL;
     int32_t supported = PYXBUF_CLASSIC_FLAGS | PYXBUF_EXTENDED_FLAGS;
@@ -395,16 +395,8 @@ PyTypeObject *pyxbuf_exporter_type(void) {
         Py_DECREF(tp);
         return NULL;
     }
-    /* Creating the type allocates, which may run the GC and, through a
-     * finalizer, let another thread in here: if it published a type
-     * meanwhile, keep that one (its exporters would fail the type checks
-     * against ours). */
-    if (exporter_type_object != NULL) {
-        Py_DECREF(tp);
-        return exporter_type_object;
-    }
-    exporter_type_object = (PyTypeObject *)tp; /* kept for the process */
-    return exporter_type_object;
+    /* A second type would make its exporters fail the type checks. */
+    return (PyTypeObject *)pyxbuf__publish_once(&exporter_type_object, tp);
 }
 
 static char *copy_string(const char *s) {
@@ -571,7 +563,7 @@ PyObject *pyxbuf__exporter_new_sized(const char *format, Py_ssize_t itemsize_giv
 
 static exporter_object *as_exporter(PyObject *obj, const char *who) {
     if (obj == NULL || exporter_type_object == NULL ||
-        !PyObject_TypeCheck(obj, exporter_type_object)) {
+        !PyObject_TypeCheck(obj, (PyTypeObject *)exporter_type_object)) {
         PyErr_Format(PyExc_TypeError, "%s: expected a pyxbuf.Exporter, got '%.200s'", who,
                      obj ? Py_TYPE(obj)->tp_name : "NULL");
         return NULL;

@@ -19,6 +19,18 @@
 int pyxbuf__error(pyxbuf_error *err, int32_t code, int64_t position, const char *fmt, ...)
     PYXBUF_PRINTF(4, 5);
 
+/* Publish `made` (a new reference) in the process-lifetime *slot unless
+ * another thread published one while `made` was being built: building
+ * allocates, which may run the GC, whose finalizers may switch threads. The
+ * first object published stays; returns it (borrowed). */
+static inline PyObject *pyxbuf__publish_once(PyObject **slot, PyObject *made) {
+    if (*slot == NULL)
+        *slot = made;
+    else
+        Py_DECREF(made);
+    return *slot;
+}
+
 /* Markers in pyxbuf_view.state. */
 #define PYXBUF__STATE_ACQUIRED 0x50584231u /* "PXB1" */
 #define PYXBUF__STATE_RELEASED 0x50584230u /* "PXB0" */

@@ -517,19 +517,14 @@ static PyType_Spec holder_spec = {
 };
 
 PyObject *pyxbuf__holder_new(size_t size, void (*finalize)(void *storage)) {
-    static PyTypeObject *holder_type = NULL; /* one per library copy, kept */
+    static PyObject *holder_type = NULL; /* one per library copy, kept */
     if (holder_type == NULL) {
-        PyTypeObject *tp = (PyTypeObject *)PyType_FromSpec(&holder_spec);
+        PyObject *tp = PyType_FromSpec(&holder_spec);
         if (tp == NULL) return NULL;
-        /* Creating a type allocates, which may run the GC and let another
-         * thread in here: the first type published stays. */
-        if (holder_type == NULL)
-            holder_type = tp;
-        else
-            Py_DECREF(tp);
+        pyxbuf__publish_once(&holder_type, tp);
     }
     /* itemsize 1: `size` bytes after the (16-aligned) header. */
-    holder_object *h = PyObject_NewVar(holder_object, holder_type, (Py_ssize_t)size);
+    holder_object *h = PyObject_NewVar(holder_object, (PyTypeObject *)holder_type, (Py_ssize_t)size);
     if (h == NULL) return NULL;
     memset(h->storage, 0, size);
     h->finalize = finalize;

@@ -66,18 +66,7 @@ def jax_bf16(n):
     return jnp.arange(n, dtype=jnp.float32).astype(jnp.bfloat16)
 
 
-@pytest.fixture(autouse=True)
-def nothing_left_behind():
-    gc.collect()
-    allocations = t.testdev_live_allocations()
-    exported, deleted = t.dlpack_totals()
-    undeleted = exported - deleted  # e.g. test_dlpack.py's producer without a deleter
-    yield
-    gc.collect()
-    assert t.testdev_live_allocations() == allocations
-    assert t.shared_info()[1] == 0
-    exported, deleted = t.dlpack_totals()
-    assert exported - deleted == undeleted
+pytestmark = pytest.mark.usefixtures("nothing_left_behind")  # conftest.py
 
 
 # ---------------------------------------------------------------------------
