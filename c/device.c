@@ -24,6 +24,41 @@ int pyxbuf_device_equal(const char *a, const char *b) {
     return strcmp(a, b) == 0;
 }
 
+/* The proposal's device identifiers are NUL-terminated UTF-8 strings. Strict
+ * UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing above
+ * U+10FFFF. Returns -1 when `id` is valid, else the offset of the first byte
+ * of the bad sequence. Identifiers longer than PYXBUF__DEVICE_ID_MAX are
+ * refused at that offset: a producer's id is a short name, and the bound
+ * keeps a missing NUL from walking off into memory. */
+int64_t pyxbuf__device_id_invalid_at(const char *id) {
+    const unsigned char *s = (const unsigned char *)id;
+    size_t i = 0;
+    while (s[i] != 0) {
+        if (i >= PYXBUF__DEVICE_ID_MAX) return (int64_t)i;
+        unsigned c = s[i];
+        size_t n;
+        unsigned lo = 0x80, hi = 0xBF; /* range of the second byte */
+        if (c < 0x80) n = 0;
+        else if (c >= 0xC2 && c <= 0xDF) n = 1;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            n = 2;
+            if (c == 0xE0) lo = 0xA0;  /* overlong */
+            if (c == 0xED) hi = 0x9F;  /* surrogates */
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            n = 3;
+            if (c == 0xF0) lo = 0x90;  /* overlong */
+            if (c == 0xF4) hi = 0x8F;  /* above U+10FFFF */
+        } else
+            return (int64_t)i;
+        for (size_t k = 1; k <= n; k++) {
+            unsigned b = s[i + k];
+            if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return (int64_t)i;
+        }
+        i += n + 1;
+    }
+    return i == 0 ? 0 : -1; /* "" names nothing */
+}
+
 int pyxbuf_device_same(const pyxbuf_device *a, const pyxbuf_device *b) {
     return a->device_type == b->device_type && a->device_id == b->device_id;
 }

@@ -845,6 +845,11 @@ static int acquire_py(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t s
     return 1;
 }
 
+int pyxbuf__dlpack_type_speaks(PyTypeObject *type) {
+    const api_cache_entry *e = type_dlpack(type);
+    return e->api != NULL || e->has_dlpack;
+}
+
 int pyxbuf__dlpack_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream) {
     const api_cache_entry *e = type_dlpack(Py_TYPE(obj));
     if (e->api != NULL) return acquire_c(obj, view, flags, stream, e->api);

@@ -418,6 +418,14 @@ static int adopt_desc(exporter_object *e, const pyxbuf_export_desc *d) {
     e->desc.format = copy_string(d->format ? d->format : "B");
     if (e->desc.format == NULL) return -1;
     if (d->device != NULL && !pyxbuf_device_equal(d->device, NULL)) {
+        int64_t bad = pyxbuf__device_id_invalid_at(d->device);
+        if (bad >= 0) {
+            PyErr_Format(PyExc_ValueError,
+                         "pyxbuf_exporter_wrap: desc.device is not a device identifier (byte %lld "
+                         "is invalid: identifiers are non-empty UTF-8 of at most %d bytes)",
+                         (long long)bad, PYXBUF__DEVICE_ID_MAX);
+            return -1;
+        }
         e->desc.device = copy_string(d->device);
         if (e->desc.device == NULL) return -1;
     }

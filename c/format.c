@@ -63,6 +63,7 @@
 #define CI_NATIVE_ONLY 0x04 /* no standard size: native size in every mode */
 #define CI_COMPLEX 0x08    /* may follow 'Z' */
 #define CI_STRING 0x10     /* 's', 'p': the count is the length of one item */
+#define CI_COMPLEX_ALIAS 0x20 /* 'F' 'D' 'G': the same item as "Zf" "Zd" "Zg" */
 
 typedef struct code_info {
     uint8_t native_size;
@@ -100,7 +101,17 @@ static const code_info CODES[128] = {
     ['O'] = {NAT(PyObject *), 0, CI_VALID | CI_NATIVE_ONLY},
     ['w'] = {NAT(Py_UCS4), 4, CI_VALID},
     ['u'] = {NAT(Py_UCS2), 2, CI_VALID},
+    /* struct's complex codes (CPython 3.14; ctypes 3.14 also writes 'G'). They
+     * parse to the node of "Zf" / "Zd" / "Zg": one item, two components. */
+    ['F'] = {NAT(float), 4, CI_VALID | CI_STRUCT | CI_COMPLEX_ALIAS},
+    ['D'] = {NAT(double), 8, CI_VALID | CI_STRUCT | CI_COMPLEX_ALIAS},
+    ['G'] = {NAT(long double), 0, CI_VALID | CI_NATIVE_ONLY | CI_COMPLEX_ALIAS},
 };
+
+/* The component code of a complex alias ('F' -> 'f'), else `c`. */
+static int complex_component(int c) {
+    return c == 'F' ? 'f' : c == 'D' ? 'd' : c == 'G' ? 'g' : c;
+}
 
 static const code_info *code_info_of(int c) {
     if (c <= 0 || c >= 128 || !(CODES[c].flags & CI_VALID)) return NULL;
@@ -117,12 +128,12 @@ static bool is_ws(int c) {
 
 static bool is_digit(int c) { return c >= '0' && c <= '9'; }
 
-static bool is_id_char(int c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '_' ||
-           c == '.' || c == '-';
+/* The custom-dtype proposal: ids and payloads are printable ASCII except
+ * ']' (closes the type), ';' (separates alternatives) and '$' (ends the id).
+ * So a payload cannot hold a custom type of its own. */
+static bool is_custom_char(int c) {
+    return c >= 0x20 && c <= 0x7e && c != ']' && c != ';' && c != '$';
 }
-
-static bool is_payload_char(int c) { return c >= 0x20 && c <= 0x7e && c != ']' && c != ';'; }
 
 /* Size and natural alignment of one scalar element in `mode`. */
 static void scalar_layout(int code, int mode, int32_t flags, int64_t *size, int64_t *align) {
@@ -273,9 +284,9 @@ static ptrdiff_t key_id_len(const char *key) {
     const char *dollar = strchr(key, '$');
     if (dollar == NULL || dollar == key) return -1;
     for (const char *c = key; c < dollar; c++)
-        if (!is_id_char((unsigned char)*c)) return -1;
+        if (!is_custom_char((unsigned char)*c)) return -1;
     for (const char *c = dollar + 1; *c; c++)
-        if (!is_payload_char((unsigned char)*c)) return -1;
+        if (!is_custom_char((unsigned char)*c)) return -1;
     return dollar - key;
 }
 
@@ -423,6 +434,7 @@ typedef struct parser {
     int depth;
     int mode;            /* byte-order mode in effect */
     bool struct_only;    /* inside "[struct$...]": the struct module's syntax */
+    bool in_payload;     /* inside a struct$ or buffer$ payload */
     /* The first opaque custom type, for pyxbuf_format_itemsize's message. */
     const char *opaque_at;
     const char *opaque_alts;
@@ -696,8 +708,9 @@ static int parse_payload(parser *p, item *it, const char *from, const char *to, 
     parser saved = *p;
     p->s = p->seq_start = from;
     p->end = to;
-    p->mode = '@'; /* a payload is a format of its own */
+    p->mode = '@'; /* a payload is a format of its own: no outer prefix reaches it */
     p->struct_only = struct_only;
+    p->in_payload = true;
     seq q;
     seq_init(&q, it->node);
     int rc = parse_sequence(p, &q, 0, NULL);
@@ -713,14 +726,44 @@ static int parse_payload(parser *p, item *it, const char *from, const char *to, 
     p->seq_start = saved.seq_start;
     p->mode = saved.mode;
     p->struct_only = saved.struct_only;
+    p->in_payload = saved.in_payload;
     p->depth--;
     return 0;
+}
+
+static bool is_reserved_id(const char *alt, size_t id_len) {
+    return id_len == 6 && (memcmp(alt, "struct", 6) == 0 || memcmp(alt, "buffer", 6) == 0);
+}
+
+/* A struct$/buffer$ alternative after the one understood: checked as fully as
+ * if it came first (a string's validity must not depend on which custom types
+ * a consumer knows), laid out, and forgotten. */
+static int check_payload(parser *p, const char *from, const char *to, bool struct_only) {
+    pyxbuf_format *out = p->out;
+    int32_t fflags = p->fflags;
+    item scratch;
+    item_init(&scratch, from);
+    p->out = NULL;
+    int rc = parse_payload(p, &scratch, from, to, struct_only);
+    p->out = out;
+    p->fflags = fflags;
+    return rc;
+}
+
+/* A '$', ']' or ';' inside a struct$/buffer$ payload after a '[': someone
+ * nested a custom type, which the character rules make impossible. */
+static int fail_nested_custom(parser *p, const char *alt, const char *open) {
+    return fail(p, PYXBUF_EFORMAT, open,
+                "custom type at position %lld inside a %.6s$ payload: custom types are not "
+                "allowed in %.6s$ (a payload cannot hold ']', ';' or '$'); put the custom type "
+                "outside, or list it as another alternative",
+                POS(p, open), alt, alt);
 }
 
 /* Tries one alternative "id$payload"; 1 if understood (it->size set). */
 static int understand(parser *p, item *it, const char *alt, const char *dollar, const char *end) {
     size_t id_len = (size_t)(dollar - alt);
-    if (id_len == 6 && (memcmp(alt, "struct", 6) == 0 || memcmp(alt, "buffer", 6) == 0)) {
+    if (is_reserved_id(alt, id_len)) {
         int rc = parse_payload(p, it, dollar + 1, end, alt[0] == 's');
         return rc < 0 ? rc : 1;
     }
@@ -742,7 +785,7 @@ static int parse_alternatives(parser *p, item *it, const char *opener, bool brac
     it->align = 1;
     for (;;) {
         const char *alt = p->s;
-        while (p->s < p->end && is_id_char((unsigned char)*p->s)) p->s++;
+        while (p->s < p->end && is_custom_char((unsigned char)*p->s)) p->s++;
         const char *dollar = p->s;
         int c = peek(p);
         if (dollar == alt && (c == ']' || c == ';' || (c == 0 && !bracketed))) {
@@ -769,18 +812,24 @@ static int parse_alternatives(parser *p, item *it, const char *opener, bool brac
                         (int)(dollar - alt > 60 ? 60 : dollar - alt), alt, POS(p, alt));
         if (c != '$')
             return fail(p, PYXBUF_EFORMAT, dollar,
-                        "%s at position %lld is not allowed in a custom type id (letters, "
-                        "digits, '_', '.', '-', then '$')",
+                        "%s at position %lld is not allowed in a custom type id (printable "
+                        "ASCII except ']', ';' and '$', then '$')",
                         char_desc(c, cb), POS(p, dollar));
         p->s++;
+        bool reserved = is_reserved_id(alt, (size_t)(dollar - alt));
+        const char *nested = NULL; /* a '[' in a struct$/buffer$ payload */
         while (p->s < p->end && *p->s != ']' && *p->s != ';') {
-            if (!is_payload_char((unsigned char)*p->s))
+            if (*p->s == '[' && reserved && nested == NULL) nested = p->s;
+            if (!is_custom_char((unsigned char)*p->s)) {
+                if (nested != NULL && *p->s == '$') return fail_nested_custom(p, alt, nested);
                 return fail(p, PYXBUF_EFORMAT, p->s,
                             "%s at position %lld is not allowed in a custom type payload "
-                            "(printable ASCII except ']' and ';')",
+                            "(printable ASCII except ']', ';' and '$')",
                             char_desc((unsigned char)*p->s, cb), POS(p, p->s));
+            }
             p->s++;
         }
+        if (nested != NULL) return fail_nested_custom(p, alt, nested);
         if (p->s == p->end && bracketed)
             return fail(p, PYXBUF_EFORMAT, opener,
                         "'[' at position %lld is never closed: add ']' after the custom type",
@@ -805,6 +854,9 @@ static int parse_alternatives(parser *p, item *it, const char *opener, bool brac
                 it->custom_len = (int32_t)(alt_end - alt);
                 it->custom_id_len = (int32_t)(dollar - alt);
             }
+        } else if (reserved) {
+            int rc = check_payload(p, dollar + 1, p->s, alt[0] == 's');
+            if (rc < 0) return rc;
         }
         if (p->s == p->end || *p->s == ']') break;
         p->s++; /* ';' */
@@ -843,16 +895,12 @@ static int parse_dims(parser *p, item *it) {
                         POS(p, open));
         if (!is_digit(c))
             return fail(p, PYXBUF_EFORMAT, at,
-                        "%s at position %lld in a sub-array shape: dimensions are positive "
-                        "integers separated by ','",
+                        "%s at position %lld in a sub-array shape: dimensions are "
+                        "non-negative integers separated by ','",
                         char_desc(c, cb), POS(p, at));
         int64_t d = 0;
         int rc = parse_number(p, "sub-array dimension", &d);
         if (rc < 0) return rc;
-        if (d == 0)
-            return fail(p, PYXBUF_EFORMAT, at,
-                        "sub-array dimension 0 at position %lld: dimensions must be positive",
-                        POS(p, at));
         if (it->ndim == PYXBUF_MAX_NDIM)
             return fail(p, PYXBUF_EFORMAT, at,
                         "sub-array dimension at position %lld is one more than %d, the most a "
@@ -1069,6 +1117,10 @@ static int parse_item(parser *p, seq *q) {
     int c = peek(p);
     if (p->struct_only && (rc = struct_only_check(p, &it, c)) < 0) return rc;
     const code_info *ci = code_info_of(c);
+    if (ci && (ci->flags & CI_COMPLEX_ALIAS)) {
+        it.flags |= PYXBUF_FMTN_COMPLEX; /* 'Z' before it was refused above */
+        c = complex_component(c);
+    }
     if (ci) {
         it.kind = c == 'x' ? PYXBUF_FMT_PADDING : PYXBUF_FMT_SCALAR;
         it.code = c;
@@ -1087,6 +1139,12 @@ static int parse_item(parser *p, seq *q) {
     } else if (c == 'T') {
         if ((rc = parse_struct_body(p, &it)) < 0) return rc;
     } else if (c == '[') {
+        if (p->in_payload)
+            return fail(p, PYXBUF_EFORMAT, p->s,
+                        "custom type at position %lld inside a buffer$ payload: custom types "
+                        "are not allowed in buffer$ (a payload cannot hold ']', ';' or '$'); "
+                        "put the custom type outside, or list it as another alternative",
+                        POS(p, p->s));
         const char *opener = p->s++;
         it.kind = PYXBUF_FMT_CUSTOM;
         if (p->out && (it.node = node_alloc(p->out)) < 0) return fail_nomem(p);
@@ -1179,6 +1237,7 @@ static void parser_init(parser *p, const char *fmt, size_t len, pyxbuf_format *o
     p->depth = 0;
     p->mode = '@';
     p->struct_only = false;
+    p->in_payload = false;
     p->opaque_at = p->opaque_alts = NULL;
     p->opaque_len = 0;
 }
@@ -1199,6 +1258,10 @@ static bool single_scalar(const char *fmt, int *mode, int *code, int32_t *flags,
     const code_info *ci = code_info_of(*code);
     if (ci == NULL || *code == 'x' || s[1] != '\0' || (*flags && !(ci->flags & CI_COMPLEX)))
         return false;
+    if (ci->flags & CI_COMPLEX_ALIAS) {
+        *flags = PYXBUF_FMTN_COMPLEX;
+        *code = complex_component(*code);
+    }
     scalar_layout(*code, *mode, *flags, size, align);
     if (*mode != '@') *align = 1;
     return true;
@@ -1440,7 +1503,7 @@ static int add_node(pyxbuf_format *f, int32_t parent, int32_t kind, int32_t byte
         ndim > PYXBUF_MAX_NDIM || (ndim > 0 && dims == NULL))
         return PYXBUF_EINVAL;
     for (int32_t d = 0; d < ndim; d++)
-        if (dims[d] <= 0) return PYXBUF_EINVAL;
+        if (dims[d] < 0) return PYXBUF_EINVAL;
     size_t name_len = name ? strlen(name) : 0;
     if (name && (name_len == 0 || name_len > INT32_MAX || memchr(name, ':', name_len)))
         return PYXBUF_EINVAL;
@@ -1470,6 +1533,12 @@ int pyxbuf_format_add_scalar(pyxbuf_format *f, int32_t parent, int32_t code, int
                              int32_t node_flags, int64_t repeat, int32_t ndim,
                              const int64_t *dims, const char *name) {
     const code_info *ci = code_info_of(code);
+    if (ci && (ci->flags & CI_COMPLEX_ALIAS)) {
+        if (node_flags & PYXBUF_FMTN_COMPLEX) return PYXBUF_EINVAL;
+        node_flags |= PYXBUF_FMTN_COMPLEX;
+        code = complex_component(code);
+        ci = code_info_of(code);
+    }
     if (ci == NULL || (node_flags & ~(PYXBUF_FMTN_COMPLEX | PYXBUF_FMTN_POINTER)) ||
         ((node_flags & PYXBUF_FMTN_COMPLEX) && !(ci->flags & CI_COMPLEX)) ||
         (code == 'x' && node_flags))

@@ -74,6 +74,9 @@ void pyxbuf__exporter_adopt_event(PyObject *obj, void *event, int64_t stream);
  * stream=None, the producer assumes the default stream). */
 #define PYXBUF__STREAM_UNSET INT64_MIN
 int pyxbuf__dlpack_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream);
+/* 1 if the DLPack bridge would try `type` (it has __dlpack__ or a C exchange
+ * table); answered from the per-type cache, calls nothing. */
+int pyxbuf__dlpack_type_speaks(PyTypeObject *type);
 int pyxbuf__cai_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream);
 int pyxbuf__array_interface_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags,
                                     int64_t stream);
@@ -98,6 +101,11 @@ void pyxbuf__tracked_release(pyxbuf_view *view);
 /* The byte span [lo, hi) a view's items touch, relative to base.buf; -1 when
  * the producer's shape and strides overflow. */
 int pyxbuf__view_span(const Py_buffer *b, Py_ssize_t *lo, Py_ssize_t *hi);
+
+/* device.c: -1 if `id` is a valid device identifier (non-empty UTF-8, at most
+ * PYXBUF__DEVICE_ID_MAX bytes), else the offset of the first bad byte. */
+#define PYXBUF__DEVICE_ID_MAX 256
+int64_t pyxbuf__device_id_invalid_at(const char *id);
 /* The same from raw shape/strides (strides NULL = C order), all checked. */
 int pyxbuf__checked_span(int ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
                          Py_ssize_t itemsize, Py_ssize_t *lo, Py_ssize_t *hi);

@@ -18,11 +18,14 @@
 
 #define KNOWN_REQUEST_FLAGS (PYXBUF_CLASSIC_FLAGS | PYXBUF_EXTENDED_FLAGS)
 
-/* The mask a supported-flags value stands for. -1 allows FORMAT because it is
- * soft: a SIMPLE-only producer may leave format NULL and mean "B". */
+/* The mask a supported-flags value stands for: 0 every classic flag, -1
+ * PyBUF_SIMPLE only (the empty mask, as the proposal says). A SIMPLE-only
+ * type still receives FORMAT requests: FORMAT is soft (not in
+ * PYXBUF_REQUIRED_FLAGS), and a producer that ignores it leaves format NULL,
+ * which means "B". */
 static int32_t expand_supported(long value) {
     if (value == PYXBUF_SUPPORTS_CLASSIC) return PYXBUF_CLASSIC_FLAGS;
-    if (value == PYXBUF_SUPPORTS_SIMPLE_ONLY) return PyBUF_FORMAT;
+    if (value == PYXBUF_SUPPORTS_SIMPLE_ONLY) return 0;
     return (int32_t)value;
 }
 
@@ -136,14 +139,52 @@ int pyxbuf_type_set_supported_flags(PyTypeObject *type, int32_t flags) {
     return rc;
 }
 
+/* Whether `obj` has __cuda_array_interface__, without running its code: a
+ * descriptor on the type counts as present (it is not called); an instance
+ * attribute is looked up only through the generic getattr, which runs no
+ * Python code. A type with its own __getattr__ is asked nothing: 0. */
+static int has_cai_quietly(PyObject *obj) {
+    static PyObject *name = NULL; /* interned, kept for the process */
+    if (name == NULL && (name = PyUnicode_InternFromString("__cuda_array_interface__")) == NULL)
+        return -1;
+    if (_PyType_Lookup(Py_TYPE(obj), name) != NULL) return 1;
+    if (Py_TYPE(obj)->tp_getattro != PyObject_GenericGetAttr) return 0;
+    PyObject *value = PyObject_GenericGetAttr(obj, name);
+    if (value != NULL) {
+        Py_DECREF(value);
+        return 1;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+    PyErr_Clear();
+    return 0;
+}
+
+/* Whether pyxbuf_get would find a protocol to try on `obj`: a buffer slot,
+ * DLPack (__dlpack__ or a C exchange table on the type) or the CUDA Array
+ * Interface. The __array_interface__ bridge reads only NumPy arrays of user
+ * dtypes, which have a buffer slot already. */
+static int speaks_a_protocol(PyObject *obj) {
+    PyBufferProcs *pb = Py_TYPE(obj)->tp_as_buffer;
+    if (pb != NULL && pb->bf_getbuffer != NULL) return 1;
+    if (pyxbuf__dlpack_type_speaks(Py_TYPE(obj))) return 1;
+    return has_cai_quietly(obj);
+}
+
+/* What pyxbuf_get would do with the request before calling a producer: 0
+ * where it would refuse (unknown bits, a required flag the type does not
+ * support, no protocol at all), 1 where it would go ahead. Soft flags never
+ * make the answer 0: producers may ignore them, and the consumer reads
+ * view->flags and ext_flags to see what was honoured. */
 int pyxbuf_check_supports(PyObject *obj, int32_t flags) {
     if (obj == NULL) {
         PyErr_SetString(PyExc_ValueError, "pyxbuf_check_supports: obj is NULL");
         return -1;
     }
+    if (flags & ~KNOWN_REQUEST_FLAGS) return 0;
     int32_t mask;
     if (pyxbuf_type_supported_flags(Py_TYPE(obj), &mask) < 0) return -1;
-    return (flags & ~mask) == 0;
+    if (flags & PYXBUF_REQUIRED_FLAGS & ~mask) return 0;
+    return speaks_a_protocol(obj);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -277,6 +318,32 @@ static int validate_device_pointer(pyxbuf_view *view, PyObject *obj) {
     return refuse_answer(view, obj, err.message, view->flags);
 }
 
+/* The device identifier must be a non-empty UTF-8 string and not "cpu". */
+static int validate_device_id(pyxbuf_view *view, PyObject *obj) {
+    int64_t bad = pyxbuf__device_id_invalid_at(view->device);
+    if (PYXBUF_UNLIKELY(bad >= 0)) {
+        char why[160];
+        unsigned char c = (unsigned char)view->device[bad];
+        if (c == 0)
+            snprintf(why, sizeof why, "its device identifier is empty");
+        else if (bad >= PYXBUF__DEVICE_ID_MAX)
+            snprintf(why, sizeof why, "its device identifier is longer than %d bytes",
+                     PYXBUF__DEVICE_ID_MAX);
+        else
+            snprintf(why, sizeof why,
+                     "its device identifier is not valid UTF-8 (byte 0x%02X at position %lld)",
+                     c, (long long)bad);
+        return refuse_answer(view, obj, why, view->flags);
+    }
+    if (strcmp(view->device, PYXBUF_DEVICE_CPU) == 0)
+        return refuse_answer(view, obj, "it named the reserved device \"cpu\" (NULL means CPU)",
+                             view->flags);
+    return 0;
+}
+
+/* The proposal: a consumer reads no extended field whose bit in `flags` is
+ * clear, so a producer that fills one without its bit broke the protocol --
+ * pyxbuf refuses the view rather than guess which half to believe. */
 static int validate_extended(pyxbuf_view *view, PyObject *obj, int32_t passed) {
     int32_t passed_ext = passed & PYXBUF_EXTENDED_FLAGS;
     if (view->flags & ~passed_ext)
@@ -285,16 +352,26 @@ static int validate_extended(pyxbuf_view *view, PyObject *obj, int32_t passed) {
     if (view->device != NULL && !(view->flags & PYXBUF_DEVICE))
         return refuse_answer(view, obj, "it set a device without setting PYXBUF_DEVICE in flags",
                              view->flags);
+    if (view->device_info != NULL && !(view->flags & PYXBUF_DEVICE))
+        return refuse_answer(view, obj,
+                             "it set device_info without setting PYXBUF_DEVICE in flags",
+                             view->flags);
     if ((view->flags & PYXBUF_DEVICE) && view->device == NULL)
         return refuse_answer(view, obj, "it set PYXBUF_DEVICE in flags but left device NULL",
                              view->flags);
-    if (view->device != NULL && strcmp(view->device, PYXBUF_DEVICE_CPU) == 0)
-        return refuse_answer(view, obj, "it named the reserved device \"cpu\" (NULL means CPU)",
-                             view->flags);
+    if (view->device != NULL && validate_device_id(view, obj) < 0) return -1;
     int32_t allowed = allowed_grants(passed);
     if (view->ext_flags & ~allowed)
         return refuse_answer(view, obj, "it granted a borrow that was not requested (ext_flags)",
                              passed_ext);
+    /* A grant counts only with its request bit in `flags` (borrow.c's grant()
+     * sets both): EXCLUSIVE needs BORROW_EXCLUSIVE, SHARED either borrow bit. */
+    int32_t backed = allowed_grants(view->flags);
+    if (view->ext_flags & ~backed)
+        return refuse_answer(view, obj,
+                             "it granted a borrow in ext_flags without setting the matching "
+                             "PYXBUF_BORROW_* bit in flags",
+                             view->flags);
     return view->device != NULL ? validate_device_pointer(view, obj) : 0;
 }
 

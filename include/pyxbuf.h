@@ -119,11 +119,15 @@ PYXBUF_API int pyxbuf_error_raise(const pyxbuf_error *err);
     (PYXBUF_DEVICE | PYXBUF_BORROW_SHARED | PYXBUF_BORROW_EXCLUSIVE | PYXBUF_TEMPORARY)
 
 /* Flags a producer may not ignore: the answer decides whether the consumer's
- * code is correct (writable memory, shape, strides, contiguity, suboffsets).
- * pyxbuf_get refuses, before calling the producer, a request with one of these
- * bits that the producer's type does not support. FORMAT and the extended flags
- * are soft: a producer may ignore them and the consumer checks the answer. */
-#define PYXBUF_REQUIRED_FLAGS 0x01F9
+ * code is correct -- PyBUF_WRITABLE (0x1), PyBUF_ND (0x8), the strides bit of
+ * PyBUF_STRIDES (0x10) and the contiguity bits of PyBUF_C/F/ANY_CONTIGUOUS
+ * (0x20, 0x40, 0x80). pyxbuf_get refuses, before calling the producer, a
+ * request with one of these bits that the producer's type does not support.
+ * Soft (capability) flags may be ignored, and the consumer checks the answer:
+ * PyBUF_FORMAT (format NULL means "B"), the INDIRECT bit 0x100 (a producer
+ * without suboffsets answers NULL suboffsets, as NumPy answers FULL_RO) and
+ * every extended flag (read view->flags). */
+#define PYXBUF_REQUIRED_FLAGS 0x00F9
 
 /* Grants, set by the producer in pyxbuf_view.ext_flags. */
 #define PYXBUF_EXT_SHARED 0x1    /* nobody writes the memory while the view lives */
@@ -137,7 +141,7 @@ PYXBUF_API int pyxbuf_error_raise(const pyxbuf_error *err);
  * the class attribute `__pyxbuf_supported_flags__` (an int), set from C with
  * pyxbuf_type_set_supported_flags. Absent means 0. */
 #define PYXBUF_SUPPORTS_CLASSIC 0      /* every classic flag, no extended one */
-#define PYXBUF_SUPPORTS_SIMPLE_ONLY (-1) /* PyBUF_SIMPLE (and FORMAT) only */
+#define PYXBUF_SUPPORTS_SIMPLE_ONLY (-1) /* PyBUF_SIMPLE only: the mask 0 */
 #define PYXBUF_SUPPORTED_FLAGS_ATTR "__pyxbuf_supported_flags__"
 
 /* Record the flags `type` supports: 0, -1, or a mask of classic and extended
@@ -151,8 +155,17 @@ PYXBUF_API int pyxbuf_type_set_supported_flags(PyTypeObject *type, int32_t flags
  * *supported set, or -1 with a Python exception set (a non-int attribute). */
 PYXBUF_API int pyxbuf_type_supported_flags(PyTypeObject *type, int32_t *supported);
 
-/* The PyObject_CheckBufferSupports of the proposal: 1 if `obj`'s type supports
- * every bit of `flags`, 0 if not, -1 with a Python exception set. */
+/* The PyObject_CheckBufferSupports of the proposal, answered as pyxbuf_get
+ * would act, without calling the producer: 1 if pyxbuf_get would go ahead with
+ * the request, 0 if it would refuse it up front -- `flags` has bits pyxbuf does
+ * not know, a PYXBUF_REQUIRED_FLAGS bit the type does not support, or `obj`
+ * speaks no protocol pyxbuf reads (a buffer slot, __dlpack__ or a DLPack C
+ * exchange table on its type, __cuda_array_interface__). Soft flags (FORMAT,
+ * INDIRECT, the extended ones) never make it 0: a producer or bridge may
+ * ignore them, and view->flags / ext_flags say what was honoured. The answer
+ * is per type and request: a producer may still refuse one object (read-only
+ * memory for WRITABLE, a layout that is not contiguous). -1 with a Python
+ * exception set on error. */
 PYXBUF_API int pyxbuf_check_supports(PyObject *obj, int32_t flags);
 
 /* ------------------------------------------------------------------------- */

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import _pyxbuf_testext as t
+from dlpack_only import DLPackOnly
 
 CLASSIC_REQUESTS = {
     "SIMPLE": t.PyBUF_SIMPLE,
@@ -224,10 +225,23 @@ def test_supported_flags_follow_class_changes():
 
 
 def test_check_supports_answers():
+    """check_supports says what pyxbuf_get would do, without calling anyone."""
     assert t.check_supports(b"", t.PyBUF_FULL_RO)
-    assert not t.check_supports(b"", t.PYXBUF_DEVICE)
+    # soft flags never make the answer 0: the consumer reads view.flags
+    assert t.check_supports(b"", t.PYXBUF_DEVICE)
+    assert t.inspect(b"", t.PYXBUF_DEVICE)["flags"] == 0
     e = t.exporter("f", (2,))
     assert t.check_supports(e, t.PyBUF_FULL | t.PYXBUF_DEVICE | t.PYXBUF_BORROW_EXCLUSIVE)
+    # not a buffer at all: pyxbuf_get raises TypeError
+    assert not t.check_supports([1.0, 2.0], t.PyBUF_SIMPLE)
+    with pytest.raises(TypeError):
+        t.inspect([1.0, 2.0], t.PyBUF_SIMPLE)
+    # DLPack only: pyxbuf_get accepts it, with device memory allowed
+    dl = DLPackOnly(np.arange(4.0))
+    assert t.check_supports(dl, t.PyBUF_RECORDS_RO | t.PYXBUF_DEVICE)
+    assert t.inspect(dl, t.PyBUF_RECORDS_RO | t.PYXBUF_DEVICE)["path"] == "dlpack"
+    # unknown bits: pyxbuf_get refuses them
+    assert not t.check_supports(b"", 1 << 20)
     with pytest.raises(ValueError, match="supported flags"):
         t.set_supported_flags(SimpleOnly, 1 << 20)
 
@@ -247,6 +261,19 @@ LIES = [
     ("tracked_grant", t.PyBUF_FULL_RO | t.PYXBUF_BORROW_SHARED,
      "granted a borrow that was not requested"),
     ("readonly_for_writable", t.PyBUF_FULL, "read-only memory for a WRITABLE request"),
+    # a consumer reads no extended field whose bit in flags is clear
+    ("grant_without_flag", t.PyBUF_FULL_RO | t.PYXBUF_BORROW_SHARED,
+     "granted a borrow in ext_flags without setting the matching PYXBUF_BORROW_* bit"),
+    ("exclusive_for_shared_flag",
+     t.PyBUF_FULL_RO | t.PYXBUF_BORROW_SHARED | t.PYXBUF_BORROW_EXCLUSIVE,
+     "granted a borrow in ext_flags without setting the matching PYXBUF_BORROW_* bit"),
+    ("device_info_without_flag", t.PyBUF_FULL_RO | t.PYXBUF_DEVICE,
+     "set device_info without setting PYXBUF_DEVICE in flags"),
+    ("device_not_utf8", t.PyBUF_FULL_RO | t.PYXBUF_DEVICE,
+     "device identifier is not valid UTF-8 (byte 0x80 at position 8)"),
+    ("device_empty", t.PyBUF_FULL_RO | t.PYXBUF_DEVICE, "device identifier is empty"),
+    ("device_info_too_small", t.PyBUF_FULL_RO | t.PYXBUF_DEVICE,
+     'device has no valid pyxbuf_device_info'),
 ]
 
 

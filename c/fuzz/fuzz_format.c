@@ -2,7 +2,8 @@
  *
  * For every input: parsing returns 0 or a documented negative code with a
  * message and a position inside the string; a parsed descriptor is a
- * well-formed tree whose names and custom ids point into the string; its
+ * well-formed tree whose names and custom ids point into the string, whose
+ * custom types keep the proposal's character rules (no '$' in a payload); its
  * canonical form parses to the same size and alignment and is a fixed point
  * of the writer; pyxbuf_format_itemsize agrees with the parser; and where
  * Python's struct module accepts the string with a non-zero size, pyxbuf does
@@ -39,6 +40,32 @@ static int layout_unknown(const pyxbuf_format_node *nodes, int32_t i) {
     return 0;
 }
 
+/* The custom-dtype proposal's character rules, on what the parser accepted:
+ * every alternative is "id$payload", the id non-empty, and id and payload
+ * printable ASCII without ']', ';' or '$' (so exactly one '$' each). */
+static void check_custom_syntax(const pyxbuf_format_node *n, int32_t i) {
+    const char *a = n->alternatives, *end = a + n->alternatives_len;
+    FUZZ_CHECK(n->alternatives_len > 0, "node %d: empty alternatives", i);
+    while (a <= end) {
+        const char *alt = a;
+        int dollars = 0;
+        while (a < end && *a != ';') {
+            unsigned char c = (unsigned char)*a;
+            if (c == '$') {
+                FUZZ_CHECK(a > alt, "node %d: empty custom id", i);
+                dollars++;
+            } else {
+                FUZZ_CHECK(c >= 0x20 && c <= 0x7e && c != ']', "node %d: byte 0x%02X in '%.*s'",
+                           i, c, n->alternatives_len, n->alternatives);
+            }
+            a++;
+        }
+        FUZZ_CHECK(dollars == 1, "node %d: alternative '%.*s' has %d '$' (a payload may hold none)",
+                   i, (int)(a - alt), alt, dollars);
+        a++; /* past ';' or the end */
+    }
+}
+
 static void check_tree(const pyxbuf_format *f, const char *s, size_t len) {
     const pyxbuf_format_node *nodes = pyxbuf_format_nodes(f);
     FUZZ_CHECK(f->nnodes >= 1 && nodes != NULL, "no root node");
@@ -65,6 +92,7 @@ static void check_tree(const pyxbuf_format *f, const char *s, size_t len) {
                    "node %d custom id outside the string", i);
         FUZZ_CHECK(n->alternatives == NULL || in_string(n->alternatives, n->alternatives_len, s, len),
                    "node %d alternatives outside the string", i);
+        if (n->kind == PYXBUF_FMT_CUSTOM) check_custom_syntax(n, i);
         FUZZ_CHECK(n->itemsize >= -1 && n->nbytes >= -1 && n->offset >= -1,
                    "node %d sizes %lld/%lld at %lld", i, (long long)n->itemsize,
                    (long long)n->nbytes, (long long)n->offset);

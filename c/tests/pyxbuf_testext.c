@@ -562,6 +562,12 @@ static const char *const liar_modes[] = {
     "fails_silently",       /* 18: getbuffer returns -1 with no exception set */
     "shape_overflows",      /* 19: shape (PY_SSIZE_T_MAX,) of 2-byte items, len 16 */
     "ndim_65_device",       /* 20: ndim 65 and a device view (the device check walks shape) */
+    "grant_without_flag",   /* 21: EXT_SHARED in ext_flags, no BORROW bit in flags */
+    "device_info_without_flag", /* 22: device_info set, device NULL, PYXBUF_DEVICE clear */
+    "device_not_utf8",      /* 23: a device identifier with a stray continuation byte */
+    "device_info_too_small",/* 24: pyxbuf.dlpack info whose size field is 8 */
+    "device_empty",         /* 25: the device identifier "" */
+    "exclusive_for_shared_flag", /* 26: EXT_EXCLUSIVE with only BORROW_SHARED in flags */
     NULL,
 };
 
@@ -587,6 +593,7 @@ static PyObject *Liar_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
 
 static pyxbuf_device_info liar_info = {sizeof(pyxbuf_device_info), PYXBUF_DL_EXT_DEV, 0, 0,
                                        NULL, 0, 0, {0, 0, 0}};
+static pyxbuf_device_info liar_small_info = {8, PYXBUF_DL_EXT_DEV, 0, 0, NULL, 0, 0, {0, 0, 0}};
 
 static int Liar_getbuffer(PyObject *self, Py_buffer *view, int flags) {
     LiarObject *l = (LiarObject *)self;
@@ -639,6 +646,12 @@ static int Liar_getbuffer(PyObject *self, Py_buffer *view, int flags) {
     case 6: x->flags |= PYXBUF_BORROW_SHARED; x->ext_flags |= PYXBUF_EXT_SHARED | PYXBUF_EXT_TRACKED; break;
     case 8:
     case 9: x->flags |= PYXBUF_DEVICE; x->device = PYXBUF_DEVICE_DLPACK; x->device_info = &liar_info; break;
+    case 21: x->ext_flags |= PYXBUF_EXT_SHARED; break;
+    case 22: x->device_info = &liar_info; break;
+    case 23: x->flags |= PYXBUF_DEVICE; x->device = "liar.dev\x80ice"; break;
+    case 24: x->flags |= PYXBUF_DEVICE; x->device = PYXBUF_DEVICE_DLPACK; x->device_info = &liar_small_info; break;
+    case 25: x->flags |= PYXBUF_DEVICE; x->device = ""; break;
+    case 26: x->flags |= PYXBUF_BORROW_SHARED; x->ext_flags |= PYXBUF_EXT_EXCLUSIVE; break;
     default: break;
     }
     l->gets++;

@@ -241,6 +241,42 @@ TEST_CASE(released_view_refuses_host_only_calls) {
     Py_DECREF(h);
 }
 
+/* A device pyxbuf has no description for: its identifier and info pass
+ * through the exporter untouched, and asking pyxbuf which device it is gives
+ * PYXBUF_EUNSUPPORTED naming it. The memory is never read by pyxbuf. */
+TEST_CASE(foreign_device_round_trips_through_exporter_wrap) {
+    static const char foreign[] = "otherlib.npu\xc2\xb5"; /* "otherlib.npu\u00b5" */
+    static int foreign_info = 42;
+    static unsigned char memory[16];
+    Py_ssize_t shape = 4;
+    pyxbuf_export_desc desc = {.size = sizeof desc, .ndim = 1, .buf = memory, .format = "f",
+                               .shape = &shape, .device = foreign, .device_info = &foreign_info};
+    PyObject *e = pyxbuf_exporter_wrap(&desc, NULL, NULL);
+    CHECK(e != NULL);
+    if (e == NULL) return;
+    pyxbuf_view v;
+    CHECK(pyxbuf_get(e, &v, PyBUF_RECORDS_RO | PYXBUF_DEVICE) == 0);
+    CHECK_STR_EQ(v.device, foreign);
+    CHECK(v.device != foreign); /* the exporter keeps its own copy */
+    CHECK(v.device_info == &foreign_info);
+    CHECK(v.flags & PYXBUF_DEVICE);
+    CHECK(v.base.buf == memory);
+    pyxbuf_device d;
+    pyxbuf_error err;
+    CHECK_INT_EQ(pyxbuf_view_device(&v, &d, &err), PYXBUF_EUNSUPPORTED);
+    CHECK_INT_EQ(err.code, PYXBUF_EUNSUPPORTED);
+    CHECK_CONTAINS(err.message, "'otherlib.npu");
+    pyxbuf_release(&v);
+    /* Without PYXBUF_DEVICE the host is never handed the pointer. */
+    CHECK(pyxbuf_get(e, &v, PyBUF_RECORDS_RO) == -1);
+    CHECK_CONTAINS(take_error(PyExc_BufferError), "holds memory on device 'otherlib.npu");
+    Py_DECREF(e);
+    /* An identifier that is not UTF-8 is refused when the exporter is made. */
+    desc.device = "otherlib.\xff";
+    CHECK(pyxbuf_exporter_wrap(&desc, NULL, NULL) == NULL);
+    CHECK_CONTAINS(take_error(PyExc_ValueError), "byte 9 is invalid");
+}
+
 PYTHON_TEST_MAIN(TEST_ENTRY(device_names_and_formatting), TEST_ENTRY(builtin_backends_are_registered),
                  TEST_ENTRY(third_party_backend_registration),
                  TEST_ENTRY(host_dereference_of_emulated_memory_crashes),
@@ -248,4 +284,5 @@ PYTHON_TEST_MAIN(TEST_ENTRY(device_names_and_formatting), TEST_ENTRY(builtin_bac
                  TEST_ENTRY(emulated_device_refuses_bad_addresses),
                  TEST_ENTRY(to_device_round_trip_and_no_leaks),
                  TEST_ENTRY(same_device_and_host_only_refusals),
-                 TEST_ENTRY(released_view_refuses_host_only_calls))
+                 TEST_ENTRY(released_view_refuses_host_only_calls),
+                 TEST_ENTRY(foreign_device_round_trips_through_exporter_wrap))

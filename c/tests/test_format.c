@@ -121,6 +121,28 @@ TEST_CASE(valid_formats) {
         {"i:x:d:y:", 16, 8},
         {"xxxx", 4, 1},
         {"4xi", 8, 4},
+        /* NumPy exports (0,)-shaped fields as "(0)I:a:": zero bytes. */
+        {"(0)f", 0, 4},
+        {"(2,0)d", 0, 8},
+        {"T{(0)I:a:}", 0, 4},
+        {"T{(0)I:a:f:b:}", 4, 4},
+        /* struct's complex codes (CPython 3.14), the same items as Zf/Zd. */
+        {"F", 8, AL(float)},
+        {"D", 16, AL(double)},
+        {"<F", 8, 1},
+        {">D", 16, 1},
+        {"bD", 24, AL(double)},
+        /* ctypes repeats field names: names are labels, the layout is positional. */
+        {"T{<i:a:<i:a:}", 8, 1},
+        /* the proposal's fallback form; later alternatives are fully checked */
+        {"[mymod$x;buffer$T{d:X:d:Y:}]", 16, 8},
+        /* a payload is a format of its own: the outer '<' places the item
+         * (packed), it does not reach inside */
+        {"<[struct$>i]", 4, 1},
+        {"<[struct$i]", 4, 1},
+        {"[struct$i]", 4, 4},
+        {"[buffer$ii]", 8, 4},
+        {"<[buffer$ii]", 8, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const valid_case *c = &cases[i];
@@ -277,7 +299,7 @@ TEST_CASE(custom_nodes) {
     pyxbuf_format_clear(&f);
 
     /* Nobody understands it: opaque, size unknown, offsets after it too. */
-    if (parse_ok("i[numpy$numpy.dtypes:StringDType:x$y]d", &f) != 0) return;
+    if (parse_ok("i[numpy$numpy.dtypes:StringDType:x.y]d", &f) != 0) return;
     CHECK_INT_EQ(f.itemsize, -1);
     CHECK_INT_EQ(f.flags, PYXBUF_FMTF_HAS_CUSTOM | PYXBUF_FMTF_HAS_OPAQUE);
     n = node(&f, 2);
@@ -285,7 +307,7 @@ TEST_CASE(custom_nodes) {
     CHECK_INT_EQ(n->itemsize, -1);
     CHECK_INT_EQ(n->nbytes, -1);
     CHECK_INT_EQ(n->offset, 4);
-    CHECK(span_is(n->custom, n->custom_len, "numpy$numpy.dtypes:StringDType:x$y"));
+    CHECK(span_is(n->custom, n->custom_len, "numpy$numpy.dtypes:StringDType:x.y"));
     CHECK_INT_EQ(n->custom_id_len, 5);
     CHECK_INT_EQ(node(&f, 3)->offset, -1);
     pyxbuf_format_clear(&f);
@@ -347,7 +369,6 @@ TEST_CASE(malformed_formats) {
         {"i:a::b:", PYXBUF_EFORMAT, 4, "second name"},
         {"99999999999999999999i", PYXBUF_EOVERFLOW, 0, "does not fit in 64 bits"},
         {"9223372036854775807q", PYXBUF_EOVERFLOW, 0, "larger than 2**63"},
-        {"(0)f", PYXBUF_EFORMAT, 1, "dimension 0"},
         {"(-1)f", PYXBUF_EFORMAT, 1, "'-' at position 1"},
         {"()f", PYXBUF_EFORMAT, 0, "empty sub-array shape"},
         {"(2,)f", PYXBUF_EFORMAT, 3, "')' at position 3"},
@@ -356,7 +377,14 @@ TEST_CASE(malformed_formats) {
         {"[abc]", PYXBUF_EFORMAT, 1, "has no '$'"},
         {"< >i", PYXBUF_EFORMAT, 2, "two byte-order prefixes"},
         {"[a$b\tc]", PYXBUF_EFORMAT, 4, "byte 0x09 at position 4"},
-        {"[a b$c]", PYXBUF_EFORMAT, 2, "' ' at position 2 is not allowed in a custom type id"},
+        {"[a\tb$c]", PYXBUF_EFORMAT, 2, "byte 0x09 at position 2 is not allowed in a custom type id"},
+        {"[a$b$c]", PYXBUF_EFORMAT, 4, "'$' at position 4 is not allowed in a custom type payload"},
+        {"[ml_dtypes$bfloat16;a$b$c]", PYXBUF_EFORMAT, 23, "'$' at position 23"},
+        {"[ml_dtypes$bfloat16;struct$T{]", PYXBUF_EFORMAT, 27, "not struct-module syntax"},
+        {"[ml_dtypes$bfloat16;buffer$T{]", PYXBUF_EFORMAT, 27, "never closed"},
+        {"[buffer$[a$b]]", PYXBUF_EFORMAT, 8, "custom types are not allowed in buffer$"},
+        {"[buffer$[x]]", PYXBUF_EFORMAT, 8, "custom types are not allowed in buffer$"},
+        {"[buffer$T{[x]}]", PYXBUF_EFORMAT, 10, "custom types are not allowed in buffer$"},
         {"[]", PYXBUF_EFORMAT, 0, "empty custom type '[]'"},
         {"[a$b;;c$d]", PYXBUF_EFORMAT, 5, "empty custom type alternative"},
         {"[a$b;]", PYXBUF_EFORMAT, 5, "empty custom type alternative"},
@@ -517,7 +545,8 @@ TEST_CASE(registry) {
     CHECK_INT_EQ(size, 2);
 
     /* Refused keys and specs. */
-    const char *bad_keys[] = {"nodollar", "$x", "struct$", "buffer$i", "a b$c", "a$b]", "a$b;c"};
+    const char *bad_keys[] = {"nodollar", "$x",    "struct$", "buffer$i", "a\tb$c",
+                              "a$b]",     "a$b;c", "a$b$c",   "a$\x80"};
     for (size_t i = 0; i < sizeof bad_keys / sizeof *bad_keys; i++) {
         spec.key = bad_keys[i];
         CHECK_INT_EQ(pyxbuf_dtype_register(&spec), PYXBUF_EINVAL);
@@ -735,8 +764,8 @@ TEST_CASE(builder) {
     CHECK_INT_EQ(pyxbuf_format_add_scalar(&f, 0, 'i', 'x', 0, 1, 0, NULL, NULL), PYXBUF_EINVAL);
     CHECK_INT_EQ(pyxbuf_format_add_scalar(&f, 0, 'i', 0, 0, 1, 0, NULL, "a:b"), PYXBUF_EINVAL);
     CHECK_INT_EQ(pyxbuf_format_add_scalar(&f, 0, 'i', 0, 0, 1, 0, NULL, ""), PYXBUF_EINVAL);
-    const int64_t zero[1] = {0};
-    CHECK_INT_EQ(pyxbuf_format_add_scalar(&f, 0, 'i', 0, 0, 1, 1, zero, NULL), PYXBUF_EINVAL);
+    const int64_t negative[1] = {-1};
+    CHECK_INT_EQ(pyxbuf_format_add_scalar(&f, 0, 'i', 0, 0, 1, 1, negative, NULL), PYXBUF_EINVAL);
     int c = pyxbuf_format_add_custom(&f, 0, "ml_dtypes$int4", 0, 0, 1, 0, NULL, NULL);
     CHECK_INT_EQ(pyxbuf_format_add_scalar(&f, c, 'i', 0, 0, 1, 0, NULL, NULL), PYXBUF_EINVAL);
     CHECK_INT_EQ(pyxbuf_format_add_custom(&f, 0, "nodollar", 0, 0, 1, 0, NULL, NULL) > 0, 1);

@@ -85,15 +85,19 @@ TEST_CASE(supported_flags_values) {
     PyObject *cls = py_eval("type('SimpleOnly', (bytearray,), {'__pyxbuf_supported_flags__': -1})");
     int32_t mask = 0;
     CHECK(pyxbuf_type_supported_flags((PyTypeObject *)cls, &mask) == 0);
-    CHECK_INT_EQ(mask, PyBUF_FORMAT);
+    CHECK_INT_EQ(mask, 0); /* -1 is PyBUF_SIMPLE only: the empty mask */
     PyObject *obj = PyObject_CallNoArgs(cls);
     CHECK_INT_EQ(pyxbuf_check_supports(obj, PyBUF_SIMPLE), 1);
     CHECK_INT_EQ(pyxbuf_check_supports(obj, PyBUF_ND), 0);
+    /* FORMAT is soft: asked of a SIMPLE-only type, it still goes ahead. */
+    CHECK_INT_EQ(pyxbuf_check_supports(obj, PyBUF_FORMAT), 1);
     pyxbuf_view v;
     CHECK(pyxbuf_get(obj, &v, PyBUF_STRIDES) == -1);
     const char *msg = take_error(PyExc_BufferError);
     CHECK_CONTAINS(msg, "'SimpleOnly' does not support the required flag(s) ND|STRIDES");
     CHECK(pyxbuf_get(obj, &v, PyBUF_SIMPLE) == 0);
+    pyxbuf_release(&v);
+    CHECK(pyxbuf_get(obj, &v, PyBUF_FORMAT) == 0);
     pyxbuf_release(&v);
 
     /* The cache follows the type: changing the attribute changes the answer. */
@@ -138,10 +142,126 @@ TEST_CASE(device_equal_rules) {
     CHECK(!pyxbuf_device_equal("pyxbuf.other", id));
 }
 
+/* A bytearray subclass whose type declares `mask`. */
+static PyObject *declaring(int32_t mask) {
+    char code[160];
+    snprintf(code, sizeof code,
+             "type('Declares', (bytearray,), {'__pyxbuf_supported_flags__': %d})(b'abcd')",
+             (int)mask);
+    return py_eval(code);
+}
+
+TEST_CASE(required_flags_are_the_proposals_hard_ones) {
+    CHECK_INT_EQ(PYXBUF_REQUIRED_FLAGS, PyBUF_WRITABLE | PyBUF_ND | (PyBUF_STRIDES & ~PyBUF_ND) |
+                                            (PyBUF_C_CONTIGUOUS & ~PyBUF_STRIDES) |
+                                            (PyBUF_F_CONTIGUOUS & ~PyBUF_STRIDES) |
+                                            (PyBUF_ANY_CONTIGUOUS & ~PyBUF_STRIDES));
+    /* Each hard bit, both ways: refused when the type lacks it, served when
+     * it has it. The request is the classic flag that carries the bit. */
+    static const struct {
+        int32_t bit, request;
+        const char *name;
+    } hard[] = {
+        {PyBUF_WRITABLE, PyBUF_WRITABLE, "WRITABLE"},
+        {PyBUF_ND, PyBUF_ND, "ND"},
+        {PyBUF_STRIDES & ~PyBUF_ND, PyBUF_STRIDES, "STRIDES"},
+        {PyBUF_C_CONTIGUOUS & ~PyBUF_STRIDES, PyBUF_C_CONTIGUOUS, "C_CONTIGUOUS"},
+        {PyBUF_F_CONTIGUOUS & ~PyBUF_STRIDES, PyBUF_F_CONTIGUOUS, "F_CONTIGUOUS"},
+        {PyBUF_ANY_CONTIGUOUS & ~PyBUF_STRIDES, PyBUF_ANY_CONTIGUOUS, "ANY_CONTIGUOUS"},
+    };
+    for (size_t i = 0; i < sizeof hard / sizeof *hard; i++) {
+        CHECK(PYXBUF_REQUIRED_FLAGS & hard[i].bit);
+        PyObject *lacks = declaring(PYXBUF_CLASSIC_FLAGS & ~hard[i].bit);
+        PyObject *has = declaring(PYXBUF_CLASSIC_FLAGS);
+        pyxbuf_view v;
+        CHECK_INT_EQ(pyxbuf_check_supports(lacks, hard[i].request), 0);
+        CHECK(pyxbuf_get(lacks, &v, hard[i].request) == -1);
+        CHECK_CONTAINS(take_error(PyExc_BufferError), hard[i].name);
+        CHECK_INT_EQ(pyxbuf_check_supports(has, hard[i].request), 1);
+        CHECK(pyxbuf_get(has, &v, hard[i].request) == 0);
+        pyxbuf_release(&v);
+        Py_DECREF(lacks);
+        Py_DECREF(has);
+    }
+    /* The soft bits, both ways: never refused up front. */
+    static const int32_t soft[] = {PyBUF_FORMAT, PyBUF_INDIRECT & ~PyBUF_STRIDES};
+    static const int32_t soft_request[] = {PyBUF_FORMAT, PyBUF_INDIRECT};
+    for (size_t i = 0; i < 2; i++) {
+        CHECK(!(PYXBUF_REQUIRED_FLAGS & soft[i]));
+        for (int with = 0; with < 2; with++) {
+            PyObject *obj = declaring(with ? PYXBUF_CLASSIC_FLAGS : PYXBUF_CLASSIC_FLAGS & ~soft[i]);
+            pyxbuf_view v;
+            CHECK_INT_EQ(pyxbuf_check_supports(obj, soft_request[i]), 1);
+            CHECK(pyxbuf_get(obj, &v, soft_request[i]) == 0);
+            CHECK(v.base.suboffsets == NULL);
+            pyxbuf_release(&v);
+            Py_DECREF(obj);
+        }
+    }
+}
+
+TEST_CASE(full_requests_reach_records_plus_device_types) {
+    /* The audit's case: RECORDS | DEVICE (no INDIRECT) and FULL / FULL_RO,
+     * answered with NULL suboffsets as NumPy answers them. */
+    PyObject *obj = declaring(PyBUF_RECORDS | PYXBUF_DEVICE);
+    pyxbuf_view v;
+    CHECK_INT_EQ(pyxbuf_check_supports(obj, PyBUF_FULL_RO), 1);
+    CHECK_INT_EQ(pyxbuf_check_supports(obj, PyBUF_FULL | PYXBUF_DEVICE), 1);
+    CHECK(pyxbuf_get(obj, &v, PyBUF_FULL_RO) == 0);
+    CHECK_INT_EQ(v.path, PYXBUF_PATH_NATIVE);
+    CHECK(v.base.suboffsets == NULL);
+    pyxbuf_release(&v);
+    CHECK(pyxbuf_get(obj, &v, PyBUF_FULL | PYXBUF_DEVICE) == 0);
+    pyxbuf_release(&v);
+    Py_DECREF(obj);
+}
+
+TEST_CASE(check_supports_means_what_get_does) {
+    pyxbuf_view v;
+    /* Not a buffer at all: pyxbuf_get raises TypeError, the answer is 0. */
+    PyObject *list = py_eval("[1, 2, 3]");
+    CHECK_INT_EQ(pyxbuf_check_supports(list, PyBUF_SIMPLE), 0);
+    CHECK_INT_EQ(pyxbuf_check_supports(list, PyBUF_FULL_RO), 0);
+    CHECK(pyxbuf_get(list, &v, PyBUF_SIMPLE) == -1);
+    take_error(PyExc_TypeError);
+    /* A classic buffer: every known request goes ahead, soft bits too. */
+    PyObject *bytes = py_eval("b'xyz'");
+    CHECK_INT_EQ(pyxbuf_check_supports(bytes, PyBUF_FULL_RO), 1);
+    CHECK_INT_EQ(pyxbuf_check_supports(bytes, PyBUF_FULL_RO | PYXBUF_DEVICE), 1);
+    CHECK_INT_EQ(pyxbuf_check_supports(bytes, PyBUF_RECORDS_RO | PYXBUF_BORROW_SHARED), 1);
+    /* Bits pyxbuf does not know: pyxbuf_get refuses them (ValueError). */
+    CHECK_INT_EQ(pyxbuf_check_supports(bytes, 0x100000), 0);
+    /* DLPack only (no buffer slot): answered from the type, not called. */
+    PyObject *dl = py_eval("type('DLPackOnly', (), {'__dlpack__': lambda self, **kw: "
+                           "1 / 0, '__dlpack_device__': lambda self: 1 / 0})()");
+    CHECK_INT_EQ(pyxbuf_check_supports(dl, PyBUF_RECORDS_RO | PYXBUF_DEVICE), 1);
+    CHECK(!PyErr_Occurred());
+    /* CUDA Array Interface as a property on the type (not evaluated) or as an
+     * instance attribute; a type with its own __getattr__ is not asked. */
+    PyObject *cai_prop = py_eval("type('CaiProp', (), {'__cuda_array_interface__': "
+                                 "property(lambda self: 1 / 0)})()");
+    CHECK_INT_EQ(pyxbuf_check_supports(cai_prop, PyBUF_RECORDS_RO | PYXBUF_DEVICE), 1);
+    PyObject *cai_inst = py_eval("(lambda o: (setattr(o, '__cuda_array_interface__', {}), o)[1])"
+                                 "(type('CaiInst', (), {})())");
+    CHECK_INT_EQ(pyxbuf_check_supports(cai_inst, PyBUF_RECORDS_RO), 1);
+    PyObject *dynamic = py_eval("type('Dynamic', (), {'__getattr__': lambda self, n: 1 / 0})()");
+    CHECK_INT_EQ(pyxbuf_check_supports(dynamic, PyBUF_SIMPLE), 0);
+    CHECK(!PyErr_Occurred());
+    Py_DECREF(list);
+    Py_DECREF(bytes);
+    Py_DECREF(dl);
+    Py_DECREF(cai_prop);
+    Py_DECREF(cai_inst);
+    Py_DECREF(dynamic);
+}
+
 PYTHON_TEST_MAIN(TEST_ENTRY(abi_version_matches_header), TEST_ENTRY(classic_path_matches_getbuffer),
                  TEST_ENTRY(extended_bits_are_not_passed_to_classic_producers),
                  TEST_ENTRY(release_twice_is_a_noop), TEST_ENTRY(no_buffer_is_type_error),
                  TEST_ENTRY(unknown_request_bits_are_value_error),
                  TEST_ENTRY(producer_refusal_names_type_path_and_request),
                  TEST_ENTRY(supported_flags_values), TEST_ENTRY(supported_flags_bad_values),
-                 TEST_ENTRY(set_supported_flags_on_immutable_type), TEST_ENTRY(device_equal_rules))
+                 TEST_ENTRY(set_supported_flags_on_immutable_type), TEST_ENTRY(device_equal_rules),
+                 TEST_ENTRY(required_flags_are_the_proposals_hard_ones),
+                 TEST_ENTRY(full_requests_reach_records_plus_device_types),
+                 TEST_ENTRY(check_supports_means_what_get_does))

@@ -256,7 +256,7 @@ fn inspect<'py>(
         d.set_item("strides", strides.map(|s| PyTuple::new(py, s)).transpose()?)?;
         d.set_item("flags", v.flags)?;
         d.set_item("ext_flags", v.ext_flags)?;
-        let g = pyxbuf::Grants::from_bits(v.ext_flags);
+        let g = pyxbuf::Grants::from_view(v.flags, v.ext_flags);
         let grants = PyDict::new(py);
         grants.set_item("shared", g.shared())?;
         grants.set_item("exclusive", g.exclusive())?;
@@ -420,8 +420,11 @@ fn exporter<'py>(
     }
 }
 
-/// check_supports(obj, flags) -> bool: whether `obj`'s type supports every
-/// request flag in `flags` (the proposal's PyObject_CheckBufferSupports).
+/// check_supports(obj, flags) -> bool: whether `pyxbuf_get` would go ahead
+/// with the request, answered without calling the producer (the proposal's
+/// PyObject_CheckBufferSupports): False for objects that speak no protocol,
+/// unknown bits, or a required flag the type does not support; soft flags
+/// never make it False.
 #[pyfunction]
 fn check_supports(obj: &Bound<'_, PyAny>, flags: i32) -> PyResult<bool> {
     // SAFETY: a live object, attached thread; -1 means an exception is set.

@@ -93,8 +93,12 @@ def test_from_dlpack_is_zero_copy():
 def test_check_supports():
     e = pyxbuf.exporter((1,))
     assert pyxbuf.check_supports(e, pyxbuf.PYXBUF_DEVICE)
-    assert not pyxbuf.check_supports(np.zeros(1), pyxbuf.PYXBUF_DEVICE)
+    # what pyxbuf_get would do: soft flags go ahead (the answer says which
+    # were honoured), objects that speak no protocol do not
+    assert pyxbuf.check_supports(np.zeros(1), pyxbuf.PYXBUF_DEVICE)
+    assert pyxbuf.inspect(np.zeros(1), pyxbuf.PyBUF_RECORDS_RO | pyxbuf.PYXBUF_DEVICE)["device"] == "cpu"
     assert pyxbuf.check_supports(np.zeros(1), pyxbuf.PyBUF_RECORDS)
+    assert not pyxbuf.check_supports([0.0], pyxbuf.PyBUF_SIMPLE)
 
 
 def test_jax_bfloat16_if_installed():

@@ -24,7 +24,7 @@ pub const PYXBUF_BORROW_SHARED: i32 = 2048;
 pub const PYXBUF_BORROW_EXCLUSIVE: i32 = 4096;
 pub const PYXBUF_TEMPORARY: i32 = 8192;
 pub const PYXBUF_EXTENDED_FLAGS: i32 = 15360;
-pub const PYXBUF_REQUIRED_FLAGS: i32 = 505;
+pub const PYXBUF_REQUIRED_FLAGS: i32 = 249;
 pub const PYXBUF_EXT_SHARED: i32 = 1;
 pub const PYXBUF_EXT_EXCLUSIVE: i32 = 2;
 pub const PYXBUF_EXT_TRACKED: i32 = 4;
@@ -987,8 +987,17 @@ unsafe extern "C" {
         type_: *mut PyTypeObject,
         supported: *mut i32,
     ) -> ::std::os::raw::c_int;
-    /** The PyObject_CheckBufferSupports of the proposal: 1 if `obj`'s type supports
- every bit of `flags`, 0 if not, -1 with a Python exception set.*/
+    /** The PyObject_CheckBufferSupports of the proposal, answered as pyxbuf_get
+ would act, without calling the producer: 1 if pyxbuf_get would go ahead with
+ the request, 0 if it would refuse it up front -- `flags` has bits pyxbuf does
+ not know, a PYXBUF_REQUIRED_FLAGS bit the type does not support, or `obj`
+ speaks no protocol pyxbuf reads (a buffer slot, __dlpack__ or a DLPack C
+ exchange table on its type, __cuda_array_interface__). Soft flags (FORMAT,
+ INDIRECT, the extended ones) never make it 0: a producer or bridge may
+ ignore them, and view->flags / ext_flags say what was honoured. The answer
+ is per type and request: a producer may still refuse one object (read-only
+ memory for WRITABLE, a layout that is not contiguous). -1 with a Python
+ exception set on error.*/
     pub fn pyxbuf_check_supports(
         obj: *mut PyObject,
         flags: i32,

@@ -77,9 +77,38 @@ impl BorrowMode for Exclusive {
 pub struct Grants(i32);
 
 impl Grants {
-    /// From `pyxbuf_view.ext_flags`.
+    /// From `pyxbuf_view.ext_flags` alone, trusted as given.
     pub const fn from_bits(ext_flags: i32) -> Grants {
         Grants(ext_flags)
+    }
+    /// From a view's `flags` and `ext_flags`, as the proposal says a consumer
+    /// must read them: a grant counts only when the request bit it answers is
+    /// set in `flags` (exclusive needs `PYXBUF_BORROW_EXCLUSIVE`, shared either
+    /// borrow bit). `pyxbuf_get` already refuses producers that break this;
+    /// this is the check for views that came from elsewhere.
+    ///
+    /// ```
+    /// use pyxbuf::{sys, Grants};
+    /// let orphan = Grants::from_view(0, sys::PYXBUF_EXT_SHARED);
+    /// assert!(!orphan.any());
+    /// let g = Grants::from_view(sys::PYXBUF_BORROW_SHARED, sys::PYXBUF_EXT_EXCLUSIVE);
+    /// assert!(!g.exclusive());
+    /// let g = Grants::from_view(sys::PYXBUF_BORROW_EXCLUSIVE, sys::PYXBUF_EXT_EXCLUSIVE);
+    /// assert!(g.exclusive());
+    /// ```
+    pub const fn from_view(flags: i32, ext_flags: i32) -> Grants {
+        let mut backed = 0;
+        if flags & (sys::PYXBUF_BORROW_SHARED | sys::PYXBUF_BORROW_EXCLUSIVE) != 0 {
+            backed |= sys::PYXBUF_EXT_SHARED;
+        }
+        if flags & sys::PYXBUF_BORROW_EXCLUSIVE != 0 {
+            backed |= sys::PYXBUF_EXT_EXCLUSIVE;
+        }
+        let grants = ext_flags & backed;
+        if grants == 0 {
+            return Grants(0);
+        }
+        Grants(grants | (ext_flags & sys::PYXBUF_EXT_TRACKED))
     }
     /// The raw `PYXBUF_EXT_*` bits.
     pub const fn bits(&self) -> i32 {
@@ -657,7 +686,7 @@ impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
 
     /// The borrow grants the view holds.
     pub fn grants(&self) -> Grants {
-        Grants(self.view.ext_flags)
+        Grants::from_view(self.view.flags, self.view.ext_flags)
     }
 
     /// The extended request flags the producer honoured (`PYXBUF_*`).
