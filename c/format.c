@@ -617,11 +617,13 @@ static bool merge_padding(parser *p, seq *q, const item *it) {
         it->ndim || it->flags)
         return false;
     pyxbuf_format_node *prev = node_at(p, q->last);
+    int64_t repeat;
+    /* After an opaque item no offset is checked for overflow, so the sum can
+     * exceed 2**63 ("[a$b]9223372036854775804xxxxx"): keep two nodes then. */
     if (prev->kind != PYXBUF_FMT_PADDING || prev->name || prev->ndim || prev->flags ||
-        prev->byte_order != it->mode)
+        prev->byte_order != it->mode || !add_ok(prev->repeat, it->repeat, &repeat))
         return false;
-    prev->repeat += it->repeat;
-    prev->nbytes += it->repeat;
+    prev->repeat = prev->nbytes = repeat;
     return true;
 }
 

@@ -264,7 +264,8 @@ LIES = [
     # a consumer reads no extended field whose bit in flags is clear
     ("grant_without_flag", t.PyBUF_FULL_RO | t.PYXBUF_BORROW_SHARED,
      "granted a borrow in ext_flags without setting the matching PYXBUF_BORROW_* bit"),
-    ("exclusive_for_shared_flag",
+    # EXT_EXCLUSIVE under a BORROW_SHARED bit, though exclusive was asked too
+    ("unrequested_grant",
      t.PyBUF_FULL_RO | t.PYXBUF_BORROW_SHARED | t.PYXBUF_BORROW_EXCLUSIVE,
      "granted a borrow in ext_flags without setting the matching PYXBUF_BORROW_* bit"),
     ("device_info_without_flag", t.PyBUF_FULL_RO | t.PYXBUF_DEVICE,
@@ -277,7 +278,9 @@ LIES = [
 ]
 
 
-@pytest.mark.parametrize("mode,flags,reason", LIES, ids=[l[0] for l in LIES])
+@pytest.mark.parametrize("mode,flags,reason", LIES,
+                         ids=[l[0] + ("-with-exclusive" if l[1] & t.PYXBUF_BORROW_EXCLUSIVE else "")
+                              for l in LIES])
 def test_lying_producer_is_refused_and_released(mode, flags, reason):
     liar = t.Liar(mode)
     before = sys.getrefcount(liar)
@@ -288,6 +291,47 @@ def test_lying_producer_is_refused_and_released(mode, flags, reason):
     # The producer's view was released exactly once, and no reference leaked.
     assert (liar.gets, liar.releases) == (1, 1)
     assert sys.getrefcount(liar) == before
+
+
+class ClassicDeclared(t.Liar):
+    """The honest Liar under a classic declaration (0: no extended flag)."""
+
+    __pyxbuf_supported_flags__ = 0
+
+
+def test_extended_bits_reach_only_types_that_advertise_them():
+    assert min(b for b in (t.PYXBUF_DEVICE, t.PYXBUF_BORROW_SHARED, t.PYXBUF_BORROW_EXCLUSIVE,
+                           t.PYXBUF_TEMPORARY)) == 0x400
+    assert t.PYXBUF_REQUIRED_FLAGS & 0xFC00 == 0
+    request = t.PyBUF_FULL_RO | t.PYXBUF_DEVICE | t.PYXBUF_TEMPORARY
+    classic = ClassicDeclared("honest")
+    assert t.inspect(classic, request)["path"] == "classic"
+    assert classic.last_flags == t.PyBUF_FULL_RO
+    native = t.Liar("honest")
+    assert t.inspect(native, request)["path"] == "native"
+    assert native.last_flags == request
+
+
+def test_exclusive_request_may_get_the_weaker_shared_grant():
+    liar = t.Liar("shared_for_exclusive")
+    info = t.inspect(liar, t.PyBUF_RECORDS_RO | t.PYXBUF_BORROW_EXCLUSIVE)
+    assert info["path"] == "native" and info["flags"] == t.PYXBUF_BORROW_EXCLUSIVE
+    assert info["ext_flags"] == t.PYXBUF_EXT_SHARED
+    assert (liar.gets, liar.releases) == (1, 1)
+
+
+class DLPackAndCAI(DLPackOnly):
+    """Speaks DLPack and the CUDA Array Interface: DLPack must win, and the
+    interface dict is never read."""
+
+    @property
+    def __cuda_array_interface__(self):
+        raise AssertionError("the CAI bridge was consulted before DLPack")
+
+
+def test_dlpack_is_tried_before_the_cuda_array_interface():
+    obj = DLPackAndCAI(np.arange(3.0))
+    assert t.inspect(obj, t.PyBUF_RECORDS_RO | t.PYXBUF_DEVICE)["path"] == "dlpack"
 
 
 def test_honest_extended_producer_takes_the_native_path():

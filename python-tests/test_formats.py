@@ -313,7 +313,7 @@ VALID = [
     ("[ml_dtypes$int4]", 1, 1, [0]),
     ("[ml_dtypes$uint4]", 1, 1, [0]),
     ("[numpy$x;ml_dtypes$bfloat16]", 2, 2, [0]),
-    # the first understood alternative wins; later payloads are not parsed
+    # the first understood alternative wins; later ones are still checked in full
     ("[struct$h;ml_dtypes$int4]", 2, 2, [0]),
     ("[struct$<iq]", 12, 1, [0]),
     ("[struct$iq]", 16, 8, [0]),

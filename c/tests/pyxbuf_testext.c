@@ -535,6 +535,7 @@ static PyObject *versions(PyObject *mod, PyObject *unused) {
 typedef struct {
     PyObject_HEAD
     int mode;
+    int last_flags; /* the request flags of the last getbuffer call */
     Py_ssize_t gets, releases;
     Py_ssize_t shape;
     unsigned char data[16];
@@ -567,7 +568,7 @@ static const char *const liar_modes[] = {
     "device_not_utf8",      /* 23: a device identifier with a stray continuation byte */
     "device_info_too_small",/* 24: pyxbuf.dlpack info whose size field is 8 */
     "device_empty",         /* 25: the device identifier "" */
-    "exclusive_for_shared_flag", /* 26: EXT_EXCLUSIVE with only BORROW_SHARED in flags */
+    "shared_for_exclusive", /* 26: honest: answers BORROW_EXCLUSIVE with the weaker EXT_SHARED */
     NULL,
 };
 
@@ -598,6 +599,7 @@ static pyxbuf_device_info liar_small_info = {8, PYXBUF_DL_EXT_DEV, 0, 0, NULL, 0
 static int Liar_getbuffer(PyObject *self, Py_buffer *view, int flags) {
     LiarObject *l = (LiarObject *)self;
     pyxbuf_view *x = (pyxbuf_view *)view; /* valid: pyxbuf passes a pyxbuf_view */
+    l->last_flags = flags;
     view->obj = Py_NewRef(self);
     view->buf = l->data;
     view->len = l->shape;
@@ -651,7 +653,12 @@ static int Liar_getbuffer(PyObject *self, Py_buffer *view, int flags) {
     case 23: x->flags |= PYXBUF_DEVICE; x->device = "liar.dev\x80ice"; break;
     case 24: x->flags |= PYXBUF_DEVICE; x->device = PYXBUF_DEVICE_DLPACK; x->device_info = &liar_small_info; break;
     case 25: x->flags |= PYXBUF_DEVICE; x->device = ""; break;
-    case 26: x->flags |= PYXBUF_BORROW_SHARED; x->ext_flags |= PYXBUF_EXT_EXCLUSIVE; break;
+    case 26:
+        if (flags & PYXBUF_BORROW_EXCLUSIVE) {
+            x->flags |= PYXBUF_BORROW_EXCLUSIVE;
+            x->ext_flags |= PYXBUF_EXT_SHARED;
+        }
+        break;
     default: break;
     }
     l->gets++;
@@ -671,6 +678,8 @@ static void Liar_dealloc(PyObject *self) {
 
 static PyMemberDef Liar_members[] = {
     {"gets", T_PYSSIZET, offsetof(LiarObject, gets), READONLY, "getbuffer calls"},
+    {"last_flags", T_INT, offsetof(LiarObject, last_flags), READONLY,
+     "request flags of the last getbuffer call"},
     {"releases", T_PYSSIZET, offsetof(LiarObject, releases), READONLY, "releasebuffer calls"},
     {NULL, 0, 0, 0, NULL},
 };

@@ -768,6 +768,14 @@ TEST_CASE(builder) {
     CHECK_INT_EQ(pyxbuf_format_add_scalar(&f, 0, 'i', 0, 0, 1, 1, negative, NULL), PYXBUF_EINVAL);
     int c = pyxbuf_format_add_custom(&f, 0, "ml_dtypes$int4", 0, 0, 1, 0, NULL, NULL);
     CHECK_INT_EQ(pyxbuf_format_add_scalar(&f, c, 'i', 0, 0, 1, 0, NULL, NULL), PYXBUF_EINVAL);
+    /* The builder keeps the proposal's character rules: no '$' in a payload. */
+    pyxbuf_format g;
+    pyxbuf_format_init(&g);
+    CHECK_INT_EQ(pyxbuf_format_add_custom(&g, 0, "a$b$c", 0, 0, 1, 0, NULL, NULL) > 0, 1);
+    pyxbuf_error gerr;
+    CHECK_INT_EQ(pyxbuf_format_finish(&g, &gerr), PYXBUF_EFORMAT);
+    CHECK_CONTAINS(gerr.message, "'$' at position 3 is not allowed in a custom type payload");
+    pyxbuf_format_clear(&g);
     CHECK_INT_EQ(pyxbuf_format_add_custom(&f, 0, "nodollar", 0, 0, 1, 0, NULL, NULL) > 0, 1);
     pyxbuf_error err;
     CHECK_INT_EQ(pyxbuf_format_finish(&f, &err), PYXBUF_EFORMAT);

@@ -26,6 +26,25 @@ TEST_CASE(classic_path_matches_getbuffer) {
     Py_DECREF(obj);
 }
 
+TEST_CASE(extended_fields_are_zeroed_before_the_producer) {
+    /* A view full of garbage: whatever path answers, no extended field keeps
+     * a stale value (the classic producer writes none of them). */
+    PyObject *objs[2] = {py_eval("b'xyz'"), py_eval("bytearray(b'xyz')")};
+    int32_t requests[2] = {PyBUF_FULL_RO, PyBUF_RECORDS_RO | PYXBUF_DEVICE | PYXBUF_TEMPORARY};
+    for (int i = 0; i < 2; i++)
+        for (int r = 0; r < 2; r++) {
+            pyxbuf_view v;
+            memset(&v, 0xAB, sizeof v);
+            CHECK(pyxbuf_get(objs[i], &v, requests[r]) == 0);
+            CHECK_INT_EQ(v.flags, 0);
+            CHECK_INT_EQ(v.ext_flags, 0);
+            CHECK(v.device == NULL && v.device_info == NULL);
+            pyxbuf_release(&v);
+        }
+    Py_DECREF(objs[0]);
+    Py_DECREF(objs[1]);
+}
+
 TEST_CASE(extended_bits_are_not_passed_to_classic_producers) {
     /* A classic producer asked with extended bits still answers, and the
      * extended fields stay zero (borrow requests are answered by the
@@ -256,6 +275,7 @@ TEST_CASE(check_supports_means_what_get_does) {
 }
 
 PYTHON_TEST_MAIN(TEST_ENTRY(abi_version_matches_header), TEST_ENTRY(classic_path_matches_getbuffer),
+                 TEST_ENTRY(extended_fields_are_zeroed_before_the_producer),
                  TEST_ENTRY(extended_bits_are_not_passed_to_classic_producers),
                  TEST_ENTRY(release_twice_is_a_noop), TEST_ENTRY(no_buffer_is_type_error),
                  TEST_ENTRY(unknown_request_bits_are_value_error),
