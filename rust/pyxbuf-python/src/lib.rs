@@ -308,6 +308,15 @@ unsafe extern "C" fn release_boxed_view(ctx: *mut std::ffi::c_void) {
 /// Interface, the classic buffer, `__array_interface__`). The exporter keeps
 /// `obj`'s view alive and exports it through the extended protocol with
 /// borrow counting.
+///
+/// The exporter holds a borrow of `obj`'s memory for its whole life: shared
+/// when `writable` is false (the exporter is then read-only, whatever `obj`
+/// allows), exclusive when it is true. So no pyxbuf consumer can write `obj`
+/// while the exporter hands out shared borrows, nor touch it at all while it
+/// hands out an exclusive one. When `obj`'s producer enforces borrows
+/// (pyxbuf's exporters), nobody can; when the borrow is tracked (NumPy and
+/// other classic producers), Python code that bypasses pyxbuf still can, as
+/// for any tracked grant. A producer that grants no borrow is refused.
 #[pyfunction]
 #[pyo3(signature = (obj, writable = false, stream = None))]
 fn from_dlpack<'py>(
@@ -316,7 +325,12 @@ fn from_dlpack<'py>(
     stream: Option<i64>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = obj.py();
-    let flags = DEFAULT_FLAGS | if writable { ffi::PyBUF_WRITABLE } else { 0 };
+    let flags = DEFAULT_FLAGS
+        | if writable {
+            ffi::PyBUF_WRITABLE | sys::PYXBUF_BORROW_EXCLUSIVE
+        } else {
+            sys::PYXBUF_BORROW_SHARED
+        };
     // The view is acquired where it will live (a box the exporter owns), so
     // its self-references stay valid.
     let boxed: Box<MaybeUninit<sys::pyxbuf_view>> = Box::new(MaybeUninit::zeroed());
@@ -335,6 +349,31 @@ fn from_dlpack<'py>(
     }
     // SAFETY: acquired in place above.
     let v = unsafe { &*raw };
+    let grants = pyxbuf::Grants::from_view(v.flags, v.ext_flags);
+    if !(if writable {
+        grants.exclusive()
+    } else {
+        grants.any()
+    }) {
+        let err = pyo3::exceptions::PyBufferError::new_err(format!(
+            "pyxbuf.from_dlpack: the {} borrow of '{}' its exporter must hold was not granted \
+             ({}); a zero-copy exporter without it would let its memory be written behind its \
+             consumers' backs; copy the data instead (pyxbuf.to_device)",
+            if writable { "exclusive" } else { "shared" },
+            obj.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default(),
+            if grants.shared() {
+                "only a shared one"
+            } else {
+                "its producer ignores borrows"
+            },
+        ));
+        // SAFETY: not adopted by an exporter: release it here.
+        unsafe { release_boxed_view(raw.cast()) };
+        return Err(err);
+    }
     // The exporter adopts (and one day destroys) the event in the device info
     // it is given; the producer owns this one. Wait for it now and hand over
     // an info without it: later consumers find the data ready.
@@ -365,7 +404,9 @@ fn from_dlpack<'py>(
         itemsize: b.itemsize,
         shape: b.shape,
         strides: b.strides,
-        readonly: b.readonly,
+        // Read-only unless asked otherwise: the shared borrow held on `obj`
+        // promises that nobody writes it.
+        readonly: if writable { b.readonly } else { 1 },
         device: v.device,
         device_info,
         ..Default::default()
@@ -446,7 +487,9 @@ fn live_borrows(py: Python<'_>) -> PyResult<i64> {
     Ok(unsafe { (*api).borrow_live.map_or(0, |f| f()) })
 }
 
-#[pymodule]
+// libpyxbuf relies on the GIL until the free-threading work makes it safe
+// without one: a free-threaded interpreter must re-enable it on import.
+#[pymodule(gil_used = true)]
 #[pyo3(name = "pyxbuf")]
 fn pyxbuf_python(m: &Bound<'_, PyModule>) -> PyResult<()> {
     #[cfg(feature = "emulated-device")]

@@ -1,6 +1,11 @@
 """The pyxbuf Python module against NumPy, ml_dtypes, JAX (where installed)
 and its own producers. Run after building the module (maturin develop)."""
 
+import os
+import subprocess
+import sys
+import sysconfig
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -90,6 +95,34 @@ def test_from_dlpack_is_zero_copy():
     del e  # releases its view of a
 
 
+def test_from_dlpack_holds_a_borrow_of_its_source():
+    """The wrapper's grants must not alias: while it lives, pyxbuf refuses a
+    conflicting borrow of the source's memory (issue 11, item 1)."""
+    a = np.arange(4, dtype=np.float64)
+    before = pyxbuf.live_borrows()
+    ro = pyxbuf.from_dlpack(a)
+    assert pyxbuf.live_borrows() == before + 1
+    # read-only although `a` is writable: writable=False means it
+    assert pyxbuf.inspect(ro)["readonly"] is True
+    with pytest.raises(BufferError):
+        pyxbuf.inspect(ro, pyxbuf.PyBUF_RECORDS)
+    # an exclusive borrow of the source conflicts with the wrapper's shared one
+    with pytest.raises(BufferError, match="borrow"):
+        pyxbuf.inspect(a, pyxbuf.PyBUF_RECORDS | pyxbuf.PYXBUF_BORROW_EXCLUSIVE)
+    pyxbuf.inspect(a, pyxbuf.PyBUF_RECORDS_RO | pyxbuf.PYXBUF_BORROW_SHARED)  # readers share
+    del ro
+    assert pyxbuf.live_borrows() == before
+
+    rw = pyxbuf.from_dlpack(a, writable=True)
+    with pytest.raises(BufferError, match="borrow"):
+        pyxbuf.inspect(a, pyxbuf.PyBUF_RECORDS_RO | pyxbuf.PYXBUF_BORROW_SHARED)
+    # two writable wrappers of one array would be two exclusive grants
+    with pytest.raises(BufferError, match="exclusive borrow"):
+        pyxbuf.from_dlpack(a, writable=True)
+    del rw
+    assert pyxbuf.live_borrows() == before
+
+
 def test_check_supports():
     e = pyxbuf.exporter((1,))
     assert pyxbuf.check_supports(e, pyxbuf.PYXBUF_DEVICE)
@@ -108,3 +141,18 @@ def test_jax_bfloat16_if_installed():
     assert info["format"] == "[ml_dtypes$bfloat16]" and info["shape"] == (4,)
     e = pyxbuf.from_dlpack(x)
     assert e.format == "[ml_dtypes$bfloat16]" and e.shape == (4,)
+
+
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+@pytest.mark.skipif(not FREE_THREADED, reason="needs a free-threaded CPython (3.13t+); "
+                    "`make test-matrix` runs one")
+@pytest.mark.parametrize("module", ["pyxbuf", "pyxbuf_sum"])
+def test_modules_keep_the_gil_on_free_threaded_builds(module):
+    """libpyxbuf relies on the GIL, so its modules must not declare
+    Py_MOD_GIL_NOT_USED: importing one re-enables the GIL."""
+    code = f"import sys, {module}; print(sys._is_gil_enabled())"
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True,
+                         text=True, env={k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}, check=True)
+    assert out.stdout.strip() == "True"

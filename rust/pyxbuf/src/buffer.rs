@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use pyo3::{Borrowed, FromPyObject};
 use pyxbuf_sys as sys;
 
-use crate::device::{Device, DevicePtr};
+use crate::device::{Device, DevicePtr, SyncEvent};
 use crate::element::{self, Element};
 
 mod sealed {
@@ -187,23 +187,30 @@ impl Path {
 /// Reads are plain loads: as with PyO3's cells, a *thread* that writes the
 /// memory without holding the GIL while you read would be a data race, which
 /// no cell type can prevent — ask for a borrow (the default) to be sure.
+///
+/// The cell holds a `MaybeUninit<T>`, not a `T`: the bytes belong to the
+/// producer and need not be a valid `T` (a `bool` item may hold 2..=255), so
+/// no reference to a `T` is ever formed over them; [`get`](ReadOnlyCell::get)
+/// reads the bytes and makes a valid value of them.
 #[repr(transparent)]
-pub struct ReadOnlyCell<T: Element>(UnsafeCell<T>);
+pub struct ReadOnlyCell<T: Element>(UnsafeCell<MaybeUninit<T>>);
 
 impl<T: Element> ReadOnlyCell<T> {
-    /// A copy of the current value.
+    /// A copy of the current value (a `bool` item is `true` for any
+    /// non-zero byte).
     #[inline]
     pub fn get(&self) -> T {
         // SAFETY: the cell lives in an aligned, readable item of the view
         // (as_cells checks host memory, alignment and bounds); `read_item`
         // turns any bits into a valid T.
-        unsafe { T::read_item(self.0.get()) }
+        unsafe { T::read_item(self.as_ptr()) }
     }
 
-    /// A pointer to the item.
+    /// A pointer to the item (its bytes may not be a valid `T`: read it with
+    /// [`get`](ReadOnlyCell::get) or as bytes).
     #[inline]
     pub fn as_ptr(&self) -> *const T {
-        self.0.get()
+        self.0.get().cast::<T>().cast_const()
     }
 }
 
@@ -307,15 +314,35 @@ impl<T: Element, M: BorrowMode> Request<T, M> {
         self.with(self.flags | ffi::PyBUF_C_CONTIGUOUS)
     }
 
+    /// Accept PIL-style indirect arrays (`PyBUF_INDIRECT`): the view may carry
+    /// suboffsets, which [`get_ptr`](PyXBuffer::get_ptr) follows and
+    /// [`suboffsets`](PyXBuffer::suboffsets) returns. Without it a producer
+    /// that hands out suboffsets is refused at acquisition.
+    pub fn indirect(self) -> Self {
+        self.with(self.flags | ffi::PyBUF_INDIRECT)
+    }
+
     /// Require Fortran-contiguous memory (`PyBUF_F_CONTIGUOUS`).
     pub fn fortran_contiguous(self) -> Self {
         self.with(self.flags | ffi::PyBUF_F_CONTIGUOUS)
     }
 
     /// Promise the producer that the view is released before control returns
-    /// to Python (`PYXBUF_TEMPORARY`), which lets some producers skip work.
-    /// Keep the promise: do not call back into Python while holding it.
-    pub fn temporary(self) -> Self {
+    /// to Python (`PYXBUF_TEMPORARY`), which lets some producers skip work
+    /// (a producer may, for instance, skip pinning or copying memory it would
+    /// otherwise keep stable for as long as Python code could run).
+    ///
+    /// # Safety
+    ///
+    /// The buffer this request acquires must be dropped before any Python
+    /// code runs on this thread: no call into Python (no method call, no
+    /// attribute access, no conversion that may run `__index__` or
+    /// `__float__`, nothing that can trigger a garbage collection or a
+    /// finalizer, no `py.detach` that lets another thread run Python) between
+    /// acquisition and drop, and the buffer is not returned to Python or
+    /// stored. The producer relies on this promise for the soundness of the
+    /// memory it hands out; breaking it is undefined behaviour on its side.
+    pub unsafe fn temporary(self) -> Self {
         self.with(self.flags | sys::PYXBUF_TEMPORARY)
     }
 
@@ -345,14 +372,9 @@ impl<T: Element, M: BorrowMode> Request<T, M> {
         let buf = PyXBuffer::acquire(obj, self.flags, self.stream)?;
         if self.require_borrow && !buf.grants().any() {
             return Err(PyBufferError::new_err(format!(
-                "pyxbuf: the buffer of '{}' was handed out without the {} borrow requested \
+                "pyxbuf: the buffer of '{}' was handed out without the shared borrow requested \
                  (its producer ignores borrow requests); drop require_borrow() to accept it",
                 type_name(obj),
-                if self.flags & sys::PYXBUF_BORROW_EXCLUSIVE != 0 {
-                    "exclusive"
-                } else {
-                    "shared"
-                },
             )));
         }
         Ok(buf)
@@ -563,7 +585,30 @@ impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
         // From here on `this` owns the acquisition; returning early drops
         // (and so releases) it.
         this.check_layout(obj)?;
+        if flags & sys::PYXBUF_BORROW_EXCLUSIVE != 0 {
+            this.check_exclusive(obj)?;
+        }
         Ok(this)
+    }
+
+    /// An `Exclusive` buffer carries an exclusive grant, or is not handed out:
+    /// the type promises it (`as_mut_slice`, `copy_from_slice`).
+    fn check_exclusive(&self, obj: &Bound<'py, PyAny>) -> PyResult<()> {
+        let g = self.grants();
+        if g.exclusive() {
+            return Ok(());
+        }
+        Err(PyBufferError::new_err(format!(
+            "pyxbuf: an exclusive borrow of the buffer of '{}' was requested, but its producer \
+             granted {}; release the other views of its memory, or request a shared borrow \
+             (PyXBuffer<_, Shared>) to read it",
+            type_name(obj),
+            if g.shared() {
+                "only a shared borrow"
+            } else {
+                "no borrow (it ignores borrow requests)"
+            },
+        )))
     }
 
     /// Checks made once at acquisition: shape present, item format and size
@@ -593,6 +638,22 @@ impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
                 mem::size_of::<T>(),
             )));
         }
+        if !self.view.base.suboffsets.is_null() {
+            let indirect = ffi::PyBUF_INDIRECT & !ffi::PyBUF_STRIDES;
+            if self.view.requested & indirect == 0 || !self.is_host() {
+                return Err(PyBufferError::new_err(format!(
+                    "pyxbuf: the buffer of '{}' has suboffsets (PIL-style indirect memory){}; \
+                     its producer ignored the request, or ask with Request::indirect()",
+                    type_name(obj),
+                    if self.is_host() {
+                        " though PyBUF_INDIRECT was not requested"
+                    } else {
+                        " on device memory, which cannot be followed"
+                    }
+                )));
+            }
+        }
+        self.check_len(obj)?;
         if ndim > 0 && self.view.base.strides.is_null() {
             let ndim = ndim as usize;
             if ndim > sys::PYXBUF_INLINE_NDIM {
@@ -610,6 +671,29 @@ impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
             }
         }
         Ok(())
+    }
+
+    /// The view's `len` must be its items times `size_of::<T>()` on every
+    /// path: slices are sized by the shape, copies by `len`, and a producer
+    /// whose two answers differ would send one of them past its memory.
+    fn check_len(&self, obj: &Bound<'py, PyAny>) -> PyResult<()> {
+        let count = self
+            .shape()
+            .iter()
+            .try_fold(1usize, |acc, &n| acc.checked_mul(n));
+        let bytes = count.and_then(|n| n.checked_mul(mem::size_of::<T>()));
+        if bytes.is_some_and(|b| b as isize == self.view.base.len && self.view.base.len >= 0) {
+            return Ok(());
+        }
+        Err(PyBufferError::new_err(format!(
+            "pyxbuf: the buffer of '{}' is inconsistent: its len is {} bytes, but its shape {:?} \
+             of {}-byte items needs {}; its producer is broken",
+            type_name(obj),
+            self.view.base.len,
+            self.shape(),
+            mem::size_of::<T>(),
+            bytes.map_or_else(|| "more than fits in memory".to_owned(), |b| b.to_string()),
+        )))
     }
 
     /// `p` as it must be read now: rebased onto the view's current address
@@ -764,16 +848,45 @@ impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
         self.fix(self.view.base.buf).cast_mut()
     }
 
-    /// The address of the item at `indices` (no dereference; panics when an
-    /// index is out of bounds or the count is wrong). PyO3: `get_ptr`.
+    /// The address of the item at `indices` (panics when an index is out of
+    /// bounds or the count is wrong). The item itself is not read; with
+    /// suboffsets (a request made with [`Request::indirect`]) the pointers
+    /// stored in the array are followed, as PEP 3118 says. PyO3: `get_ptr`.
     pub fn get_ptr(&self, indices: &[usize]) -> *mut c_void {
         assert_eq!(indices.len(), self.ndim(), "one index per dimension");
+        let suboffsets = self.suboffsets();
         let mut p = self.buf_ptr().cast::<u8>();
-        for ((&i, &n), &s) in indices.iter().zip(self.shape()).zip(self.strides()) {
+        for (d, ((&i, &n), &s)) in indices
+            .iter()
+            .zip(self.shape())
+            .zip(self.strides())
+            .enumerate()
+        {
             assert!(i < n, "index {i} out of bounds for a dimension of {n}");
             p = p.wrapping_offset(i as isize * s);
+            if let Some(&off) = suboffsets.and_then(|so| so.get(d)) {
+                if off >= 0 {
+                    // SAFETY: suboffsets are accepted only on host memory
+                    // (check_layout); `p` is an in-bounds element of this
+                    // dimension, which PEP 3118 says holds a pointer.
+                    p = unsafe { p.cast::<*mut u8>().read_unaligned() }.wrapping_offset(off);
+                }
+            }
         }
         p.cast()
+    }
+
+    /// The suboffsets of a PIL-style indirect array (only when requested with
+    /// [`Request::indirect`] and given by the producer); `None` otherwise.
+    /// PyO3: `suboffsets`.
+    pub fn suboffsets(&self) -> Option<&[isize]> {
+        let p = self.fix(self.view.base.suboffsets);
+        if p.is_null() || self.ndim() == 0 {
+            return None;
+        }
+        // SAFETY: non-NULL suboffsets have ndim entries while the view lives
+        // (rebased if they point into it).
+        Some(unsafe { std::slice::from_raw_parts(p, self.ndim()) })
     }
 
     fn contiguous_with(&self, fortran: bool) -> bool {
@@ -872,7 +985,7 @@ impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
         Some(DevicePtr {
             ptr: self.buf_ptr().cast(),
             device: self.device(),
-            sync_event: info.map_or(ptr::null_mut(), |i| i.sync_event),
+            sync: SyncEvent::from_info(info),
             stream: info.map_or(0, |i| i.stream),
             _view: PhantomData,
         })
@@ -941,10 +1054,32 @@ impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
     pub fn as_cells(&self) -> Option<&[ReadOnlyCell<T>]> {
         let (p, n) = self.host_items()?;
         // SAFETY: n aligned, readable items of host memory alive while the
-        // view is; ReadOnlyCell<T> is a transparent UnsafeCell<T>, so others'
-        // writes are permitted by the type, and every read goes through
-        // `Element::read_item`.
+        // view is; ReadOnlyCell<T> is a transparent UnsafeCell<MaybeUninit<T>>,
+        // so others' writes are permitted by the type, no validity is assumed
+        // of the bytes, and every read goes through `Element::read_item`.
         Some(unsafe { std::slice::from_raw_parts(p.cast::<ReadOnlyCell<T>>(), n) })
+    }
+
+    /// The items as a raw slice pointer, whatever the grants: for host,
+    /// C-contiguous, aligned memory without suboffsets (as PyO3 0.30's
+    /// pointer accessors). Nothing is promised about other readers and
+    /// writers: dereferencing is your `unsafe` block, under your own
+    /// reasoning (see the crate's `# Soundness` section). Valid while `self`
+    /// lives.
+    pub fn as_slice_ptr(&self) -> Option<NonNull<[T]>> {
+        let (p, n) = self.host_items()?;
+        NonNull::new(ptr::slice_from_raw_parts_mut(p.cast_mut(), n))
+    }
+
+    /// [`as_slice_ptr`](PyXBuffer::as_slice_ptr) for writing: also `None`
+    /// for read-only memory. Writing through it is sound only when nobody
+    /// else reads or writes the memory meanwhile, which only an exclusive
+    /// grant promises.
+    pub fn as_mut_slice_ptr(&self) -> Option<NonNull<[T]>> {
+        if self.readonly() {
+            return None;
+        }
+        self.as_slice_ptr()
     }
 
     fn alloc_copy(

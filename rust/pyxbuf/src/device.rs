@@ -129,9 +129,44 @@ impl fmt::Display for Device {
 pub struct DevicePtr<'a, T> {
     pub(crate) ptr: *mut T,
     pub(crate) device: Device,
-    pub(crate) sync_event: *mut c_void,
+    pub(crate) sync: SyncEvent,
     pub(crate) stream: i64,
     pub(crate) _view: PhantomData<&'a T>,
+}
+
+/// What a consumer must wait for before touching device memory.
+///
+/// `Ready` and `Unknown` are different answers: `Ready` is the producer
+/// saying "no pending work" (a `"pyxbuf.dlpack"` device whose `sync_event` is
+/// NULL); `Unknown` is pyxbuf not being able to tell, because the producer's
+/// device identifier is one pyxbuf has no description for. Treat `Unknown`
+/// as "synchronise the whole device" (or refuse), never as ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncEvent {
+    /// The data is ready now.
+    Ready,
+    /// Wait for this event (a `CUevent` for CUDA) before reading or writing.
+    Event(NonNull<c_void>),
+    /// The device is one pyxbuf cannot describe: nothing is known about
+    /// pending work.
+    Unknown,
+}
+
+impl SyncEvent {
+    pub(crate) fn from_info(info: Option<&pyxbuf_sys::pyxbuf_device_info>) -> SyncEvent {
+        match info {
+            None => SyncEvent::Unknown,
+            Some(i) => NonNull::new(i.sync_event).map_or(SyncEvent::Ready, SyncEvent::Event),
+        }
+    }
+
+    /// The event, if there is one to wait for.
+    pub fn event(&self) -> Option<NonNull<c_void>> {
+        match self {
+            SyncEvent::Event(e) => Some(*e),
+            _ => None,
+        }
+    }
 }
 
 impl<T> DevicePtr<'_, T> {
@@ -156,10 +191,11 @@ impl<T> DevicePtr<'_, T> {
         self.device
     }
 
-    /// The event the producer recorded after its last write (a `CUevent` for
-    /// CUDA); `None` means the data is ready now.
-    pub fn sync_event(&self) -> Option<NonNull<c_void>> {
-        NonNull::new(self.sync_event)
+    /// What to wait for: the event the producer recorded after its last write
+    /// (a `CUevent` for CUDA), [`SyncEvent::Ready`] when there is none, or
+    /// [`SyncEvent::Unknown`] for a device pyxbuf cannot describe.
+    pub fn sync_event(&self) -> SyncEvent {
+        self.sync
     }
 
     /// The producer's stream (DLPack's integer convention), informational.

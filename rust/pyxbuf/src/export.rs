@@ -329,12 +329,7 @@ pub unsafe fn getbuffer<C: ExportBuffer>(
     let mut name = [0u8; 96];
     let n = C::NAME.len().min(name.len() - 1);
     name[..n].copy_from_slice(&C::NAME.as_bytes()[..n]);
-    let rc = {
-        let mut counter = this.borrow_counter().lock();
-        // SAFETY: a view just filled for this object, the counter locked, and
-        // a NUL-terminated name.
-        unsafe { sys::pyxbuf_borrow_acquire(&mut *counter, view, flags, name.as_ptr().cast()) }
-    };
+    let rc = acquire_borrow(this.borrow_counter(), view, flags, &name);
     if rc < 0 {
         // SAFETY: export_fill stored a strong reference in view->obj; the
         // failed request must hold nothing.
@@ -345,6 +340,45 @@ pub unsafe fn getbuffer<C: ExportBuffer>(
         return Err(PyErr::fetch(py));
     }
     Ok(())
+}
+
+/// `pyxbuf_borrow_acquire` without holding the counter's lock across it: a
+/// refusal formats a Python exception, which can run a garbage collection,
+/// a finalizer, and the `__releasebuffer__` of another view of this very
+/// object -- which takes the lock. So the decision is made on a snapshot,
+/// outside the lock, and stored only if the counter has not changed since
+/// (else decided again). A successful decision runs no Python code.
+fn acquire_borrow(
+    counter: &BorrowCounter,
+    view: *mut ffi::Py_buffer,
+    flags: c_int,
+    name: &[u8; 96],
+) -> c_int {
+    // SAFETY: `view` is the view getbuffer just filled.
+    let readonly = unsafe { (*view).readonly };
+    loop {
+        let before = *counter.lock();
+        let mut after = before;
+        // A retry starts from the view as export_fill left it.
+        // SAFETY: as above.
+        unsafe { (*view).readonly = readonly };
+        // SAFETY: a view just filled for this object, a counter of our own
+        // (no lock held), and a NUL-terminated name.
+        let rc =
+            unsafe { sys::pyxbuf_borrow_acquire(&mut after, view, flags, name.as_ptr().cast()) };
+        if rc < 0 {
+            return rc;
+        }
+        let mut current = counter.lock();
+        if same_counts(&current, &before) {
+            *current = after;
+            return rc;
+        }
+    }
+}
+
+fn same_counts(a: &sys::pyxbuf_borrow_counter, b: &sys::pyxbuf_borrow_counter) -> bool {
+    (a.views, a.writable, a.shared, a.exclusive) == (b.views, b.writable, b.shared, b.exclusive)
 }
 
 /// Undo [`getbuffer`]: call from `__releasebuffer__`.
@@ -374,8 +408,10 @@ pub struct HostArray<T: Element> {
 
 // SAFETY: the items are only reached through `read` / `write` (which take
 // part in the borrow counter under its lock) and through views, whose
-// access the counter's grants order; T is plain data (Element).
-unsafe impl<T: Element + Send> Sync for HostArray<T> {}
+// access the counter's grants order. Like an RwLock, sharing the array
+// hands `&T` to several threads at once (T: Sync) and lets one of them write
+// or take a value another thread put there (T: Send).
+unsafe impl<T: Element + Send + Sync> Sync for HostArray<T> {}
 // SAFETY: owns its items.
 unsafe impl<T: Element + Send> Send for HostArray<T> {}
 

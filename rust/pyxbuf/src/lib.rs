@@ -62,6 +62,48 @@
 //! every pyxbuf consumer in the process respects but code that bypasses
 //! pyxbuf does not. [`Grants`] says which one a view holds.
 //!
+//! # Soundness
+//!
+//! Plain slices are handed out only under a borrow grant, and a grant is only
+//! as good as whoever keeps it. There are two kinds ([`Grants::tracked`]
+//! tells them apart):
+//!
+//! - **Enforced** (no `tracked` bit): the producer itself refuses every
+//!   request that would break the promise until the view is released —
+//!   pyxbuf's exporters (`pyxbuf.Exporter`, the [`export`] module's
+//!   `#[pyclass]`es) and any extended producer that grants borrows. There
+//!   [`as_slice`](PyXBuffer::as_slice) and
+//!   [`as_mut_slice`](PyXBuffer::as_mut_slice) are sound outright: no Python
+//!   code can get at the memory while the slice lives. A zero-copy wrapper
+//!   of another object's memory (`pyxbuf.from_dlpack`) holds a borrow of
+//!   that memory for its whole life, so its grants are as strong as the
+//!   borrow it holds.
+//! - **Tracked** (`tracked` bit): pyxbuf's process-wide cooperative registry
+//!   granted it, for producers that know nothing of borrows (NumPy,
+//!   `bytearray`, `array.array`, DLPack and CAI tensors). Every pyxbuf
+//!   consumer in the process — all copies of the library, C or Rust —
+//!   respects it: a conflicting `PyXBuffer`, `pyxbuf_get` or
+//!   `pyxbuf.from_dlpack` is refused. Code that bypasses pyxbuf is not
+//!   stopped: `array[0] = 1` from Python, a `memoryview` taken before or
+//!   after, C code writing the array. So the slice is sound **if no code
+//!   outside pyxbuf writes the memory while you hold it** — the same promise
+//!   rust-numpy's `PyReadonlyArray` relies on. You keep it by not running
+//!   Python code that may write the array (callbacks, `py.detach` while
+//!   another thread runs Python) between taking the slice and dropping it.
+//!
+//! Without a grant (a producer that ignores borrow requests), or when you
+//! want to reason yourself, use [`as_cells`](PyXBuffer::as_cells) (reads
+//! that tolerate concurrent writes from the same thread) or the raw
+//! [`as_slice_ptr`](PyXBuffer::as_slice_ptr) /
+//! [`as_mut_slice_ptr`](PyXBuffer::as_mut_slice_ptr) (`NonNull<[T]>`), whose
+//! dereference is your `unsafe` block. What the type system adds:
+//! `as_mut_slice` exists only on `PyXBuffer<T, Exclusive>`, whose acquisition
+//! fails unless an exclusive grant was given; slices borrow the buffer, the
+//! buffer borrows its `Python<'py>` and is `!Send`; cells never form a
+//! reference to a `T` over bytes that may not be a valid `T` (`bool`);
+//! [`Request::temporary`] is `unsafe` because safe code cannot promise that
+//! no Python runs before release.
+//!
 //! # Design notes
 //!
 //! - **Inline view, moved freely.** A [`PyXBuffer`] embeds the 296-byte C
@@ -114,7 +156,7 @@ pub mod export;
 pub mod testdev;
 
 pub use buffer::{BorrowMode, Exclusive, Grants, Path, PyXBuffer, ReadOnlyCell, Request, Shared};
-pub use device::{Device, DevicePtr};
+pub use device::{Device, DevicePtr, SyncEvent};
 pub use element::{register_custom, Element, ElementKind};
 /// The raw bindings (`pyxbuf-sys`), for what this crate does not wrap.
 pub use pyxbuf_sys as sys;

@@ -7,7 +7,7 @@ mod common;
 use common::eval;
 use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
-use pyxbuf::{Device, Exclusive, Path, PyXBuffer};
+use pyxbuf::{Device, Exclusive, Path, PyXBuffer, SyncEvent};
 
 const EMU: Device = Device::Emulated { id: 0 };
 
@@ -64,7 +64,7 @@ fn emulated_device_arrays() {
         assert_eq!(ptr.as_ptr(), buf.buf_ptr().cast::<f32>().cast_const());
         assert_ne!(ptr.addr(), 0);
         // to_device recorded an event after its copy; consumers wait on it.
-        assert!(ptr.sync_event().is_some());
+        assert!(matches!(ptr.sync_event(), SyncEvent::Event(_)));
         buf.device_wait(pyxbuf::sys::PYXBUF_STREAM_DEFAULT).unwrap();
 
         assert_eq!(buf.copy_to_host().unwrap(), values);
@@ -134,5 +134,49 @@ fn device_bfloat16_and_numpy_round_trip() {
             b.copy_to_host().unwrap(),
             [half::bf16::from_bits(0xDBDB); 3]
         );
+    });
+}
+
+/// A device pyxbuf has no description for: its sync state is Unknown, never
+/// Ready (the two used to be one `None`). A freshly made emulated-device
+/// array whose producer recorded no event is Ready.
+#[test]
+fn foreign_device_sync_is_unknown_not_ready() {
+    Python::attach(|py| {
+        pyxbuf::testdev::register().unwrap();
+        let ready = pyxbuf::export::new_exporter::<f32>(py, &[2], EMU).unwrap();
+        let buf = PyXBuffer::<f32>::request().device().get(&ready).unwrap();
+        assert_eq!(buf.device_ptr().unwrap().sync_event(), SyncEvent::Ready);
+        drop(buf);
+
+        // Declared before the exporter, so it outlives it.
+        let mut memory = [0f32; 4];
+        let mut shape: [pyxbuf::sys::Py_ssize_t; 1] = [4];
+        let desc = pyxbuf::sys::pyxbuf_export_desc {
+            size: std::mem::size_of::<pyxbuf::sys::pyxbuf_export_desc>() as u32,
+            ndim: 1,
+            // pyxbuf never reads a foreign device's memory: only the address.
+            buf: memory.as_mut_ptr().cast(),
+            format: c"f".as_ptr(),
+            shape: shape.as_mut_ptr(),
+            device: c"otherlib.npu".as_ptr(),
+            ..Default::default()
+        };
+        // SAFETY: a complete description whose memory outlives the exporter
+        // (dropped at the end of this closure, before `memory`); a new
+        // reference or NULL with an exception set.
+        let foreign = unsafe {
+            Bound::from_owned_ptr_or_err(
+                py,
+                pyxbuf::sys::pyxbuf_exporter_wrap(&desc, None, std::ptr::null_mut()),
+            )
+        }
+        .unwrap();
+        let buf = PyXBuffer::<f32>::request().device().get(&foreign).unwrap();
+        assert_eq!(buf.device(), Device::Unknown);
+        assert_eq!(buf.device_identifier(), Some(c"otherlib.npu"));
+        let ptr = buf.device_ptr().unwrap();
+        assert_eq!(ptr.sync_event(), SyncEvent::Unknown);
+        assert!(ptr.sync_event().event().is_none());
     });
 }

@@ -121,7 +121,9 @@ fn to_emulated_device<'py>(x: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>>
     }
 }
 
-#[pymodule]
+// libpyxbuf relies on the GIL until the free-threading work makes it safe
+// without one: a free-threaded interpreter must re-enable it on import.
+#[pymodule(gil_used = true)]
 fn pyxbuf_sum(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sum_f32, m)?)?;
     m.add_function(wrap_pyfunction!(sum_bf16, m)?)?;
