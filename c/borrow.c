@@ -262,6 +262,11 @@ int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags) {
                      (void *)(uintptr_t)range.lo, (void *)(uintptr_t)range.hi, why);
         return -1;
     }
+    view->reserved[0] = 0;
+    if (pyxbuf__rust_numpy_acquire(view, exclusive) < 0) {
+        api->borrow_release(token);
+        return -1;
+    }
     view->borrow_token = token;
     view->ext_flags |= PYXBUF_EXT_TRACKED | (exclusive ? PYXBUF_EXT_EXCLUSIVE : PYXBUF_EXT_SHARED);
     view->flags |= exclusive ? PYXBUF_BORROW_EXCLUSIVE : PYXBUF_BORROW_SHARED;
@@ -274,4 +279,5 @@ void pyxbuf__tracked_release(pyxbuf_view *view) {
     if (api == NULL) PyErr_Clear(); /* the acquisition found it: cannot fail now */
     if (api != NULL && view->borrow_token != 0) api->borrow_release(view->borrow_token);
     view->borrow_token = 0;
+    if (view->reserved[0] != 0) pyxbuf__rust_numpy_release(view);
 }

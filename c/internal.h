@@ -95,6 +95,14 @@ int pyxbuf__backend_find_pointer(const void *ptr, pyxbuf_device *device, pyxbuf_
  * nothing of borrows: grants PYXBUF_EXT_TRACKED with SHARED or EXCLUSIVE, or
  * refuses with BufferError when another pyxbuf consumer (in any copy of the
  * library) holds a conflicting borrow of overlapping memory. */
+/* rust_numpy.c: a tracked borrow of an ndarray also taken in rust-numpy's
+ * borrow checker (or rust-numpy's taken in pyxbuf's registry). The kind held
+ * is kept in view->reserved[0], part of pyxbuf's bookkeeping. */
+#define PYXBUF__RUST_NUMPY_SHARED 1
+#define PYXBUF__RUST_NUMPY_EXCLUSIVE 2
+int pyxbuf__rust_numpy_acquire(pyxbuf_view *view, int32_t exclusive);
+void pyxbuf__rust_numpy_release(pyxbuf_view *view);
+
 int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags);
 void pyxbuf__tracked_release(pyxbuf_view *view);
 

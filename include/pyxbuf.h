@@ -205,7 +205,7 @@ typedef struct pyxbuf_view {
     void *bridge_data;   /* a bridge's private state, or NULL */
     Py_ssize_t inline_dims[2 * PYXBUF_INLINE_NDIM]; /* shape then strides */
     int64_t borrow_token; /* the cooperative registry's entry, when TRACKED */
-    int64_t reserved[3];
+    int64_t reserved[3];  /* [0]: the rust-numpy borrow a TRACKED view holds */
 } pyxbuf_view;
 
 /* Acquire a view of `obj` for the classic and extended request `flags`.

@@ -159,6 +159,7 @@ PYXBUF_DEVICE_DLPACK)*/
     pub inline_dims: [Py_ssize_t; 16usize],
     /// the cooperative registry's entry, when TRACKED
     pub borrow_token: i64,
+    /// [0]: the rust-numpy borrow a TRACKED view holds
     pub reserved: [i64; 3usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]

@@ -83,7 +83,13 @@
 //!   `bytearray`, `array.array`, DLPack and CAI tensors). Every pyxbuf
 //!   consumer in the process — all copies of the library, C or Rust —
 //!   respects it: a conflicting `PyXBuffer`, `pyxbuf_get` or
-//!   `pyxbuf.from_dlpack` is refused. Code that bypasses pyxbuf is not
+//!   `pyxbuf.from_dlpack` is refused. For NumPy arrays so does rust-numpy:
+//!   pyxbuf and rust-numpy's borrow checker share one registry through the
+//!   `_RUST_NUMPY_BORROW_CHECKING_API` capsule in NumPy's multiarray module
+//!   (whichever comes first installs it), so a `PyReadwriteArray` and a
+//!   `PyXBuffer` of overlapping memory refuse each other in both directions
+//!   (tests/rust_numpy_interop*.rs, with the real `numpy` crate). Code that
+//!   bypasses both is not
 //!   stopped: `array[0] = 1` from Python, a `memoryview` taken before or
 //!   after, C code writing the array. So the slice is sound **if no code
 //!   outside pyxbuf writes the memory while you hold it** — the same promise

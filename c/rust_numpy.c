@@ -1,0 +1,298 @@
+/* rust_numpy.c -- pyxbuf's tracked borrows of NumPy arrays and rust-numpy's
+ * borrow checker see each other.
+ *
+ * rust-numpy (the `numpy` crate) keeps its own process-wide registry of
+ * PyReadonlyArray / PyReadwriteArray borrows, shared by every extension
+ * through a capsule named "_RUST_NUMPY_BORROW_CHECKING_API" in NumPy's
+ * multiarray module: a versioned table {version, flags, acquire, acquire_mut,
+ * release, release_mut}, each function taking the table's `flags` and the
+ * array, the acquires answering 0 (granted), -1 (conflicts with a live
+ * borrow) or -2 (the array is not writeable).
+ *
+ * - When the capsule is there (a rust-numpy extension ran first), a tracked
+ *   borrow of an ndarray is also taken in it: rust-numpy's borrows refuse
+ *   pyxbuf's and the other way round.
+ * - When it is not, pyxbuf installs a table of its own there, backed by
+ *   pyxbuf's registry; rust-numpy extensions loaded later find it and take
+ *   their borrows in pyxbuf's registry. The capsule's context says
+ *   "pyxbuf", so every copy of pyxbuf knows not to register twice.
+ * Either way one registry sees both kinds of borrow. Arrays other than
+ * ndarrays (and processes without NumPy) are not affected. */
+#include "internal.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CAPSULE_NAME "_RUST_NUMPY_BORROW_CHECKING_API"
+#define CONTEXT_MARK "pyxbuf"
+
+/* rust-numpy's table, version 1 (fields are only appended). */
+typedef struct rust_numpy_api {
+    uint64_t version;
+    void *flags;
+    int (*acquire)(void *flags, PyObject *array);
+    int (*acquire_mut)(void *flags, PyObject *array);
+    void (*release)(void *flags, PyObject *array);
+    void (*release_mut)(void *flags, PyObject *array);
+} rust_numpy_api;
+
+/* The leading fields of NumPy's PyArrayObject (ndarraytypes.h), the same in
+ * NumPy 1.x and 2.x. */
+typedef struct numpy_array_head {
+    PyObject_HEAD
+    char *data;
+    int nd;
+    Py_ssize_t *dimensions;
+    Py_ssize_t *strides;
+    PyObject *base;
+    PyObject *descr;
+    int flags;
+} numpy_array_head;
+
+#define NUMPY_WRITEABLE 0x0400 /* NPY_ARRAY_WRITEABLE */
+
+/* ------------------------------------------------------------------------- */
+/* pyxbuf's own table, for rust-numpy extensions                             */
+/* ------------------------------------------------------------------------- */
+
+/* The borrows rust-numpy took through pyxbuf's table: its release gives only
+ * the array back, so the token is found again by the array's byte range. */
+typedef struct numpy_borrow {
+    uint64_t lo, hi;
+    int32_t exclusive;
+    int64_t token;
+} numpy_borrow;
+
+static numpy_borrow *numpy_borrows;
+static size_t numpy_borrow_count, numpy_borrow_cap;
+static pthread_mutex_t numpy_borrow_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The bytes `array` spans, as rust-numpy computes them: empty when a
+ * dimension is 0. Returns -1 with an exception set (no itemsize). */
+static int array_range(PyObject *array, uint64_t *lo, uint64_t *hi) {
+    const numpy_array_head *a = (const numpy_array_head *)array;
+    PyObject *size_obj = PyObject_GetAttrString(array, "itemsize");
+    if (size_obj == NULL) return -1;
+    Py_ssize_t itemsize = PyLong_AsSsize_t(size_obj);
+    Py_DECREF(size_obj);
+    if (itemsize < 0) return -1;
+    Py_ssize_t start = 0, end = 0;
+    int empty = 0;
+    for (int d = 0; d < a->nd; d++)
+        if (a->dimensions[d] == 0) empty = 1;
+    if (!empty) {
+        for (int d = 0; d < a->nd; d++) {
+            Py_ssize_t offset = (a->dimensions[d] - 1) * a->strides[d];
+            if (offset >= 0) end += offset;
+            else start += offset;
+        }
+        end += itemsize;
+    }
+    *lo = (uint64_t)(uintptr_t)a->data + (uint64_t)start;
+    *hi = (uint64_t)(uintptr_t)a->data + (uint64_t)end;
+    return 0;
+}
+
+static int table_acquire(PyObject *array, int32_t exclusive) {
+    const pyxbuf_shared_api *api = pyxbuf_shared_api_get();
+    uint64_t lo, hi;
+    if (api == NULL || array_range(array, &lo, &hi) < 0) {
+        PyErr_WriteUnraisable(array); /* rust-numpy's callers expect no exception */
+        return -1;
+    }
+    pyxbuf_borrow_range range = {PYXBUF_DL_CPU, 0, lo, hi};
+    char why[160];
+    int64_t token = 0;
+    if (api->borrow_acquire(&range, exclusive, &token, why, sizeof why) != 0) return -1;
+    pthread_mutex_lock(&numpy_borrow_lock);
+    if (numpy_borrow_count == numpy_borrow_cap) {
+        size_t cap = numpy_borrow_cap ? 2 * numpy_borrow_cap : 16;
+        numpy_borrow *grown = realloc(numpy_borrows, cap * sizeof *grown);
+        if (grown == NULL) {
+            pthread_mutex_unlock(&numpy_borrow_lock);
+            api->borrow_release(token);
+            return -1;
+        }
+        numpy_borrows = grown;
+        numpy_borrow_cap = cap;
+    }
+    numpy_borrows[numpy_borrow_count++] = (numpy_borrow){lo, hi, exclusive, token};
+    pthread_mutex_unlock(&numpy_borrow_lock);
+    return 0;
+}
+
+static void table_release(PyObject *array, int32_t exclusive) {
+    const pyxbuf_shared_api *api = pyxbuf_shared_api_get();
+    uint64_t lo, hi;
+    if (api == NULL || array_range(array, &lo, &hi) < 0) {
+        PyErr_WriteUnraisable(array);
+        return;
+    }
+    int64_t token = 0;
+    pthread_mutex_lock(&numpy_borrow_lock);
+    for (size_t i = numpy_borrow_count; i-- > 0;) {
+        const numpy_borrow *b = &numpy_borrows[i];
+        if (b->lo != lo || b->hi != hi || b->exclusive != exclusive) continue;
+        token = b->token;
+        numpy_borrows[i] = numpy_borrows[--numpy_borrow_count];
+        break;
+    }
+    pthread_mutex_unlock(&numpy_borrow_lock);
+    if (token != 0) api->borrow_release(token);
+}
+
+static int pyxbuf_table_acquire(void *flags, PyObject *array) {
+    (void)flags;
+    return table_acquire(array, 0);
+}
+
+static int pyxbuf_table_acquire_mut(void *flags, PyObject *array) {
+    (void)flags;
+    if (!(((const numpy_array_head *)array)->flags & NUMPY_WRITEABLE)) return -2;
+    return table_acquire(array, 1);
+}
+
+static void pyxbuf_table_release(void *flags, PyObject *array) {
+    (void)flags;
+    table_release(array, 0);
+}
+
+static void pyxbuf_table_release_mut(void *flags, PyObject *array) {
+    (void)flags;
+    table_release(array, 1);
+}
+
+static rust_numpy_api pyxbuf_table = {
+    .version = 1,
+    .flags = NULL,
+    .acquire = pyxbuf_table_acquire,
+    .acquire_mut = pyxbuf_table_acquire_mut,
+    .release = pyxbuf_table_release,
+    .release_mut = pyxbuf_table_release_mut,
+};
+
+/* ------------------------------------------------------------------------- */
+/* Finding the table                                                         */
+/* ------------------------------------------------------------------------- */
+
+#define TABLE_UNKNOWN 0
+#define TABLE_PYXBUF 1 /* pyxbuf's (this copy's or another's): nothing to add */
+#define TABLE_RUST_NUMPY 2
+
+static int table_kind = TABLE_UNKNOWN;
+static const rust_numpy_api *rust_numpy_table;
+static PyTypeObject *ndarray_type; /* numpy.ndarray, a static type */
+
+/* NumPy's multiarray module: numpy._core.multiarray (NumPy 2), else
+ * numpy.core.multiarray (NumPy 1). New reference or NULL (no error). */
+static PyObject *multiarray_module(void) {
+    PyObject *m = PyImport_ImportModule("numpy._core.multiarray");
+    if (m == NULL) {
+        PyErr_Clear();
+        m = PyImport_ImportModule("numpy.core.multiarray");
+        if (m == NULL) PyErr_Clear();
+    }
+    return m;
+}
+
+/* Decide, once, whose table borrows go through. -1 with an exception set. */
+static int find_table(void) {
+    PyObject *module = multiarray_module();
+    if (module == NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "pyxbuf: NumPy is imported but its multiarray module is not found; "
+                        "cannot share borrows with rust-numpy");
+        return -1;
+    }
+    PyObject *capsule = PyObject_GetAttrString(module, CAPSULE_NAME);
+    if (capsule == NULL) {
+        PyErr_Clear();
+        capsule = PyCapsule_New(&pyxbuf_table, CAPSULE_NAME, NULL);
+        int rc = capsule == NULL ? -1 : PyCapsule_SetContext(capsule, (void *)CONTEXT_MARK);
+        if (rc == 0) rc = PyObject_SetAttrString(module, CAPSULE_NAME, capsule);
+        Py_XDECREF(capsule);
+        Py_DECREF(module);
+        if (rc < 0) return -1;
+        table_kind = TABLE_PYXBUF;
+        return 0;
+    }
+    Py_DECREF(module);
+    const rust_numpy_api *api = PyCapsule_GetPointer(capsule, CAPSULE_NAME);
+    const char *context = api != NULL ? PyCapsule_GetContext(capsule) : NULL;
+    /* The capsule stays in NumPy's module for the process (rust-numpy leaks
+     * a reference to it too), so the table pointer outlives this reference. */
+    Py_DECREF(capsule);
+    if (api == NULL) return -1;
+    if (context != NULL && strcmp(context, CONTEXT_MARK) == 0) {
+        table_kind = TABLE_PYXBUF;
+        return 0;
+    }
+    if (api->version < 1) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "pyxbuf: NumPy's %s is version %llu; pyxbuf shares borrows with version 1 "
+                     "and later (load a newer rust-numpy extension)",
+                     CAPSULE_NAME, (unsigned long long)api->version);
+        return -1;
+    }
+    rust_numpy_table = api;
+    table_kind = TABLE_RUST_NUMPY;
+    return 0;
+}
+
+/* 1 if `obj` is a NumPy array; 0 when not (or NumPy is not imported). */
+static int is_ndarray(PyObject *obj) {
+    if (obj == NULL) return 0;
+    if (ndarray_type == NULL) {
+        PyObject *modules = PyImport_GetModuleDict();
+        PyObject *np = PyDict_GetItemString(modules, "numpy"); /* borrowed */
+        if (np == NULL) return 0; /* not imported: nothing can be an ndarray */
+        PyObject *tp = PyObject_GetAttrString(np, "ndarray");
+        if (tp == NULL || !PyType_Check(tp)) {
+            Py_XDECREF(tp);
+            PyErr_Clear();
+            return 0;
+        }
+        ndarray_type = (PyTypeObject *)tp; /* kept: NumPy's static type */
+    }
+    return PyObject_TypeCheck(obj, ndarray_type);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Called by the tracked-borrow path                                         */
+/* ------------------------------------------------------------------------- */
+
+int pyxbuf__rust_numpy_acquire(pyxbuf_view *view, int32_t exclusive) {
+    PyObject *array = view->base.obj;
+    if (!is_ndarray(array)) return 0;
+    if (table_kind == TABLE_UNKNOWN && find_table() < 0) return -1;
+    if (table_kind != TABLE_RUST_NUMPY) return 0;
+    const rust_numpy_api *t = rust_numpy_table;
+    int rc = exclusive ? t->acquire_mut(t->flags, array) : t->acquire(t->flags, array);
+    if (rc == 0) {
+        view->reserved[0] = exclusive ? PYXBUF__RUST_NUMPY_EXCLUSIVE : PYXBUF__RUST_NUMPY_SHARED;
+        return 0;
+    }
+    PyErr_Format(PyExc_BufferError,
+                 "pyxbuf: cannot grant %s borrow of this NumPy array: %s; release the "
+                 "rust-numpy borrow (PyReadonlyArray / PyReadwriteArray) first",
+                 exclusive ? "an exclusive" : "a shared",
+                 rc == -2 ? "rust-numpy says it is not writeable"
+                 : exclusive ? "rust-numpy holds a borrow of it (a PyReadonlyArray or "
+                               "PyReadwriteArray in some extension)"
+                             : "rust-numpy holds an exclusive borrow of it (a PyReadwriteArray "
+                               "in some extension)");
+    return -1;
+}
+
+void pyxbuf__rust_numpy_release(pyxbuf_view *view) {
+    int64_t kind = view->reserved[0];
+    view->reserved[0] = 0;
+    if (kind == 0 || rust_numpy_table == NULL) return;
+    const rust_numpy_api *t = rust_numpy_table;
+    if (kind == PYXBUF__RUST_NUMPY_EXCLUSIVE)
+        t->release_mut(t->flags, view->base.obj);
+    else
+        t->release(t->flags, view->base.obj);
+}

@@ -1,0 +1,119 @@
+//! The checks both interop binaries run.
+
+use numpy::{PyArray1, PyArrayMethods};
+use pyo3::exceptions::PyBufferError;
+use pyo3::prelude::*;
+use pyxbuf::{Exclusive, PyXBuffer};
+
+pub fn array(py: Python<'_>) -> Bound<'_, PyArray1<f64>> {
+    PyArray1::from_vec(py, vec![1.0, 2.0, 3.0, 4.0])
+}
+
+/// Whose table NumPy's multiarray module holds.
+pub fn table_owner(py: Python<'_>) -> &'static str {
+    let module = py
+        .import("numpy._core.multiarray")
+        .or_else(|_| py.import("numpy.core.multiarray"))
+        .unwrap();
+    let capsule = module.getattr("_RUST_NUMPY_BORROW_CHECKING_API").unwrap();
+    // SAFETY: a live capsule object; PyCapsule_GetContext only reads it.
+    let context = unsafe { pyo3::ffi::PyCapsule_GetContext(capsule.as_ptr()) };
+    if context.is_null() {
+        "rust-numpy"
+    } else {
+        "pyxbuf"
+    }
+}
+
+fn refused<T>(py: Python<'_>, r: PyResult<T>, what: &str) {
+    match r {
+        Ok(_) => panic!("{what}: granted"),
+        Err(e) => assert!(e.is_instance_of::<PyBufferError>(py), "{what}: {e}"),
+    }
+}
+
+pub fn both_directions(py: Python<'_>) {
+    let a = array(py);
+    let any = a.as_any();
+
+    // rust-numpy writing: pyxbuf may neither read nor write.
+    let rw = a.readwrite();
+    refused(
+        py,
+        PyXBuffer::<f64>::get(any),
+        "pyxbuf shared under PyReadwriteArray",
+    );
+    refused(
+        py,
+        PyXBuffer::<f64, Exclusive>::get(any),
+        "pyxbuf exclusive under PyReadwriteArray",
+    );
+    drop(rw);
+
+    // rust-numpy reading: pyxbuf may read, not write.
+    let ro = a.readonly();
+    let shared = PyXBuffer::<f64>::get(any).unwrap();
+    assert!(shared.grants().tracked() && shared.grants().shared());
+    refused(
+        py,
+        PyXBuffer::<f64, Exclusive>::get(any),
+        "pyxbuf exclusive under PyReadonlyArray",
+    );
+    drop(shared);
+    drop(ro);
+
+    // pyxbuf writing (a tracked exclusive borrow): rust-numpy may not borrow.
+    let mut ex = PyXBuffer::<f64, Exclusive>::get(any).unwrap();
+    ex.as_mut_slice().unwrap()[0] = 10.0;
+    assert!(
+        a.try_readwrite().is_err(),
+        "PyReadwriteArray under pyxbuf exclusive"
+    );
+    assert!(
+        a.try_readonly().is_err(),
+        "PyReadonlyArray under pyxbuf exclusive"
+    );
+    drop(ex);
+
+    // pyxbuf reading: rust-numpy may read, not write.
+    let shared = PyXBuffer::<f64>::get(any).unwrap();
+    assert_eq!(
+        a.try_readonly().unwrap().as_slice().unwrap(),
+        [10.0, 2.0, 3.0, 4.0]
+    );
+    assert!(
+        a.try_readwrite().is_err(),
+        "PyReadwriteArray under pyxbuf shared"
+    );
+    drop(shared);
+
+    // Overlapping views of one base conflict; disjoint ones do not.
+    let view = a
+        .call_method1("__getitem__", (pyo3::types::PySlice::new(py, 1, 3, 1),))
+        .unwrap();
+    let half = view.cast::<PyArray1<f64>>().unwrap();
+    let ex = PyXBuffer::<f64, Exclusive>::get(any).unwrap();
+    assert!(
+        half.try_readonly().is_err(),
+        "a slice under pyxbuf exclusive of the whole"
+    );
+    drop(ex);
+    let rw = half.readwrite();
+    refused(
+        py,
+        PyXBuffer::<f64>::get(any),
+        "pyxbuf of the whole under PyReadwriteArray of a slice",
+    );
+    let other = a
+        .call_method1("__getitem__", (pyo3::types::PySlice::new(py, 3, 4, 1),))
+        .unwrap();
+    assert!(
+        PyXBuffer::<f64>::get(&other).is_ok(),
+        "a disjoint slice is free"
+    );
+    drop(rw);
+
+    // Everything released: both sides grant again.
+    drop(a.readwrite());
+    drop(PyXBuffer::<f64, Exclusive>::get(any).unwrap());
+}
