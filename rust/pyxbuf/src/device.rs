@@ -50,7 +50,7 @@ pub enum Device {
     },
     /// A device identifier pyxbuf cannot interpret (a producer's own id
     /// rather than `"pyxbuf.dlpack"`): see
-    /// [`PyXBuffer::device_identifier`](crate::PyXBuffer::device_identifier).
+    /// [`PyXUntypedBuffer::device_identifier`](crate::PyXUntypedBuffer::device_identifier).
     Unknown,
 }
 
@@ -124,7 +124,7 @@ impl fmt::Display for Device {
 /// Nothing here dereferences the pointer: hand it to your device API (a
 /// CUDA kernel launch, cudarc, ...) after making your stream wait for
 /// [`sync_event`](DevicePtr::sync_event) (or call
-/// [`PyXBuffer::device_wait`](crate::PyXBuffer::device_wait)).
+/// [`PyXUntypedBuffer::device_wait`](crate::PyXUntypedBuffer::device_wait)).
 #[derive(Debug, Clone, Copy)]
 pub struct DevicePtr<'a, T> {
     pub(crate) ptr: *mut T,

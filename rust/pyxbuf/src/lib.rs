@@ -35,22 +35,33 @@
 //! # Porting from `pyo3::buffer::PyBuffer`
 //!
 //! The names are PyO3's where the meaning is the same — [`get`](PyXBuffer::get),
-//! [`item_count`](PyXBuffer::item_count), [`item_size`](PyXBuffer::item_size),
-//! [`len_bytes`](PyXBuffer::len_bytes), [`dimensions`](PyXBuffer::dimensions),
-//! [`shape`](PyXBuffer::shape), [`strides`](PyXBuffer::strides),
-//! [`readonly`](PyXBuffer::readonly), [`format`](PyXBuffer::format),
-//! [`is_c_contiguous`](PyXBuffer::is_c_contiguous),
-//! [`is_fortran_contiguous`](PyXBuffer::is_fortran_contiguous),
-//! [`buf_ptr`](PyXBuffer::buf_ptr), [`get_ptr`](PyXBuffer::get_ptr),
+//! [`item_count`](PyXUntypedBuffer::item_count), [`item_size`](PyXUntypedBuffer::item_size),
+//! [`len_bytes`](PyXUntypedBuffer::len_bytes), [`dimensions`](PyXUntypedBuffer::dimensions),
+//! [`shape`](PyXUntypedBuffer::shape), [`strides`](PyXUntypedBuffer::strides),
+//! [`readonly`](PyXUntypedBuffer::readonly), [`format`](PyXUntypedBuffer::format),
+//! [`is_c_contiguous`](PyXUntypedBuffer::is_c_contiguous),
+//! [`is_fortran_contiguous`](PyXUntypedBuffer::is_fortran_contiguous),
+//! [`buf_ptr`](PyXUntypedBuffer::buf_ptr), [`get_ptr`](PyXUntypedBuffer::get_ptr),
 //! [`to_vec`](PyXBuffer::to_vec), [`to_fortran_vec`](PyXBuffer::to_fortran_vec),
 //! [`copy_to_slice`](PyXBuffer::copy_to_slice),
 //! [`copy_to_fortran_slice`](PyXBuffer::copy_to_fortran_slice),
-//! [`copy_from_slice`](PyXBuffer::copy_from_slice), [`release`](PyXBuffer::release)
+//! [`copy_from_slice`](PyXBuffer::copy_from_slice), [`release`](PyXUntypedBuffer::release)
 //! — minus the `py` arguments (the buffer carries its `Python<'py>`). PyO3's
-//! `as_slice` (cells) is [`as_cells`](PyXBuffer::as_cells) here;
-//! [`as_slice`](PyXBuffer::as_slice) gives a plain `&[T]` under a borrow
-//! grant, and [`as_mut_slice`](PyXBuffer::as_mut_slice) a `&mut [T]` under an
-//! exclusive one.
+//! `as_slice` (cells) is [`as_cells`](PyXBuffer::as_cells) here (and its
+//! `as_fortran_slice` is [`as_fortran_cells`](PyXBuffer::as_fortran_cells));
+//! [`as_slice`](PyXBuffer::as_slice) / [`as_fortran_slice`](PyXBuffer::as_fortran_slice)
+//! give a plain `&[T]` under a borrow grant, and
+//! [`as_mut_slice`](PyXBuffer::as_mut_slice) /
+//! [`as_fortran_mut_slice`](PyXBuffer::as_fortran_mut_slice) a `&mut [T]`
+//! under an exclusive one. [`suboffsets`](PyXUntypedBuffer::suboffsets),
+//! [`copy_from_fortran_slice`](PyXBuffer::copy_from_fortran_slice) and
+//! [`get_ptr`](PyXUntypedBuffer::get_ptr) with fewer indices than dimensions
+//! are there too. PyO3's untyped buffer is [`PyXUntypedBuffer`]: acquire
+//! once, read the format, then [`as_typed`](PyXUntypedBuffer::as_typed) or
+//! [`into_typed`](PyXUntypedBuffer::into_typed); a `PyXBuffer<T>` derefs to
+//! it for everything that does not depend on `T`. A failed `PyXBuffer`
+//! argument keeps its `BufferError` and carries PyO3's note naming the
+//! argument ("while processing 'x'").
 //!
 //! # Grants
 //!
@@ -150,6 +161,9 @@
 //!
 //! - `testdev`: compile pyxbuf's guarded emulated device into the library
 //!   and expose [`testdev`] (tests only).
+//! - `ndarray`: [`PyXBuffer::as_array`] / [`PyXBuffer::as_array_mut`],
+//!   `ndarray` views of borrowed host memory (strided, negative strides
+//!   included), under the same grants as the slices.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
@@ -161,7 +175,10 @@ pub mod export;
 #[cfg(feature = "testdev")]
 pub mod testdev;
 
-pub use buffer::{BorrowMode, Exclusive, Grants, Path, PyXBuffer, ReadOnlyCell, Request, Shared};
+pub use buffer::{
+    BorrowMode, Exclusive, Grants, Path, PyXBuffer, PyXUntypedBuffer, ReadOnlyCell, Request,
+    Shared, Untyped,
+};
 pub use device::{Device, DevicePtr, SyncEvent};
 pub use element::{register_custom, Element, ElementKind};
 /// The raw bindings (`pyxbuf-sys`), for what this crate does not wrap.

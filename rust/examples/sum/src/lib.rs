@@ -14,16 +14,17 @@
 
 use half::bf16;
 use pyo3::prelude::*;
-use pyxbuf::{Device, Element, PyXBuffer};
+use pyxbuf::{Device, Element, PyXBuffer, PyXUntypedBuffer};
 
 /// The sum of a buffer's items, wherever they are.
 ///
 /// Host memory that pyxbuf could borrow (every NumPy array, unless someone
-/// else holds it exclusively) and that is contiguous is read in place as a
-/// plain `&[T]`. Strided host memory and device memory are copied to the
-/// host in C order first (device memory after waiting for its producer).
+/// else holds it exclusively) is read in place: an ndarray view, strided or
+/// running backwards, no copy. Device memory (and host memory whose strides
+/// are not whole items) is copied to the host in C order first (device
+/// memory after waiting for its producer).
 pub fn total<T: Element>(x: &PyXBuffer<'_, T>, to_f64: impl Fn(T) -> f64) -> PyResult<f64> {
-    if let Some(items) = x.as_slice() {
+    if let Some(items) = x.as_array() {
         return Ok(items.iter().map(|&v| to_f64(v)).sum());
     }
     Ok(x.copy_to_host()?.into_iter().map(to_f64).sum())
@@ -69,8 +70,11 @@ fn scale_f32(x: &Bound<'_, PyAny>, factor: f32) -> PyResult<()> {
     Ok(())
 }
 
-fn describe_as<T: Element>(x: &Bound<'_, PyAny>) -> PyResult<String> {
-    let v = PyXBuffer::<T>::request().device().get(x)?;
+/// What pyxbuf sees in a buffer of any item type: protocol path, device,
+/// format, shape, strides and borrow grant. One acquisition, no type asked.
+#[pyfunction]
+fn describe(x: &Bound<'_, PyAny>) -> PyResult<String> {
+    let v = PyXUntypedBuffer::request().device().get_untyped(x)?;
     let g = v.grants();
     let grant = match (g.exclusive(), g.shared()) {
         (true, _) => "exclusive",
@@ -92,13 +96,18 @@ fn describe_as<T: Element>(x: &Bound<'_, PyAny>) -> PyResult<String> {
     ))
 }
 
-/// What pyxbuf sees in a float32, bfloat16 or float64 buffer: protocol path,
-/// device, format, shape, strides and borrow grant.
+/// Sum a float32, bfloat16 or float64 array on any device: one acquisition,
+/// then the item type its format names.
 #[pyfunction]
-fn describe(x: &Bound<'_, PyAny>) -> PyResult<String> {
-    describe_as::<f32>(x)
-        .or_else(|_| describe_as::<bf16>(x))
-        .or_else(|_| describe_as::<f64>(x))
+fn sum_any(x: &Bound<'_, PyAny>) -> PyResult<f64> {
+    let v = PyXUntypedBuffer::request().device().get_untyped(x)?;
+    if let Ok(x) = v.as_typed::<f32>() {
+        return total(x, f64::from);
+    }
+    if let Ok(x) = v.as_typed::<bf16>() {
+        return total(x, |v| f64::from(v.to_f32()));
+    }
+    total(v.as_typed::<f64>()?, |v| v)
 }
 
 /// A new `pyxbuf.Exporter` of `n` zeroed float32 items: pyxbuf's own
@@ -115,10 +124,8 @@ fn zeros_f32(py: Python<'_>, n: usize) -> PyResult<Bound<'_, PyAny>> {
 fn to_emulated_device<'py>(x: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     pyxbuf::testdev::register()?;
     let device = Device::Emulated { id: 0 };
-    match PyXBuffer::<f32>::get(x) {
-        Ok(v) => v.to_device(device),
-        Err(_) => PyXBuffer::<bf16>::get(x)?.to_device(device),
-    }
+    // Any item type: to_device copies bytes and keeps the format.
+    PyXUntypedBuffer::get(x)?.to_device(device)
 }
 
 // libpyxbuf relies on the GIL until the free-threading work makes it safe
@@ -130,6 +137,7 @@ fn pyxbuf_sum(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sum_host_f32, m)?)?;
     m.add_function(wrap_pyfunction!(scale_f32, m)?)?;
     m.add_function(wrap_pyfunction!(describe, m)?)?;
+    m.add_function(wrap_pyfunction!(sum_any, m)?)?;
     m.add_function(wrap_pyfunction!(zeros_f32, m)?)?;
     #[cfg(feature = "emulated-device")]
     m.add_function(wrap_pyfunction!(to_emulated_device, m)?)?;

@@ -29,6 +29,7 @@ def test_bfloat16_sums_match_numpy():
     a = (np.arange(100) / 8).astype(ml_dtypes.bfloat16)
     assert close(s.sum_bf16(a), float(a.astype(np.float64).sum()))
     assert "ArrayInterface" in s.describe(a)
+    assert close(s.sum_any(a), float(a.astype(np.float64).sum()))
 
 
 def test_emulated_device_sums_match_numpy():
@@ -63,3 +64,20 @@ def test_scale_in_place():
     s.scale_f32(a, 3.0)
     s.scale_f32(a[::2], 2.0)  # strided: copied back item by item
     assert a.tolist() == [6, 3, 6, 3, 6, 3]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: np.arange(12, dtype=np.float32).reshape(3, 4)[::-1, ::2],
+    lambda: (np.arange(40) / 4).astype(ml_dtypes.bfloat16),
+    lambda: np.linspace(0, 1, 9),
+])
+def test_sum_any_acquires_once_for_every_type(make):
+    a = make()
+    assert close(s.sum_any(a), float(a.astype(np.float64).sum()))
+    with pytest.raises(TypeError, match="format 'i'"):
+        s.sum_any(np.arange(3, dtype=np.int32))
+
+
+def test_describe_needs_no_item_type():
+    assert "format=i" in s.describe(np.arange(3, dtype=np.int32))
+    assert "format=[ml_dtypes$bfloat16]" in s.describe(np.zeros(2, dtype=ml_dtypes.bfloat16))

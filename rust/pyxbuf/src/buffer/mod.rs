@@ -1,0 +1,28 @@
+//! [`PyXBuffer`]: a typed view of a Python object's memory, acquired through
+//! `pyxbuf_get` (native extended buffers, DLPack, the CUDA Array Interface,
+//! the classic buffer protocol, NumPy's `__array_interface__`).
+//!
+//! - `request`: the borrow mode as a type and the [`Request`] builder;
+//! - `grants`: what the producer granted and which protocol answered;
+//! - `view`: [`PyXUntypedBuffer`], the acquired view and its relocation;
+//! - `typed`: [`PyXBuffer`], an untyped view checked to hold `T`s;
+//! - `host`: slices, cells and copies of host memory;
+//! - `device_access`: device, device pointer, waits, `to_device`;
+//! - `ndarray_views`: `as_array` / `as_array_mut` (feature `ndarray`).
+
+mod device_access;
+mod grants;
+mod host;
+#[cfg(feature = "ndarray")]
+mod ndarray_views;
+mod request;
+mod typed;
+mod view;
+
+pub use grants::{Grants, Path};
+pub use host::ReadOnlyCell;
+pub use request::{BorrowMode, Exclusive, Request, Shared, Untyped};
+pub use typed::PyXBuffer;
+pub use view::PyXUntypedBuffer;
+
+use view::type_name;

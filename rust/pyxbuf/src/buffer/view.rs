@@ -1,0 +1,631 @@
+//! [`PyXUntypedBuffer`]: an acquired view whose item type is not decided
+//! yet -- layout, grants, path and device, and the relocation that lets the
+//! inline view move. [`PyXBuffer<T>`](super::PyXBuffer) is this plus a type.
+
+use std::ffi::{c_void, CStr};
+use std::fmt;
+use std::marker::PhantomData;
+use std::mem::{self, MaybeUninit};
+use std::ptr;
+
+use pyo3::exceptions::{PyBufferError, PyTypeError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::{Borrowed, FromPyObject};
+use pyxbuf_sys as sys;
+
+use super::grants::{Grants, Path};
+use super::request::{BorrowMode, Request, Shared, Untyped};
+use super::PyXBuffer;
+use crate::element::{self, Element};
+
+/// A view of a Python object's memory acquired through pyxbuf whose item
+/// type is not fixed: acquire once, read [`format`](Self::format) (or parse
+/// it), then [`into_typed`](Self::into_typed) /
+/// [`as_typed`](Self::as_typed) it as the type the format names. Everything
+/// that does not depend on the item type (shape, strides, grants, device,
+/// path) is here; [`PyXBuffer<T>`](super::PyXBuffer) derefs to it.
+///
+/// ```
+/// use half::bf16;
+/// use pyo3::prelude::*;
+/// use pyxbuf::{PyXBuffer, PyXUntypedBuffer};
+/// Python::attach(|py| -> PyResult<()> {
+///     let array = py.import("array")?.getattr("array")?.call1(("f", vec![1.0f32, 2.0]))?;
+///     let buf = PyXUntypedBuffer::get(&array)?;
+///     assert_eq!(buf.format().to_str().unwrap(), "f");
+///     assert!(buf.as_typed::<bf16>().is_err()); // not bfloat16: TypeError, buffer kept
+///     let floats: &PyXBuffer<f32> = buf.as_typed::<f32>()?;
+///     assert_eq!(floats.as_slice(), Some(&[1.0, 2.0][..]));
+///     Ok(())
+/// })
+/// .unwrap();
+/// ```
+///
+/// # Layout and moves
+///
+/// The C view (`pyxbuf_view`, 296 bytes on 64-bit targets) lives inline: no
+/// heap allocation per acquisition. Producers may point the view's `shape`
+/// and `strides` into the view itself (CPython's `PyBuffer_FillInfo` points
+/// them at its own `len` and `itemsize`; pyxbuf's bridges at its
+/// `inline_dims`), so a Rust move would leave them dangling. The buffer
+/// records where the view was filled and rebases every pointer that points
+/// into that range before using it, so the value may be moved freely (see
+/// the crate's design notes).
+pub struct PyXUntypedBuffer<'py, M: BorrowMode = Shared> {
+    pub(super) view: RawView,
+    /// Address of `view` when the producer filled it.
+    pub(super) origin: usize,
+    /// C-order strides when the producer gave none (ctypes does that).
+    pub(super) fallback_strides: [sys::Py_ssize_t; sys::PYXBUF_INLINE_NDIM],
+    pub(super) py: Python<'py>,
+    pub(super) _m: PhantomData<M>,
+}
+
+/// The C view. Its raw pointers alone would make the buffer `!Send` and
+/// `!Sync`; that is decided by `Python<'py>` instead (which is both), so the
+/// compiler names one reason rather than every pointer field.
+#[repr(transparent)]
+#[derive(Clone, Copy)]
+pub(super) struct RawView(sys::pyxbuf_view);
+
+// SAFETY: plain data; it only ever lives inside a PyXBuffer, which is !Send
+// and !Sync through its Python<'py>.
+unsafe impl Send for RawView {}
+// SAFETY: as above.
+unsafe impl Sync for RawView {}
+
+impl std::ops::Deref for RawView {
+    type Target = sys::pyxbuf_view;
+    fn deref(&self) -> &sys::pyxbuf_view {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for RawView {
+    fn deref_mut(&mut self) -> &mut sys::pyxbuf_view {
+        &mut self.0
+    }
+}
+
+const VIEW_SIZE: usize = mem::size_of::<sys::pyxbuf_view>();
+
+/// Rebase every pointer of `view` that points into `[from, from + size)`
+/// (the view's earlier location) onto `view`'s current location.
+///
+/// # Safety
+/// `view` is a view that was filled at address `from` and moved since.
+pub(super) unsafe fn relocate(view: &mut sys::pyxbuf_view, from: usize) {
+    let to = ptr::addr_of_mut!(*view).cast::<u8>();
+    let fix = |p: *mut c_void| -> *mut c_void {
+        let off = (p as usize).wrapping_sub(from);
+        if off < VIEW_SIZE {
+            to.wrapping_add(off).cast()
+        } else {
+            p
+        }
+    };
+    let b = &mut view.base;
+    b.buf = fix(b.buf);
+    b.format = fix(b.format.cast()).cast();
+    b.shape = fix(b.shape.cast()).cast();
+    b.strides = fix(b.strides.cast()).cast();
+    b.suboffsets = fix(b.suboffsets.cast()).cast();
+    b.internal = fix(b.internal);
+    view.device = fix(view.device as *mut c_void).cast_const().cast();
+    view.device_info = fix(view.device_info);
+}
+
+pub(super) fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .fully_qualified_name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "object".to_owned())
+}
+
+pub(super) fn short_type_name<T>() -> &'static str {
+    let full = std::any::type_name::<T>();
+    // "num_complex::Complex<f32>" -> "Complex<f32>"; "half::bfloat::bf16" -> "bf16".
+    let head = full.split('<').next().unwrap_or(full);
+    match head.rfind("::") {
+        Some(i) => &full[i + 2..],
+        None => full,
+    }
+}
+
+impl<'py> PyXUntypedBuffer<'py, Shared> {
+    /// A request with no item type, to build on: read-only, strided, with a
+    /// format and a shared borrow asked for; acquire with
+    /// [`Request::get_untyped`] (an exclusive borrow:
+    /// `.borrow_exclusive().get_untyped(obj)`).
+    pub fn request() -> Request<Untyped, Shared> {
+        Request::new(Shared::FLAGS)
+    }
+
+    /// Acquire the buffer of `obj` with the default request (read-only,
+    /// strided, a shared borrow asked for, host memory), for any item type.
+    pub fn get(obj: &Bound<'py, PyAny>) -> PyResult<Self> {
+        Self::acquire(obj, Shared::FLAGS, None)
+    }
+}
+
+impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
+    pub(super) fn acquire(
+        obj: &Bound<'py, PyAny>,
+        flags: i32,
+        stream: Option<i64>,
+    ) -> PyResult<Self> {
+        let py = obj.py();
+        let mut view = MaybeUninit::<sys::pyxbuf_view>::zeroed();
+        // SAFETY: `obj` is a live object, `view` writable storage for a
+        // pyxbuf_view, and the thread is attached (we hold `py`).
+        let rc = unsafe {
+            match stream {
+                None => sys::pyxbuf_get(obj.as_ptr(), view.as_mut_ptr(), flags),
+                Some(s) => sys::pyxbuf_get_stream(obj.as_ptr(), view.as_mut_ptr(), flags, s),
+            }
+        };
+        if rc != 0 {
+            return Err(PyErr::fetch(py));
+        }
+        let origin = view.as_ptr() as usize;
+        let mut this = PyXUntypedBuffer {
+            // SAFETY: zeroed first, then filled by a successful pyxbuf_get:
+            // every field holds an integer or pointer value.
+            view: RawView(unsafe { view.assume_init() }),
+            origin,
+            fallback_strides: [0; sys::PYXBUF_INLINE_NDIM],
+            py,
+            _m: PhantomData,
+        };
+        // From here on `this` owns the acquisition; returning early drops
+        // (and so releases) it.
+        this.check_layout(obj)?;
+        if flags & sys::PYXBUF_BORROW_EXCLUSIVE != 0 {
+            this.check_exclusive(obj)?;
+        }
+        Ok(this)
+    }
+
+    /// An `Exclusive` buffer carries an exclusive grant, or is not handed out:
+    /// the type promises it (`as_mut_slice`, `copy_from_slice`).
+    fn check_exclusive(&self, obj: &Bound<'py, PyAny>) -> PyResult<()> {
+        let g = self.grants();
+        if g.exclusive() {
+            return Ok(());
+        }
+        Err(PyBufferError::new_err(format!(
+            "pyxbuf: an exclusive borrow of the buffer of '{}' was requested, but its producer \
+             granted {}; release the other views of its memory, or request a shared borrow \
+             (PyXBuffer<_, Shared>) to read it",
+            type_name(obj),
+            if g.shared() {
+                "only a shared borrow"
+            } else {
+                "no borrow (it ignores borrow requests)"
+            },
+        )))
+    }
+
+    /// Checks made once at acquisition: shape present, no suboffsets unless
+    /// asked for, `len` consistent with the shape, strides available.
+    fn check_layout(&mut self, obj: &Bound<'py, PyAny>) -> PyResult<()> {
+        let ndim = self.view.base.ndim;
+        if ndim < 0 || (ndim > 0 && self.view.base.shape.is_null()) {
+            return Err(PyBufferError::new_err(format!(
+                "pyxbuf: the buffer of '{}' has ndim {ndim} but no shape; its producer ignored \
+                 PyBUF_ND",
+                type_name(obj)
+            )));
+        }
+        if !self.view.base.suboffsets.is_null() {
+            let indirect = ffi::PyBUF_INDIRECT & !ffi::PyBUF_STRIDES;
+            if self.view.requested & indirect == 0 || !self.is_host() {
+                return Err(PyBufferError::new_err(format!(
+                    "pyxbuf: the buffer of '{}' has suboffsets (PIL-style indirect memory){}; \
+                     its producer ignored the request, or ask with Request::indirect()",
+                    type_name(obj),
+                    if self.is_host() {
+                        " though PyBUF_INDIRECT was not requested"
+                    } else {
+                        " on device memory, which cannot be followed"
+                    }
+                )));
+            }
+        }
+        self.check_len(obj)?;
+        if ndim > 0 && self.view.base.strides.is_null() {
+            let ndim = ndim as usize;
+            if ndim > sys::PYXBUF_INLINE_NDIM {
+                return Err(PyBufferError::new_err(format!(
+                    "pyxbuf: the buffer of '{}' has {ndim} dimensions but no strides; \
+                     PyXBuffer computes strides for at most {} dimensions",
+                    type_name(obj),
+                    sys::PYXBUF_INLINE_NDIM
+                )));
+            }
+            let mut stride = self.view.base.itemsize;
+            for i in (0..ndim).rev() {
+                self.fallback_strides[i] = stride;
+                stride *= self.shape()[i] as isize;
+            }
+        }
+        Ok(())
+    }
+
+    /// The view's `len` must be its items times `itemsize` on every
+    /// path: slices are sized by the shape, copies by `len`, and a producer
+    /// whose two answers differ would send one of them past its memory.
+    fn check_len(&self, obj: &Bound<'py, PyAny>) -> PyResult<()> {
+        let count = self
+            .shape()
+            .iter()
+            .try_fold(1usize, |acc, &n| acc.checked_mul(n));
+        let bytes = count.and_then(|n| n.checked_mul(self.view.base.itemsize.max(0) as usize));
+        if bytes.is_some_and(|b| b as isize == self.view.base.len && self.view.base.len >= 0) {
+            return Ok(());
+        }
+        Err(PyBufferError::new_err(format!(
+            "pyxbuf: the buffer of '{}' is inconsistent: its len is {} bytes, but its shape {:?} \
+             of {}-byte items needs {}; its producer is broken",
+            type_name(obj),
+            self.view.base.len,
+            self.shape(),
+            self.view.base.itemsize,
+            bytes.map_or_else(|| "more than fits in memory".to_owned(), |b| b.to_string()),
+        )))
+    }
+
+    /// `p` as it must be read now: rebased onto the view's current address
+    /// when it points into the view's original location.
+    #[inline]
+    pub(super) fn fix<P>(&self, p: *const P) -> *const P {
+        let off = (p as usize).wrapping_sub(self.origin);
+        if off < VIEW_SIZE {
+            ptr::addr_of!(self.view)
+                .cast::<u8>()
+                .wrapping_add(off)
+                .cast()
+        } else {
+            p
+        }
+    }
+
+    /// Run `f` on a copy of the view whose interior pointers point into the
+    /// copy, for the C functions that only read a view.
+    #[inline]
+    pub(super) fn with_view<R>(&self, f: impl FnOnce(*const sys::pyxbuf_view) -> R) -> R {
+        let mut copy = self.view.0;
+        // SAFETY: `copy` is this view, filled at `self.origin` and now at a
+        // new address; it does not move again before `f` returns.
+        unsafe { relocate(&mut copy, self.origin) };
+        f(&copy)
+    }
+
+    /// The `Python<'py>` token the view was acquired under.
+    pub fn py(&self) -> Python<'py> {
+        self.py
+    }
+
+    /// The object whose memory this is (the view keeps it alive).
+    pub fn obj(&self) -> Option<Borrowed<'_, 'py, PyAny>> {
+        // SAFETY: base.obj is NULL or a strong reference the view holds for
+        // as long as it lives, which outlives the borrow of `self`.
+        unsafe { Borrowed::from_ptr_or_opt(self.py, self.view.base.obj) }
+    }
+
+    /// The raw C view, its interior pointers as the producer left them
+    /// (they may refer to where the view was filled; see the type's docs).
+    /// For functions this crate does not wrap, prefer
+    /// [`with_raw_view`](PyXUntypedBuffer::with_raw_view).
+    pub fn raw_view(&self) -> &sys::pyxbuf_view {
+        &self.view.0
+    }
+
+    /// Call `f` with a pointer to a copy of the C view whose interior
+    /// pointers are valid, for read-only `pyxbuf_*` functions this crate
+    /// does not wrap. The pointer is valid only during `f`.
+    ///
+    /// ```
+    /// use pyo3::prelude::*;
+    /// use pyxbuf::PyXBuffer;
+    /// Python::attach(|py| -> PyResult<()> {
+    ///     let data = pyo3::types::PyBytes::new(py, b"xyz");
+    ///     let buf = PyXBuffer::<u8>::get(&data)?;
+    ///     // SAFETY: a valid, acquired view for the duration of the call.
+    ///     let host = buf.with_raw_view(|v| unsafe { pyxbuf::sys::pyxbuf_view_is_host(v) });
+    ///     assert_eq!(host, 1);
+    ///     Ok(())
+    /// })
+    /// .unwrap();
+    /// ```
+    pub fn with_raw_view<R>(&self, f: impl FnOnce(*const sys::pyxbuf_view) -> R) -> R {
+        self.with_view(f)
+    }
+
+    /// Which protocol produced the view.
+    pub fn path(&self) -> Path {
+        Path::from_raw(self.view.path)
+    }
+
+    /// The borrow grants the view holds.
+    pub fn grants(&self) -> Grants {
+        Grants::from_view(self.view.flags, self.view.ext_flags)
+    }
+
+    /// The extended request flags the producer honoured (`PYXBUF_*`).
+    pub fn honoured_flags(&self) -> i32 {
+        self.view.flags
+    }
+
+    /// Number of dimensions (PyO3: `dimensions`).
+    pub fn ndim(&self) -> usize {
+        self.view.base.ndim as usize
+    }
+
+    /// Number of dimensions, PyO3's name for [`ndim`](PyXUntypedBuffer::ndim).
+    pub fn dimensions(&self) -> usize {
+        self.ndim()
+    }
+
+    /// Items per dimension.
+    pub fn shape(&self) -> &[usize] {
+        let n = self.ndim();
+        if n == 0 {
+            return &[];
+        }
+        // SAFETY: checked at acquisition: shape is non-NULL with ndim
+        // entries, alive while the view is (rebased if it points into it);
+        // Py_ssize_t and usize share a layout and shapes are non-negative.
+        unsafe { std::slice::from_raw_parts(self.fix(self.view.base.shape).cast::<usize>(), n) }
+    }
+
+    /// Bytes between consecutive items of each dimension (negative when the
+    /// dimension runs backwards).
+    pub fn strides(&self) -> &[isize] {
+        let n = self.ndim();
+        if n == 0 {
+            return &[];
+        }
+        if self.view.base.strides.is_null() {
+            return &self.fallback_strides[..n];
+        }
+        // SAFETY: strides has ndim entries while the view lives (rebased if it
+        // points into the view); Py_ssize_t is isize.
+        unsafe { std::slice::from_raw_parts(self.fix(self.view.base.strides), n) }
+    }
+
+    /// Number of items.
+    pub fn item_count(&self) -> usize {
+        self.shape().iter().product()
+    }
+
+    /// Bytes per item (`size_of::<T>()`, checked at acquisition).
+    pub fn item_size(&self) -> usize {
+        self.view.base.itemsize as usize
+    }
+
+    /// Bytes of all items (`item_count() * item_size()`).
+    pub fn len_bytes(&self) -> usize {
+        self.view.base.len as usize
+    }
+
+    /// Whether the memory is read-only. Views holding a shared borrow are
+    /// always read-only.
+    pub fn readonly(&self) -> bool {
+        self.view.base.readonly != 0
+    }
+
+    /// The item format the producer gave (`"B"` if it gave none).
+    pub fn format(&self) -> &CStr {
+        // SAFETY: NULL or a string that lives as long as the view.
+        unsafe { element::format_of(self.fix(self.view.base.format)) }
+    }
+
+    /// The first item's address (host or device; never dereference a device
+    /// address). PyO3: `buf_ptr`.
+    pub fn buf_ptr(&self) -> *mut c_void {
+        self.fix(self.view.base.buf).cast_mut()
+    }
+
+    /// The address of the item at `indices` -- or, with fewer indices than
+    /// dimensions, of the first item of that sub-array (as PyO3's) --
+    /// panicking when an index is out of bounds or there are too many. The
+    /// item itself is not read; with suboffsets (a request made with
+    /// [`Request::indirect`]) the pointers stored in the array are followed,
+    /// as PEP 3118 says. PyO3: `get_ptr`.
+    pub fn get_ptr(&self, indices: &[usize]) -> *mut c_void {
+        assert!(
+            indices.len() <= self.ndim(),
+            "{} indices for {} dimensions",
+            indices.len(),
+            self.ndim()
+        );
+        let suboffsets = self.suboffsets();
+        let mut p = self.buf_ptr().cast::<u8>();
+        for (d, ((&i, &n), &s)) in indices
+            .iter()
+            .zip(self.shape())
+            .zip(self.strides())
+            .enumerate()
+        {
+            assert!(i < n, "index {i} out of bounds for a dimension of {n}");
+            p = p.wrapping_offset(i as isize * s);
+            if let Some(&off) = suboffsets.and_then(|so| so.get(d)) {
+                if off >= 0 {
+                    // SAFETY: suboffsets are accepted only on host memory
+                    // (check_layout); `p` is an in-bounds element of this
+                    // dimension, which PEP 3118 says holds a pointer.
+                    p = unsafe { p.cast::<*mut u8>().read_unaligned() }.wrapping_offset(off);
+                }
+            }
+        }
+        p.cast()
+    }
+
+    /// The suboffsets of a PIL-style indirect array (only when requested with
+    /// [`Request::indirect`] and given by the producer); `None` otherwise.
+    /// PyO3: `suboffsets`.
+    pub fn suboffsets(&self) -> Option<&[isize]> {
+        let p = self.fix(self.view.base.suboffsets);
+        if p.is_null() || self.ndim() == 0 {
+            return None;
+        }
+        // SAFETY: non-NULL suboffsets have ndim entries while the view lives
+        // (rebased if they point into it).
+        Some(unsafe { std::slice::from_raw_parts(p, self.ndim()) })
+    }
+
+    pub(super) fn contiguous_with(&self, fortran: bool) -> bool {
+        let (shape, strides) = (self.shape(), self.strides());
+        let mut expected = self.item_size() as isize;
+        for k in 0..shape.len() {
+            let d = if fortran { k } else { shape.len() - 1 - k };
+            let n = shape[d];
+            if n == 0 {
+                return true;
+            }
+            if n != 1 && strides[d] != expected {
+                return false;
+            }
+            expected *= n as isize;
+        }
+        true
+    }
+
+    /// Whether the items are laid out in C order without gaps.
+    pub fn is_c_contiguous(&self) -> bool {
+        // The common cases without the iterator.
+        match (self.shape(), self.strides()) {
+            ([], _) => true,
+            ([n], [s]) => *n <= 1 || *s == self.item_size() as isize,
+            _ => self.contiguous_with(false),
+        }
+    }
+
+    /// Whether the items are laid out in Fortran order without gaps.
+    pub fn is_fortran_contiguous(&self) -> bool {
+        match (self.shape(), self.strides()) {
+            ([], _) => true,
+            ([n], [s]) => *n <= 1 || *s == self.item_size() as isize,
+            _ => self.contiguous_with(true),
+        }
+    }
+
+    pub(super) fn check(&self, rc: i32) -> PyResult<()> {
+        if rc < 0 {
+            Err(PyErr::fetch(self.py))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Release the view now (dropping does the same). PyO3: `release`.
+    pub fn release(self) {}
+
+    fn type_error<T: Element>(&self, owner: &str) -> PyErr {
+        let format = self.format();
+        PyTypeError::new_err(format!(
+            "pyxbuf: the buffer of '{owner}' holds items of format '{}' ({} bytes each), but \
+             PyXBuffer<{}> needs format '{}' ({} bytes each); convert the array (e.g. \
+             numpy's .astype) or use the matching Rust type",
+            format.to_string_lossy(),
+            self.view.base.itemsize,
+            short_type_name::<T>(),
+            T::FORMAT.to_string_lossy(),
+            mem::size_of::<T>(),
+        ))
+    }
+
+    fn is_of<T: Element>(&self) -> bool {
+        element::matches::<T>(self.format(), self.view.base.itemsize)
+    }
+
+    fn owner_name(&self) -> String {
+        self.obj()
+            .map(|o| type_name(&o))
+            .unwrap_or_else(|| "object".to_owned())
+    }
+
+    /// `into_typed` with `obj` named in the error (the object acquired).
+    pub(super) fn typed_for<T: Element>(
+        self,
+        obj: &Bound<'py, PyAny>,
+    ) -> PyResult<PyXBuffer<'py, T, M>> {
+        if !self.is_of::<T>() {
+            return Err(self.type_error::<T>(&type_name(obj)));
+        }
+        Ok(PyXBuffer {
+            inner: self,
+            _t: PhantomData,
+        })
+    }
+
+    /// The same view as items of `T`: `TypeError` naming both formats when
+    /// the format is not `T`'s (the view is released then; use
+    /// [`as_typed`](Self::as_typed) to try several types).
+    pub fn into_typed<T: Element>(self) -> PyResult<PyXBuffer<'py, T, M>> {
+        if !self.is_of::<T>() {
+            return Err(self.type_error::<T>(&self.owner_name()));
+        }
+        Ok(PyXBuffer {
+            inner: self,
+            _t: PhantomData,
+        })
+    }
+
+    /// This view as items of `T`, borrowed: `TypeError` naming both formats
+    /// when the format is not `T`'s, and the buffer stays usable.
+    pub fn as_typed<T: Element>(&self) -> PyResult<&PyXBuffer<'py, T, M>> {
+        if !self.is_of::<T>() {
+            return Err(self.type_error::<T>(&self.owner_name()));
+        }
+        // SAFETY: PyXBuffer<T, M> is a repr(transparent) wrapper of
+        // PyXUntypedBuffer<M> (its other field is a zero-sized marker), and
+        // the format check above is the only invariant it adds.
+        Ok(unsafe { &*(self as *const Self).cast::<PyXBuffer<'py, T, M>>() })
+    }
+}
+
+impl<M: BorrowMode> Drop for PyXUntypedBuffer<'_, M> {
+    fn drop(&mut self) {
+        // SAFETY: the view was acquired by pyxbuf_get and not released yet
+        // (this is the only place that releases it); it was filled at
+        // `origin`, is rebased onto its current address first, and the
+        // thread is attached for 'py (the type is !Send and cannot outlive
+        // its Python<'py>).
+        unsafe {
+            relocate(&mut self.view.0, self.origin);
+            sys::pyxbuf_release(&mut self.view.0);
+        }
+    }
+}
+
+impl<M: BorrowMode> fmt::Debug for PyXUntypedBuffer<'_, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.debug_as("PyXUntypedBuffer", f)
+    }
+}
+
+impl<M: BorrowMode> PyXUntypedBuffer<'_, M> {
+    /// The Debug output of both buffer types, under `name`.
+    pub(super) fn debug_as(&self, name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct(name)
+            .field("format", &self.format())
+            .field("shape", &self.shape())
+            .field("strides", &self.strides())
+            .field("readonly", &self.readonly())
+            .field("device", &self.device())
+            .field("grants", &self.grants())
+            .field("path", &self.path())
+            .finish()
+    }
+}
+
+impl<'a, 'py, M: BorrowMode> FromPyObject<'a, 'py> for PyXUntypedBuffer<'py, M> {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        Self::acquire(&obj, M::FLAGS, None)
+    }
+}

@@ -1,0 +1,185 @@
+//! What a port from `pyo3::buffer::PyBuffer` (or from rust-numpy) needs:
+//! acquire once and pick the type, Fortran order, sub-array pointers,
+//! ndarray views, arguments named in errors.
+
+mod common;
+
+use common::{eval, run};
+use half::bf16;
+use pyo3::exceptions::{PyBufferError, PyTypeError};
+use pyo3::prelude::*;
+use pyxbuf::{Exclusive, PyXBuffer, PyXUntypedBuffer};
+
+#[test]
+fn untyped_buffer_acquires_once_and_types_later() {
+    Python::attach(|py| {
+        let a = eval(py, "np.arange(6, dtype=np.float32).reshape(2, 3)", &[]);
+        let buf = PyXUntypedBuffer::get(&a).unwrap();
+        assert_eq!(
+            (buf.format().to_str().unwrap(), buf.shape()),
+            ("f", &[2usize, 3][..])
+        );
+        assert!(buf.grants().shared());
+        // The wrong type: TypeError naming both formats, and the buffer lives on.
+        let err = buf.as_typed::<bf16>().unwrap_err();
+        assert!(err.is_instance_of::<PyTypeError>(py), "{err}");
+        assert!(err.to_string().contains("'f'") && err.to_string().contains("bfloat16"));
+        let floats = buf.as_typed::<f32>().unwrap();
+        assert_eq!(floats.as_slice().unwrap(), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+        // Typed by value: still one acquisition, released once.
+        let owned: PyXBuffer<'_, f32> = buf.into_typed().unwrap();
+        assert_eq!(owned.item_count(), 6);
+        let back = owned.into_untyped();
+        assert!(back.into_typed::<f64>().is_err());
+        // A request without a type, with the builder.
+        let dev = PyXUntypedBuffer::request()
+            .device()
+            .get_untyped(&a)
+            .unwrap();
+        assert_eq!(dev.item_size(), 4);
+    });
+}
+
+#[test]
+fn fortran_order_slices_and_copies() {
+    Python::attach(|py| {
+        let a = eval(py, "np.asfortranarray(np.arange(6.0).reshape(2, 3))", &[]);
+        let buf = PyXBuffer::<f64>::get(&a).unwrap();
+        assert!(buf.as_slice().is_none(), "not C-contiguous");
+        let memory_order = [0.0, 3.0, 1.0, 4.0, 2.0, 5.0];
+        assert_eq!(buf.as_fortran_slice().unwrap(), memory_order);
+        assert_eq!(buf.as_fortran_cells().unwrap()[1].get(), 3.0);
+        assert_eq!(buf.to_fortran_vec().unwrap(), memory_order);
+        assert_eq!(buf.to_vec().unwrap(), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+        drop(buf);
+
+        let mut ex = PyXBuffer::<f64, Exclusive>::get(&a).unwrap();
+        ex.as_fortran_mut_slice().unwrap()[1] = 30.0; // a[1, 0]
+        drop(ex);
+        assert_eq!(
+            eval(py, "a[1, 0]", &[("a", &a)]).extract::<f64>().unwrap(),
+            30.0
+        );
+
+        // Filling a C-order array from Fortran-ordered values.
+        let c = eval(py, "np.zeros((2, 3))", &[]);
+        let mut ex = PyXBuffer::<f64, Exclusive>::get(&c).unwrap();
+        ex.copy_from_fortran_slice(&memory_order).unwrap();
+        assert_eq!(ex.as_slice().unwrap(), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+        // And a strided one, item by item.
+        let s = eval(py, "np.zeros((2, 6))[:, ::2]", &[]);
+        let mut ex = PyXBuffer::<f64, Exclusive>::get(&s).unwrap();
+        ex.copy_from_fortran_slice(&memory_order).unwrap();
+        drop(ex);
+        assert_eq!(
+            eval(py, "s.tolist()", &[("s", &s)])
+                .extract::<Vec<Vec<f64>>>()
+                .unwrap(),
+            [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+        );
+    });
+}
+
+#[test]
+fn get_ptr_takes_partial_indices() {
+    Python::attach(|py| {
+        let a = eval(py, "np.arange(24, dtype=np.int32).reshape(2, 3, 4)", &[]);
+        let buf = PyXBuffer::<i32>::get(&a).unwrap();
+        let base = buf.buf_ptr().cast::<u8>();
+        assert_eq!(buf.get_ptr(&[]), base.cast());
+        assert_eq!(buf.get_ptr(&[1]), base.wrapping_add(48).cast());
+        assert_eq!(buf.get_ptr(&[1, 2]), base.wrapping_add(48 + 32).cast());
+        assert_eq!(
+            buf.get_ptr(&[1, 2, 3]),
+            base.wrapping_add(48 + 32 + 12).cast()
+        );
+    });
+}
+
+#[test]
+fn ndarray_views_strided_and_backwards() {
+    Python::attach(|py| {
+        for expr in [
+            "np.arange(12.0).reshape(3, 4)",
+            "np.arange(12.0).reshape(3, 4)[:, ::2]",
+            "np.arange(12.0).reshape(3, 4)[::-1, ::-3]",
+            "np.arange(12.0).reshape(3, 4).T",
+            "np.zeros((0, 4))",
+            "np.float64(7.0).reshape(())",
+        ] {
+            let a = eval(py, expr, &[]);
+            let buf = PyXBuffer::<f64>::get(&a).unwrap();
+            let view = buf.as_array().unwrap_or_else(|| panic!("{expr}: no view"));
+            let want = eval(py, "a.tolist()", &[("a", &a)]);
+            let flat: Vec<f64> = view.iter().copied().collect();
+            let np_flat = eval(py, "a.ravel().tolist()", &[("a", &a)])
+                .extract::<Vec<f64>>()
+                .unwrap();
+            assert_eq!(flat, np_flat, "{expr}: {want}");
+            assert_eq!(view.shape(), buf.shape(), "{expr}");
+        }
+        // Items not aligned for f64 (one byte into a buffer): no view.
+        let odd = eval(
+            py,
+            "np.frombuffer(bytearray(17), dtype=np.uint8)[1:].view(np.float64)",
+            &[],
+        );
+        let buf = PyXBuffer::<f64>::get(&odd).unwrap();
+        assert!(!buf.buf_ptr().cast::<f64>().is_aligned());
+        assert!(buf.as_array().is_none() && buf.as_slice().is_none());
+        assert_eq!(buf.to_vec().unwrap(), [0.0, 0.0]);
+    });
+}
+
+#[test]
+fn ndarray_mut_views_need_exclusive_and_no_aliasing() {
+    Python::attach(|py| {
+        let a = eval(py, "np.zeros((2, 3))", &[]);
+        let mut ex = PyXBuffer::<f64, Exclusive>::get(&a).unwrap();
+        {
+            let mut view = ex.as_array_mut().unwrap();
+            view[[1, 2]] = 5.0;
+            for j in 0..3 {
+                view[[0, j]] = 1.0;
+            }
+        }
+        drop(ex);
+        assert_eq!(
+            eval(py, "a.tolist()", &[("a", &a)])
+                .extract::<Vec<Vec<f64>>>()
+                .unwrap(),
+            [[1.0, 1.0, 1.0], [0.0, 0.0, 5.0]]
+        );
+        // A writable stride-0 broadcast reaches one item from many indices.
+        let b = eval(
+            py,
+            "np.lib.stride_tricks.as_strided(np.zeros(1), shape=(4,), strides=(0,), writeable=True)",
+            &[],
+        );
+        let mut ex = PyXBuffer::<f64, Exclusive>::get(&b).unwrap();
+        assert!(ex.as_array_mut().is_none());
+        assert_eq!(ex.as_array().unwrap().sum(), 0.0);
+    });
+}
+
+#[pyfunction]
+fn total(x: PyXBuffer<'_, f64>) -> f64 {
+    x.to_vec().unwrap().iter().sum()
+}
+
+#[test]
+fn argument_errors_name_the_argument() {
+    Python::attach(|py| {
+        let f = wrap_pyfunction!(total, py).unwrap();
+        let a = eval(py, "np.ones(3)", &[]);
+        let _ex = PyXBuffer::<f64, Exclusive>::get(&a).unwrap();
+        let err = f.call1((&a,)).unwrap_err();
+        assert!(err.is_instance_of::<PyBufferError>(py), "{err}");
+        let notes = err.value(py).getattr("__notes__").unwrap();
+        assert!(
+            notes.to_string().contains("while processing 'x'"),
+            "{notes}"
+        );
+        run(py, "assert f(np.ones(2)) == 2.0", &[("f", f.as_any())]);
+    });
+}
