@@ -291,16 +291,6 @@ fn to_device<'py>(
     })
 }
 
-/// The view a from_dlpack exporter keeps alive, released when it dies.
-unsafe extern "C" fn release_boxed_view(ctx: *mut std::ffi::c_void) {
-    // SAFETY: `ctx` is the Box<pyxbuf_view> from_dlpack leaked, acquired in
-    // place; the exporter calls this once, with the GIL, when it dies.
-    unsafe {
-        let mut view = Box::from_raw(ctx.cast::<sys::pyxbuf_view>());
-        sys::pyxbuf_release(&mut *view);
-    }
-}
-
 /// from_dlpack(obj, writable=False, stream=None) -> pyxbuf.Exporter
 ///
 /// A zero-copy `pyxbuf.Exporter` over `obj`'s memory (host or device), from
@@ -324,103 +314,7 @@ fn from_dlpack<'py>(
     writable: bool,
     stream: Option<i64>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let py = obj.py();
-    let flags = DEFAULT_FLAGS
-        | if writable {
-            ffi::PyBUF_WRITABLE | sys::PYXBUF_BORROW_EXCLUSIVE
-        } else {
-            sys::PYXBUF_BORROW_SHARED
-        };
-    // The view is acquired where it will live (a box the exporter owns), so
-    // its self-references stay valid.
-    let boxed: Box<MaybeUninit<sys::pyxbuf_view>> = Box::new(MaybeUninit::zeroed());
-    let raw = Box::into_raw(boxed).cast::<sys::pyxbuf_view>();
-    // SAFETY: writable storage for a view; a live object; attached thread.
-    let rc = unsafe {
-        match stream {
-            None => sys::pyxbuf_get(obj.as_ptr(), raw, flags),
-            Some(s) => sys::pyxbuf_get_stream(obj.as_ptr(), raw, flags, s),
-        }
-    };
-    if rc != 0 {
-        // SAFETY: the box leaked above, holding nothing.
-        drop(unsafe { Box::from_raw(raw.cast::<MaybeUninit<sys::pyxbuf_view>>()) });
-        return Err(PyErr::fetch(py));
-    }
-    // SAFETY: acquired in place above.
-    let v = unsafe { &*raw };
-    let grants = pyxbuf::Grants::from_view(v.flags, v.ext_flags);
-    if !(if writable {
-        grants.exclusive()
-    } else {
-        grants.any()
-    }) {
-        let err = pyo3::exceptions::PyBufferError::new_err(format!(
-            "pyxbuf.from_dlpack: the {} borrow of '{}' its exporter must hold was not granted \
-             ({}); a zero-copy exporter without it would let its memory be written behind its \
-             consumers' backs; copy the data instead (pyxbuf.to_device)",
-            if writable { "exclusive" } else { "shared" },
-            obj.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default(),
-            if grants.shared() {
-                "only a shared one"
-            } else {
-                "its producer ignores borrows"
-            },
-        ));
-        // SAFETY: not adopted by an exporter: release it here.
-        unsafe { release_boxed_view(raw.cast()) };
-        return Err(err);
-    }
-    // The exporter adopts (and one day destroys) the event in the device info
-    // it is given; the producer owns this one. Wait for it now and hand over
-    // an info without it: later consumers find the data ready.
-    let mut own_info: Option<sys::pyxbuf_device_info> = None;
-    if !v.device.is_null() && !v.device_info.is_null() {
-        // SAFETY: an acquired device view; waits on the default stream.
-        if unsafe { sys::pyxbuf_device_wait(v, sys::PYXBUF_STREAM_DEFAULT) } != 0 {
-            // SAFETY: not adopted by an exporter: release it here.
-            unsafe { release_boxed_view(raw.cast()) };
-            return Err(PyErr::fetch(py));
-        }
-        if cstr(v.device).as_deref() == Some("pyxbuf.dlpack") {
-            // SAFETY: a "pyxbuf.dlpack" device's info is a pyxbuf_device_info.
-            let mut info = unsafe { *v.device_info.cast::<sys::pyxbuf_device_info>() };
-            info.sync_event = ptr::null_mut();
-            own_info = Some(info);
-        }
-    }
-    let device_info = own_info
-        .as_mut()
-        .map_or(v.device_info, |i| ptr::addr_of_mut!(*i).cast());
-    let b = &v.base;
-    let desc = sys::pyxbuf_export_desc {
-        size: std::mem::size_of::<sys::pyxbuf_export_desc>() as u32,
-        ndim: b.ndim,
-        buf: b.buf,
-        format: b.format,
-        itemsize: b.itemsize,
-        shape: b.shape,
-        strides: b.strides,
-        // Read-only unless asked otherwise: the shared borrow held on `obj`
-        // promises that nobody writes it.
-        readonly: if writable { b.readonly } else { 1 },
-        device: v.device,
-        device_info,
-        ..Default::default()
-    };
-    // SAFETY: the description points into the acquired view (copied by the
-    // exporter except buf, which stays valid until release_boxed_view runs).
-    let e = unsafe { sys::pyxbuf_exporter_wrap(&desc, Some(release_boxed_view), raw.cast()) };
-    if e.is_null() {
-        // SAFETY: not adopted by an exporter: release it here.
-        unsafe { release_boxed_view(raw.cast()) };
-        return Err(PyErr::fetch(py));
-    }
-    // SAFETY: a new reference.
-    Ok(unsafe { Bound::from_owned_ptr(py, e) })
+    pyxbuf::export::wrap(obj, writable, stream)
 }
 
 /// exporter(shape, format='B', device='cpu', readonly=False) -> pyxbuf.Exporter

@@ -134,6 +134,13 @@ pub struct DevicePtr<'a, T> {
     pub(crate) _view: PhantomData<&'a T>,
 }
 
+// SAFETY: a DevicePtr is an address, a device and an event handle, none of
+// which it dereferences: any thread may carry it (a kernel launch inside
+// `py.detach`), while the borrow of its view keeps the memory alive.
+unsafe impl<T: Send + Sync> Send for DevicePtr<'_, T> {}
+// SAFETY: as above; shared access only copies the numbers out.
+unsafe impl<T: Send + Sync> Sync for DevicePtr<'_, T> {}
+
 /// What a consumer must wait for before touching device memory.
 ///
 /// `Ready` and `Unknown` are different answers: `Ready` is the producer
@@ -151,6 +158,12 @@ pub enum SyncEvent {
     /// pending work.
     Unknown,
 }
+
+// SAFETY: an opaque handle of the device's driver (a CUevent), which the
+// driver lets any thread wait on; pyxbuf never dereferences it.
+unsafe impl Send for SyncEvent {}
+// SAFETY: as above.
+unsafe impl Sync for SyncEvent {}
 
 impl SyncEvent {
     pub(crate) fn from_info(info: Option<&pyxbuf_sys::pyxbuf_device_info>) -> SyncEvent {

@@ -6,7 +6,10 @@
 //! `__releasebuffer__` to [`getbuffer`] and [`releasebuffer`], and declares
 //! that it speaks the extended protocol with the class attribute
 //! `__pyxbuf_supported_flags__` (or [`declare_supported`]). [`HostArray`] is
-//! ready-made storage that does the bookkeeping for host memory.
+//! ready-made storage that does the bookkeeping for host memory. Forwarding
+//! `__dlpack__` and `__dlpack_device__` to [`dlpack`] and [`dlpack_device`]
+//! exports the same memory through DLPack under the same borrow rules, and
+//! [`wrap`] makes a zero-copy `pyxbuf.Exporter` of any object's memory.
 //!
 //! ```
 //! use std::os::raw::c_int;
@@ -71,18 +74,20 @@
 
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void, CStr};
-use std::mem;
+use std::mem::{self, MaybeUninit};
 use std::ptr;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 use pyo3::PyClass;
 use pyxbuf_sys as sys;
 
 use crate::device::Device;
 use crate::element::Element;
+use crate::Grants;
 
 /// Every classic and extended request flag: what a type exporting through
 /// [`getbuffer`] supports. The value of `__pyxbuf_supported_flags__`.
@@ -613,5 +618,170 @@ pub fn new_exporter<'py, T: Element>(
             &dev,
         );
         Bound::from_owned_ptr_or_err(py, obj)
+    }
+}
+
+/// The view a [`wrap`] exporter keeps alive, released when it dies.
+unsafe extern "C" fn release_boxed_view(ctx: *mut std::ffi::c_void) {
+    // SAFETY: `ctx` is the Box<pyxbuf_view> `wrap` leaked, acquired in
+    // place; the exporter calls this once, with the GIL, when it dies.
+    unsafe {
+        let mut view = Box::from_raw(ctx.cast::<sys::pyxbuf_view>());
+        sys::pyxbuf_release(&mut *view);
+    }
+}
+
+/// A zero-copy `pyxbuf.Exporter` over `obj`'s memory (host or device),
+/// from whatever protocol pyxbuf reads it through (DLPack, the CUDA Array
+/// Interface, the classic buffer, `__array_interface__`, a `#[pyclass]`
+/// exporting through [`getbuffer`]). It exports the memory through the
+/// extended protocol with borrow counting, and through DLPack.
+///
+/// The exporter holds a borrow of `obj`'s memory for its whole life: shared
+/// when `writable` is false (the exporter is then read-only, whatever `obj`
+/// allows), exclusive when it is true. So no pyxbuf consumer can write `obj`
+/// while the exporter hands out shared borrows, nor touch it at all while it
+/// hands out an exclusive one. When `obj`'s producer enforces borrows
+/// (pyxbuf's exporters, [`ExportBuffer`] classes), nobody can; when the
+/// borrow is tracked (NumPy and other classic producers), code that bypasses
+/// pyxbuf still can, as for any tracked grant. A producer that grants no
+/// borrow is refused with `BufferError`.
+pub fn wrap<'py>(
+    obj: &Bound<'py, PyAny>,
+    writable: bool,
+    stream: Option<i64>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
+    let flags = ffi::PyBUF_RECORDS_RO
+        | sys::PYXBUF_DEVICE
+        | if writable {
+            ffi::PyBUF_WRITABLE | sys::PYXBUF_BORROW_EXCLUSIVE
+        } else {
+            sys::PYXBUF_BORROW_SHARED
+        };
+    // The view is acquired where it will live (a box the exporter owns), so
+    // its self-references stay valid.
+    let boxed: Box<MaybeUninit<sys::pyxbuf_view>> = Box::new(MaybeUninit::zeroed());
+    let raw = Box::into_raw(boxed).cast::<sys::pyxbuf_view>();
+    // SAFETY: writable storage for a view; a live object; attached thread.
+    let rc = unsafe {
+        match stream {
+            None => sys::pyxbuf_get(obj.as_ptr(), raw, flags),
+            Some(s) => sys::pyxbuf_get_stream(obj.as_ptr(), raw, flags, s),
+        }
+    };
+    if rc != 0 {
+        // SAFETY: the box leaked above, holding nothing.
+        drop(unsafe { Box::from_raw(raw.cast::<MaybeUninit<sys::pyxbuf_view>>()) });
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: acquired in place above.
+    let v = unsafe { &*raw };
+    let grants = Grants::from_view(v.flags, v.ext_flags);
+    if !(if writable {
+        grants.exclusive()
+    } else {
+        grants.any()
+    }) {
+        let err = PyBufferError::new_err(format!(
+            "pyxbuf: a zero-copy exporter of '{}' needs {} borrow of its memory, which was not \
+             granted ({}); without it the memory could be written behind its consumers' backs; \
+             copy the data instead (to_device)",
+            obj.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default(),
+            if writable { "an exclusive" } else { "a shared" },
+            if grants.shared() {
+                "only a shared one"
+            } else {
+                "its producer ignores borrows"
+            },
+        ));
+        // SAFETY: not adopted by an exporter: release it here.
+        unsafe { release_boxed_view(raw.cast()) };
+        return Err(err);
+    }
+    // The exporter adopts (and one day destroys) the event in the device info
+    // it is given; the producer owns this one. Wait for it now and hand over
+    // an info without it: later consumers find the data ready.
+    let mut own_info: Option<sys::pyxbuf_device_info> = None;
+    if !v.device.is_null() && !v.device_info.is_null() {
+        // SAFETY: an acquired device view; waits on the default stream.
+        if unsafe { sys::pyxbuf_device_wait(v, sys::PYXBUF_STREAM_DEFAULT) } != 0 {
+            // SAFETY: not adopted by an exporter: release it here.
+            unsafe { release_boxed_view(raw.cast()) };
+            return Err(PyErr::fetch(py));
+        }
+        // SAFETY: a non-NULL device is a NUL-terminated identifier.
+        if unsafe { CStr::from_ptr(v.device) } == sys::PYXBUF_DEVICE_DLPACK {
+            // SAFETY: a "pyxbuf.dlpack" device's info is a pyxbuf_device_info.
+            let mut info = unsafe { *v.device_info.cast::<sys::pyxbuf_device_info>() };
+            info.sync_event = ptr::null_mut();
+            own_info = Some(info);
+        }
+    }
+    let device_info = own_info
+        .as_mut()
+        .map_or(v.device_info, |i| ptr::addr_of_mut!(*i).cast());
+    let b = &v.base;
+    let desc = sys::pyxbuf_export_desc {
+        size: std::mem::size_of::<sys::pyxbuf_export_desc>() as u32,
+        ndim: b.ndim,
+        buf: b.buf,
+        format: b.format,
+        itemsize: b.itemsize,
+        shape: b.shape,
+        strides: b.strides,
+        // Read-only unless asked otherwise: the shared borrow held on `obj`
+        // promises that nobody writes it.
+        readonly: if writable { b.readonly } else { 1 },
+        device: v.device,
+        device_info,
+        ..Default::default()
+    };
+    // SAFETY: the description points into the acquired view (copied by the
+    // exporter except buf, which stays valid until release_boxed_view runs).
+    let e = unsafe { sys::pyxbuf_exporter_wrap(&desc, Some(release_boxed_view), raw.cast()) };
+    if e.is_null() {
+        // SAFETY: not adopted by an exporter: release it here.
+        unsafe { release_boxed_view(raw.cast()) };
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: a new reference.
+    Ok(unsafe { Bound::from_owned_ptr(py, e) })
+}
+
+/// `__dlpack__` for an [`ExportBuffer`] class: a DLPack capsule of the same
+/// memory (host or device) under the same borrow rules as its buffer. The
+/// capsule's tensor holds a shared borrow of `slf` until the consumer's
+/// deleter runs, so the tensor is read-only (DLPack's read-only flag is
+/// set) and the owner cannot write the memory meanwhile. `kwargs` are
+/// `__dlpack__`'s (`stream`, `max_version`, `dl_device`, `copy`).
+///
+/// ```ignore
+/// #[pyo3(signature = (**kwargs))]
+/// fn __dlpack__<'py>(slf: &Bound<'py, Self>, kwargs: Option<&Bound<'py, PyDict>>)
+///     -> PyResult<Bound<'py, PyAny>> {
+///     pyxbuf::export::dlpack(slf, kwargs)
+/// }
+/// fn __dlpack_device__(&self) -> (i32, i32) {
+///     pyxbuf::export::dlpack_device(self)
+/// }
+/// ```
+pub fn dlpack<'py, C: ExportBuffer>(
+    slf: &Bound<'py, C>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let exporter = wrap(slf.as_any(), false, None)?;
+    exporter.call_method("__dlpack__", (), kwargs)
+}
+
+/// `__dlpack_device__` for an [`ExportBuffer`] class: DLPack's
+/// `(device_type, device_id)` of the memory it exports.
+pub fn dlpack_device<C: ExportBuffer>(this: &C) -> (i32, i32) {
+    match this.export_desc().device {
+        Some(info) => (info.0.device_type, info.0.device_id),
+        None => (sys::PYXBUF_DL_CPU, 0),
     }
 }

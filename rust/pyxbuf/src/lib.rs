@@ -176,8 +176,8 @@ pub mod export;
 pub mod testdev;
 
 pub use buffer::{
-    BorrowMode, Exclusive, Grants, Path, PyXBuffer, PyXUntypedBuffer, ReadOnlyCell, Request,
-    Shared, Untyped,
+    BorrowMode, Exclusive, Grants, Path, PyXBuffer, PyXBufferOwned, PyXUntypedBuffer, ReadOnlyCell,
+    Request, Shared, Untyped,
 };
 pub use device::{Device, DevicePtr, SyncEvent};
 pub use element::{register_custom, Element, ElementKind};

@@ -180,3 +180,15 @@ fn foreign_device_sync_is_unknown_not_ready() {
         assert!(ptr.sync_event().event().is_none());
     });
 }
+
+/// A device pointer can go where a kernel launch goes: inside `py.detach`.
+#[test]
+fn device_pointers_cross_into_detach() {
+    Python::attach(|py| {
+        let dev = on_device(py, &[1.0, 2.0], &[2]);
+        let buf = PyXBuffer::<f32>::request().device().get(&dev).unwrap();
+        let ptr = buf.device_ptr().unwrap();
+        let (addr, device) = py.detach(|| (ptr.addr(), ptr.device()));
+        assert_eq!((addr, device), (ptr.addr(), EMU));
+    });
+}

@@ -5,7 +5,7 @@ mod common;
 
 use std::os::raw::c_int;
 
-use common::eval;
+use common::{eval, run};
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -49,6 +49,18 @@ impl Grid {
 
     fn set(&self, i: usize, v: f64) -> PyResult<()> {
         self.data.write(|x| x[i] = v)
+    }
+
+    #[pyo3(signature = (**kwargs))]
+    fn __dlpack__<'py>(
+        slf: &Bound<'py, Self>,
+        kwargs: Option<&Bound<'py, pyo3::types::PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        export::dlpack(slf, kwargs)
+    }
+
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        export::dlpack_device(self)
     }
 }
 
@@ -240,6 +252,18 @@ mod device_export {
             // SAFETY: a view getbuffer filled.
             unsafe { export::releasebuffer(self, view) }
         }
+
+        #[pyo3(signature = (**kwargs))]
+        fn __dlpack__<'py>(
+            slf: &Bound<'py, Self>,
+            kwargs: Option<&Bound<'py, pyo3::types::PyDict>>,
+        ) -> PyResult<Bound<'py, PyAny>> {
+            export::dlpack(slf, kwargs)
+        }
+
+        fn __dlpack_device__(&self) -> (i32, i32) {
+            export::dlpack_device(self)
+        }
     }
 
     fn backend() -> sys::pyxbuf_backend {
@@ -314,7 +338,80 @@ mod device_export {
                 PyXBuffer::<f32>::get(&host).unwrap().as_slice().unwrap(),
                 values
             );
+            drop(buf);
+            // DLPack from the producer trait, device memory: the capsule names
+            // the emulated device and pyxbuf reads it back through DLPack.
+            assert_eq!(
+                eval(py, "v.__dlpack_device__()", &[("v", v.as_any())])
+                    .extract::<(i32, i32)>()
+                    .unwrap(),
+                (sys::PYXBUF_DL_EXT_DEV, 0)
+            );
+            let only_dlpack = eval(
+                py,
+                "type('DL', (), {'__dlpack__': lambda s, **k: v.__dlpack__(**k), \
+                 '__dlpack_device__': lambda s: v.__dlpack_device__()})()",
+                &[("v", v.as_any())],
+            );
+            let back = PyXBuffer::<f32>::request()
+                .device()
+                .get(&only_dlpack)
+                .unwrap();
+            assert_eq!(back.path(), pyxbuf::Path::Dlpack);
+            assert_eq!(back.device(), Device::Emulated { id: 0 });
+            assert_eq!(back.copy_to_host().unwrap(), values);
+            drop(back);
+            assert_eq!(v.get().borrows.views(), 0);
+            // The wrapper class's lambdas hold `v` in a reference cycle.
+            drop(only_dlpack);
+            drop(v);
+            run(py, "import gc; gc.collect()", &[]);
         });
         assert_eq!(pyxbuf::testdev::live_allocations(), live);
     }
+}
+
+/// DLPack export from the producer trait: NumPy reads a #[pyclass]'s memory
+/// through `__dlpack__`, read-only, and the capsule's tensor holds a shared
+/// borrow until NumPy lets go of it -- the owner cannot write meanwhile.
+#[test]
+fn pyclass_exports_through_dlpack_with_its_borrow_rules() {
+    Python::attach(|py| {
+        let g = grid(py);
+        assert_eq!(
+            eval(py, "g.__dlpack_device__()", &[("g", g.as_any())])
+                .extract::<(i32, i32)>()
+                .unwrap(),
+            (pyxbuf::sys::PYXBUF_DL_CPU, 0)
+        );
+        let a = eval(py, "np.from_dlpack(g)", &[("g", g.as_any())]);
+        assert_eq!(
+            eval(py, "a.tolist()", &[("a", &a)])
+                .extract::<Vec<Vec<f64>>>()
+                .unwrap(),
+            [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+        );
+        assert!(!eval(py, "a.flags.writeable", &[("a", &a)])
+            .extract::<bool>()
+            .unwrap());
+        // NumPy's array holds the tensor, which holds a shared borrow.
+        let err = g.call_method1("set", (0, 9.0)).unwrap_err();
+        assert!(err.is_instance_of::<PyBufferError>(py), "{err}");
+        assert!(PyXBuffer::<f64, Exclusive>::get(g.as_any()).is_err());
+        assert!(PyXBuffer::<f64>::get(g.as_any()).is_ok(), "readers share");
+        drop(a);
+        run(py, "import gc; gc.collect()", &[]);
+        g.call_method1("set", (0, 9.0)).unwrap();
+        assert_eq!(g.get().data.borrows().views(), 0);
+        // A versioned capsule through pyxbuf's own DLPack import, too.
+        let only_dlpack = eval(
+            py,
+            "type('DL', (), {'__dlpack__': lambda s, **k: g.__dlpack__(**k), \
+             '__dlpack_device__': lambda s: g.__dlpack_device__()})()",
+            &[("g", g.as_any())],
+        );
+        let back = PyXBuffer::<f64>::get(&only_dlpack).unwrap();
+        assert_eq!(back.path(), Path::Dlpack);
+        assert_eq!(back.to_vec().unwrap(), [9.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+    });
 }

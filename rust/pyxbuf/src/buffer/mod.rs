@@ -7,6 +7,7 @@
 //! - `view`: [`PyXUntypedBuffer`], the acquired view and its relocation;
 //! - `typed`: [`PyXBuffer`], an untyped view checked to hold `T`s;
 //! - `host`: slices, cells and copies of host memory;
+//! - `owned`: [`PyXBufferOwned`], a `Send` handle for `#[pyclass]`es;
 //! - `device_access`: device, device pointer, waits, `to_device`;
 //! - `ndarray_views`: `as_array` / `as_array_mut` (feature `ndarray`).
 
@@ -15,12 +16,14 @@ mod grants;
 mod host;
 #[cfg(feature = "ndarray")]
 mod ndarray_views;
+mod owned;
 mod request;
 mod typed;
 mod view;
 
 pub use grants::{Grants, Path};
 pub use host::ReadOnlyCell;
+pub use owned::PyXBufferOwned;
 pub use request::{BorrowMode, Exclusive, Request, Shared, Untyped};
 pub use typed::PyXBuffer;
 pub use view::PyXUntypedBuffer;
