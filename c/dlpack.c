@@ -1049,19 +1049,20 @@ static void view_move(pyxbuf_view *dst, const pyxbuf_view *src) {
 #undef REBASE
 }
 
-/* Build the capsule for the view in `b` (which it then owns). */
-static PyObject *make_capsule(export_block *b, const DLPackVersion *version, int copied) {
+/* Describe the view in `b` in its DLPack struct (versioned unless
+ * version->major is 0). Returns 0, or -1 with BufferError set. */
+static int fill_tensor(export_block *b, const DLPackVersion *version, int copied) {
     const Py_buffer *base = &b->view.base;
     int ndim = base->ndim;
     DLDataType dt;
     int padded = 0;
-    if (format_to_dtype(base->format, &dt, &padded) < 0) return NULL;
+    if (format_to_dtype(base->format, &dt, &padded) < 0) return -1;
     if ((Py_ssize_t)(dt.bits / 8) * dt.lanes != base->itemsize && !padded) {
         PyErr_Format(PyExc_BufferError,
                      "pyxbuf: format '%s' is %d bits per item but the buffer's itemsize is %zd; "
                      "DLPack cannot describe the disagreement",
                      base->format, (int)dt.bits, base->itemsize);
-        return NULL;
+        return -1;
     }
     int legacy = version->major == 0;
     if (legacy && (base->readonly || padded)) {
@@ -1069,7 +1070,7 @@ static PyObject *make_capsule(export_block *b, const DLPackVersion *version, int
                      "pyxbuf: a %s tensor cannot be exported as a legacy DLPack capsule, which "
                      "cannot say so; pass max_version=(1, 0) or newer",
                      padded ? "padded sub-byte" : "read-only");
-        return NULL;
+        return -1;
     }
     int64_t *shape = b->dims, *strides = b->dims + (ndim > 0 ? ndim : 1);
     for (int i = 0; i < ndim; i++) {
@@ -1080,13 +1081,13 @@ static PyObject *make_capsule(export_block *b, const DLPackVersion *version, int
                          "pyxbuf: stride %zd of dimension %d is not a multiple of the item size "
                          "%zd; DLPack counts strides in elements",
                          s, i, base->itemsize);
-            return NULL;
+            return -1;
         }
         strides[i] = s / base->itemsize;
     }
     pyxbuf_device dev;
     pyxbuf_error err;
-    if (pyxbuf_view_device(&b->view, &dev, &err) < 0) return (pyxbuf_error_raise(&err), NULL);
+    if (pyxbuf_view_device(&b->view, &dev, &err) < 0) return pyxbuf_error_raise(&err);
     DLTensor *t = legacy ? &b->t.legacy.dl_tensor : &b->t.versioned.dl_tensor;
     t->data = base->buf;
     t->device.device_type = dev.device_type;
@@ -1107,6 +1108,28 @@ static PyObject *make_capsule(export_block *b, const DLPackVersion *version, int
                                (copied ? DL_FLAG_IS_COPIED : 0) |
                                (padded ? DL_FLAG_SUBBYTE_PADDED : 0);
     }
+    return 0;
+}
+
+/* A block owning the view `v` (moved in), or NULL with MemoryError (and `v`
+ * released). */
+static export_block *block_new(pyxbuf_view *v) {
+    size_t n = v->base.ndim > 0 ? (size_t)v->base.ndim : 1;
+    export_block *b = malloc(sizeof *b + 2 * n * sizeof(int64_t));
+    if (b == NULL) {
+        pyxbuf_release(v);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    memset(&b->t, 0, sizeof b->t);
+    view_move(&b->view, v);
+    return b;
+}
+
+/* Build the capsule for the view in `b` (which it then owns). */
+static PyObject *make_capsule(export_block *b, const DLPackVersion *version, int copied) {
+    if (fill_tensor(b, version, copied) < 0) return NULL;
+    int legacy = version->major == 0;
     return PyCapsule_New(&b->t, legacy ? CAPSULE_LEGACY : CAPSULE_VERSIONED, capsule_destructor);
 }
 
@@ -1163,14 +1186,8 @@ PyObject *pyxbuf__exporter_dlpack(PyObject *self, PyObject *args, PyObject *kwar
         pyxbuf_release(&v);
         return NULL;
     }
-    size_t n = v.base.ndim > 0 ? (size_t)v.base.ndim : 1;
-    export_block *b = malloc(sizeof *b + 2 * n * sizeof(int64_t));
-    if (b == NULL) {
-        pyxbuf_release(&v);
-        return PyErr_NoMemory();
-    }
-    memset(&b->t, 0, sizeof b->t);
-    view_move(&b->view, &v);
+    export_block *b = block_new(&v);
+    if (b == NULL) return NULL;
     PyObject *capsule = make_capsule(b, &version, copied);
     if (capsule == NULL) {
         pyxbuf_release(&b->view);
@@ -1184,4 +1201,228 @@ PyObject *pyxbuf__exporter_dlpack_device(PyObject *self, PyObject *unused) {
     pyxbuf_device d;
     if (pyxbuf_exporter_device(self, &d) < 0) return NULL;
     return Py_BuildValue("(ii)", d.device_type, d.device_id);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Export: the C exchange table (__dlpack_c_exchange_api__)                  */
+/* ------------------------------------------------------------------------- */
+
+_Static_assert(sizeof(Py_ssize_t) == sizeof(int64_t),
+               "DLTensor shape and strides point at pyxbuf.Exporter's own arrays");
+
+static int xc_from_py_object(void *py_object, DLManagedTensorVersioned **out) {
+    if (out != NULL) *out = NULL;
+    if (py_object == NULL || out == NULL) {
+        PyErr_SetString(PyExc_ValueError, "pyxbuf: NULL argument to the DLPack C exchange table");
+        return -1;
+    }
+    pyxbuf_view v;
+    if (pyxbuf_get(py_object, &v, PyBUF_RECORDS_RO | PYXBUF_DEVICE) < 0) return -1;
+    /* No stream is given here: the consumer works on current_work_stream,
+     * the default stream, so the producer's event is waited for there. */
+    if (pyxbuf_device_wait(&v, PYXBUF_STREAM_DEFAULT) < 0) {
+        pyxbuf_release(&v);
+        return -1;
+    }
+    export_block *b = block_new(&v);
+    if (b == NULL) return -1;
+    DLPackVersion version = {DL_MAJOR, DL_MINOR};
+    if (fill_tensor(b, &version, 0) < 0) {
+        pyxbuf_release(&b->view);
+        free(b);
+        return -1;
+    }
+    *out = &b->t.versioned;
+    return 0;
+}
+
+static int xc_dltensor_from_py_object(void *py_object, DLTensor *out) {
+    PyObject *obj = py_object;
+    const Py_ssize_t *shape = NULL, *item_strides = NULL;
+    if (obj == NULL || out == NULL) {
+        PyErr_SetString(PyExc_ValueError, "pyxbuf: NULL argument to the DLPack C exchange table");
+        return -1;
+    }
+    if (pyxbuf__exporter_dims(obj, &shape, &item_strides) < 0)
+        return refuse("pyxbuf: a non-owning DLTensor of '%.200s' is not available (its shape "
+                      "may not outlive a view); use managed_tensor_from_py_object_no_sync",
+                      Py_TYPE(obj)->tp_name);
+    pyxbuf_view v;
+    if (pyxbuf_get(obj, &v, PyBUF_RECORDS | PYXBUF_DEVICE) < 0) return -1;
+    DLDataType dt;
+    int padded = 0, rc = -1;
+    pyxbuf_device dev;
+    pyxbuf_error err;
+    if (format_to_dtype(v.base.format, &dt, &padded) < 0) goto done;
+    if (padded || item_strides == NULL) {
+        refuse("pyxbuf: a DLTensor of this pyxbuf.Exporter cannot say %s; use "
+               "managed_tensor_from_py_object_no_sync",
+               padded ? "that its sub-byte items are padded" : "its strides in items");
+        goto done;
+    }
+    if (pyxbuf_view_device(&v, &dev, &err) < 0) {
+        pyxbuf_error_raise(&err);
+        goto done;
+    }
+    if (pyxbuf_device_wait(&v, PYXBUF_STREAM_DEFAULT) < 0) goto done;
+    out->data = v.base.buf;
+    out->device.device_type = dev.device_type;
+    out->device.device_id = dev.device_id;
+    out->ndim = v.base.ndim;
+    out->dtype = dt;
+    /* The exporter's own arrays: valid while the object lives, which the
+     * caller guarantees until control returns. */
+    out->shape = (int64_t *)(uintptr_t)shape;
+    out->strides = (int64_t *)(uintptr_t)item_strides;
+    out->byte_offset = 0;
+    rc = 0;
+done:
+    pyxbuf_release(&v);
+    return rc;
+}
+
+/* The tensor's memory as a pyxbuf.Exporter that owns the tensor. */
+static void release_heap_view(void *ctx) {
+    pyxbuf_release(ctx);
+    free(ctx);
+}
+
+static int xc_to_py_object(DLManagedTensorVersioned *tensor, void **out_py_object) {
+    if (out_py_object != NULL) *out_py_object = NULL;
+    if (tensor == NULL || out_py_object == NULL) {
+        if (tensor != NULL) call_deleter(tensor, 1);
+        PyErr_SetString(PyExc_ValueError, "pyxbuf: NULL argument to the DLPack C exchange table");
+        return -1;
+    }
+    dl_hold *h;
+    PyObject *holder = hold_new(tensor, 1, PYXBUF_PATH_DLPACK_C, &h); /* owns it now */
+    if (holder == NULL) return -1;
+    pyxbuf_view *v = calloc(1, sizeof *v);
+    if (v == NULL) {
+        Py_DECREF(holder);
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (describe(holder, v, PyBUF_RECORDS_RO | PYXBUF_DEVICE, PYXBUF__STREAM_UNSET, holder, h) <
+        0) {
+        if (v->owner == holder) {
+            v->owner = NULL;
+            Py_CLEAR(v->base.obj);
+        }
+        free(v);
+        Py_DECREF(holder); /* calls the deleter */
+        return -1;
+    }
+    /* The view owns hold_new's reference now (view->owner), as in acquire_c. */
+    v->state = PYXBUF__STATE_ACQUIRED;
+    pyxbuf_export_desc desc = {.size = sizeof desc,
+                               .ndim = v->base.ndim,
+                               .buf = v->base.buf,
+                               .format = v->base.format,
+                               .itemsize = v->base.itemsize,
+                               .shape = v->base.shape,
+                               .strides = v->base.strides,
+                               .readonly = v->base.readonly,
+                               .device = v->device,
+                               .device_info = v->device_info};
+    PyObject *e = pyxbuf_exporter_wrap(&desc, release_heap_view, v);
+    if (e == NULL) {
+        release_heap_view(v);
+        return -1;
+    }
+    *out_py_object = e;
+    return 0;
+}
+
+/* Report the pending Python exception through the allocator's callback. */
+static void report_to(void *error_ctx, void (*set_error)(void *, const char *, const char *)) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *text = value ? PyObject_Str(value) : NULL;
+    const char *message = text ? PyUnicode_AsUTF8(text) : NULL;
+    if (message == NULL) {
+        PyErr_Clear();
+        message = "pyxbuf: the allocation failed";
+    }
+    const char *kind = type ? ((PyTypeObject *)type)->tp_name : "RuntimeError";
+    if (set_error != NULL) set_error(error_ctx, kind, message);
+    Py_XDECREF(text);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+}
+
+static int xc_allocator(DLTensor *prototype, DLManagedTensorVersioned **out, void *error_ctx,
+                        void (*set_error)(void *error_ctx, const char *kind, const char *message)) {
+    if (out != NULL) *out = NULL;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    int rc = -1;
+    PyObject *e = NULL;
+    Py_ssize_t shape[PYXBUF_MAX_NDIM];
+    char why[320];
+    Py_ssize_t itemsize = 0;
+    if (prototype == NULL || out == NULL || prototype->ndim < 0 ||
+        prototype->ndim > PYXBUF_MAX_NDIM || (prototype->ndim > 0 && prototype->shape == NULL)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "pyxbuf: managed_tensor_allocator needs a prototype with 0..64 "
+                        "dimensions and a shape, and an out pointer");
+        goto done;
+    }
+    /* pyxbuf stores sub-byte items one per byte (ml_dtypes' layout). */
+    const char *format = dtype_to_format(prototype->dtype, 1, &itemsize, why, sizeof why);
+    if (format == NULL) {
+        refuse("pyxbuf: managed_tensor_allocator cannot allocate the prototype's %s", why);
+        goto done;
+    }
+    for (int32_t i = 0; i < prototype->ndim; i++) shape[i] = (Py_ssize_t)prototype->shape[i];
+    pyxbuf_device device = {prototype->device.device_type, prototype->device.device_id};
+    e = pyxbuf_exporter_new(format, prototype->ndim, shape, 0,
+                            device.device_type == PYXBUF_DL_CPU ? NULL : &device);
+    if (e == NULL) goto done;
+    rc = xc_from_py_object(e, out); /* the tensor's view keeps the exporter */
+done:
+    Py_XDECREF(e);
+    if (rc < 0) report_to(error_ctx, set_error);
+    PyGILState_Release(gil);
+    return rc;
+}
+
+static int xc_current_work_stream(int32_t device_type, int32_t device_id, void **out_stream) {
+    (void)device_type;
+    (void)device_id;
+    /* pyxbuf orders its work on the default stream: NULL, as DLPack says
+     * for CPU and for producers without a current-stream notion. */
+    if (out_stream != NULL) *out_stream = NULL;
+    return 0;
+}
+
+static DLPackExchangeAPI exchange_api = {
+    .header = {.version = {DL_MAJOR, DL_MINOR}, .prev_api = NULL},
+    .managed_tensor_allocator = xc_allocator,
+    .managed_tensor_from_py_object_no_sync = xc_from_py_object,
+    .managed_tensor_to_py_object_no_sync = xc_to_py_object,
+    .dltensor_from_py_object_no_sync = xc_dltensor_from_py_object,
+    .current_work_stream = xc_current_work_stream,
+};
+
+int pyxbuf_type_set_dlpack_exchange_api(PyTypeObject *type) {
+    if (type == NULL) {
+        PyErr_SetString(PyExc_ValueError, "pyxbuf_type_set_dlpack_exchange_api: type is NULL");
+        return -1;
+    }
+    PyObject *capsule = PyCapsule_New(&exchange_api, CAPSULE_EXCHANGE_API, NULL);
+    if (capsule == NULL) return -1;
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *dict = PyType_GetDict(type);
+#else
+    PyObject *dict = Py_XNewRef(type->tp_dict);
+#endif
+    int rc = dict == NULL ? -1 : PyDict_SetItemString(dict, "__dlpack_c_exchange_api__", capsule);
+    if (dict == NULL)
+        PyErr_Format(PyExc_TypeError, "pyxbuf: type '%.200s' has no dict (is it ready?)",
+                     type->tp_name);
+    Py_XDECREF(dict);
+    Py_DECREF(capsule);
+    if (rc == 0) PyType_Modified(type);
+    return rc;
 }

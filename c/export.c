@@ -206,6 +206,9 @@ typedef struct exporter_object {
     pyxbuf_device device;           /* {PYXBUF_DL_CPU, 0} for host memory */
     pyxbuf_device_info device_info; /* for device memory: type, id, sync event */
     PyObject *weakreflist;
+    /* Strides in items (DLPack's unit), after shape and strides in the same
+     * block; NULL when a byte stride is not a whole number of items. */
+    Py_ssize_t *item_strides;
 } exporter_object;
 
 static PyObject *exporter_type_object = NULL; /* a type; kept for the process */
@@ -391,7 +394,8 @@ PyTypeObject *pyxbuf_exporter_type(void) {
     PyObject *tp = PyType_FromSpec(&exporter_spec);
     if (tp == NULL) return NULL;
     int32_t supported = PYXBUF_CLASSIC_FLAGS | PYXBUF_EXTENDED_FLAGS;
-    if (pyxbuf_type_set_supported_flags((PyTypeObject *)tp, supported) < 0) {
+    if (pyxbuf_type_set_supported_flags((PyTypeObject *)tp, supported) < 0 ||
+        pyxbuf_type_set_dlpack_exchange_api((PyTypeObject *)tp) < 0) {
         Py_DECREF(tp);
         return NULL;
     }
@@ -451,7 +455,7 @@ static int adopt_desc(exporter_object *e, const pyxbuf_export_desc *d) {
         e->desc.device_info = d->device_info;
     }
     size_t dims = d->ndim > 0 ? (size_t)d->ndim : 1;
-    Py_ssize_t *block = PyMem_Calloc(2 * dims, sizeof(Py_ssize_t));
+    Py_ssize_t *block = PyMem_Calloc(3 * dims, sizeof(Py_ssize_t));
     if (block == NULL) {
         PyErr_NoMemory();
         return -1;
@@ -461,11 +465,18 @@ static int adopt_desc(exporter_object *e, const pyxbuf_export_desc *d) {
     if (desc_itemsize(&e->desc, &e->itemsize) < 0) return -1;
     e->desc.itemsize = e->itemsize;
     Py_ssize_t stride = e->itemsize;
+    Py_ssize_t *items = block + 2 * dims;
+    int whole = e->itemsize > 0;
     for (int32_t i = d->ndim - 1; i >= 0; i--) {
         e->desc.shape[i] = d->shape[i];
         e->desc.strides[i] = d->strides ? d->strides[i] : stride;
         stride *= d->shape[i] > 0 ? d->shape[i] : 1;
+        if (whole && e->desc.strides[i] % e->itemsize == 0)
+            items[i] = e->desc.strides[i] / e->itemsize;
+        else
+            whole = 0;
     }
+    e->item_strides = whole ? items : NULL;
     return desc_nbytes(&e->desc, e->itemsize, &e->nbytes);
 }
 
@@ -606,6 +617,17 @@ int pyxbuf_exporter_set_event(PyObject *obj, void *event, int64_t stream) {
 }
 
 void *pyxbuf__exporter_buffer(PyObject *obj) { return ((exporter_object *)obj)->desc.buf; }
+
+int pyxbuf__exporter_dims(PyObject *obj, const Py_ssize_t **shape,
+                          const Py_ssize_t **item_strides) {
+    if (exporter_type_object == NULL ||
+        !PyObject_TypeCheck(obj, (PyTypeObject *)exporter_type_object))
+        return -1;
+    const exporter_object *e = (const exporter_object *)obj;
+    *shape = e->desc.shape;
+    *item_strides = e->item_strides;
+    return 0;
+}
 
 void *pyxbuf_exporter_data(PyObject *obj) {
     exporter_object *e = as_exporter(obj, "pyxbuf_exporter_data");

@@ -49,6 +49,10 @@ int pyxbuf__backend_register_raw(const pyxbuf_backend *backend);
 /* The exporter's memory, and adopting an event recorded after writing it
  * (export.c; the caller knows `obj` is an exporter). */
 void *pyxbuf__exporter_buffer(PyObject *obj);
+/* A pyxbuf.Exporter's own shape and its strides in items (NULL when a byte
+ * stride is not a whole number of items); -1 if `obj` is not an exporter. */
+int pyxbuf__exporter_dims(PyObject *obj, const Py_ssize_t **shape,
+                          const Py_ssize_t **item_strides);
 /* pyxbuf_exporter_new with the item size given (0 = from the format): a copy
  * keeps its source's itemsize even where the format disagrees (ctypes). */
 PyObject *pyxbuf__exporter_new_sized(const char *format, Py_ssize_t itemsize, int32_t ndim,

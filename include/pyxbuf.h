@@ -507,6 +507,25 @@ PYXBUF_API int pyxbuf_exporter_set_event(PyObject *obj, void *event, int64_t str
 PYXBUF_API PyObject *pyxbuf_exporter_wrap(const pyxbuf_export_desc *desc,
                                           void (*free_fn)(void *), void *free_ctx);
 
+/* Give `type` the DLPack 1.3 C exchange table (`__dlpack_c_exchange_api__`, a
+ * capsule named "dlpack_exchange_api" holding pyxbuf's table, which lives for
+ * the process). The type's objects must export through the extended protocol
+ * (pyxbuf.Exporter has the table already; a Rust #[pyclass] gets it from
+ * pyxbuf::export::declare_dlpack_exchange_api):
+ *   - managed_tensor_from_py_object_no_sync: an owning tensor that holds a view
+ *     of the object (its borrow rules apply until the deleter runs), with the
+ *     read-only and padded-sub-byte flags; device memory is ready on the
+ *     device's default stream when it returns;
+ *   - dltensor_from_py_object_no_sync: a non-owning DLTensor, for
+ *     pyxbuf.Exporter objects (whose shape and item strides it points at) that
+ *     are writable and need no flags; others get BufferError;
+ *   - managed_tensor_to_py_object_no_sync: a pyxbuf.Exporter owning the tensor;
+ *   - managed_tensor_allocator: a new pyxbuf.Exporter's memory, as a tensor;
+ *   - current_work_stream: NULL (the default stream) for every device.
+ * Works for static and heap types (written to the type's dict). Needs the GIL.
+ * Returns 0, or -1 with a Python exception set. */
+PYXBUF_API int pyxbuf_type_set_dlpack_exchange_api(PyTypeObject *type);
+
 /* The exporter's data pointer, or NULL with TypeError set if `obj` is not one. */
 PYXBUF_API void *pyxbuf_exporter_data(PyObject *obj);
 

@@ -1202,6 +1202,26 @@ unsafe extern "C" {
         >,
         free_ctx: *mut ::std::os::raw::c_void,
     ) -> *mut PyObject;
+    /** Give `type` the DLPack 1.3 C exchange table (`__dlpack_c_exchange_api__`, a
+ capsule named "dlpack_exchange_api" holding pyxbuf's table, which lives for
+ the process). The type's objects must export through the extended protocol
+ (pyxbuf.Exporter has the table already; a Rust #[pyclass] gets it from
+ pyxbuf::export::declare_dlpack_exchange_api):
+   - managed_tensor_from_py_object_no_sync: an owning tensor that holds a view
+     of the object (its borrow rules apply until the deleter runs), with the
+     read-only and padded-sub-byte flags; device memory is ready on the
+     device's default stream when it returns;
+   - dltensor_from_py_object_no_sync: a non-owning DLTensor, for
+     pyxbuf.Exporter objects (whose shape and item strides it points at) that
+     are writable and need no flags; others get BufferError;
+   - managed_tensor_to_py_object_no_sync: a pyxbuf.Exporter owning the tensor;
+   - managed_tensor_allocator: a new pyxbuf.Exporter's memory, as a tensor;
+   - current_work_stream: NULL (the default stream) for every device.
+ Works for static and heap types (written to the type's dict). Needs the GIL.
+ Returns 0, or -1 with a Python exception set.*/
+    pub fn pyxbuf_type_set_dlpack_exchange_api(
+        type_: *mut PyTypeObject,
+    ) -> ::std::os::raw::c_int;
     /// The exporter's data pointer, or NULL with TypeError set if `obj` is not one.
     pub fn pyxbuf_exporter_data(obj: *mut PyObject) -> *mut ::std::os::raw::c_void;
     /// The exporter type (created on first use). Borrowed reference.

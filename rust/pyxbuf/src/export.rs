@@ -8,7 +8,8 @@
 //! `__pyxbuf_supported_flags__` (or [`declare_supported`]). [`HostArray`] is
 //! ready-made storage that does the bookkeeping for host memory. Forwarding
 //! `__dlpack__` and `__dlpack_device__` to [`dlpack`] and [`dlpack_device`]
-//! exports the same memory through DLPack under the same borrow rules, and
+//! exports the same memory through DLPack under the same borrow rules
+//! ([`declare_dlpack_exchange_api`] adds DLPack's C exchange table), and
 //! [`wrap`] makes a zero-copy `pyxbuf.Exporter` of any object's memory.
 //!
 //! ```
@@ -775,6 +776,25 @@ pub fn dlpack<'py, C: ExportBuffer>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let exporter = wrap(slf.as_any(), false, None)?;
     exporter.call_method("__dlpack__", (), kwargs)
+}
+
+/// Give `C` DLPack 1.3's C exchange table, `__dlpack_c_exchange_api__` (call
+/// once, at module initialisation): consumer frameworks then take its
+/// objects' memory through C function pointers, without a Python call per
+/// tensor. The managed tensors hold a view of the object under its borrow
+/// rules until their deleter runs (see `pyxbuf_type_set_dlpack_exchange_api`
+/// in `pyxbuf.h` for each function's behaviour).
+pub fn declare_dlpack_exchange_api<C: PyClass>(py: Python<'_>) -> PyResult<()> {
+    let ty = C::type_object(py);
+    // SAFETY: a live, ready type object; the thread is attached.
+    let rc = unsafe {
+        sys::pyxbuf_type_set_dlpack_exchange_api(ty.as_ptr().cast::<ffi::PyTypeObject>())
+    };
+    if rc < 0 {
+        Err(PyErr::fetch(py))
+    } else {
+        Ok(())
+    }
 }
 
 /// `__dlpack_device__` for an [`ExportBuffer`] class: DLPack's

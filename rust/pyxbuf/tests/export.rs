@@ -415,3 +415,63 @@ fn pyclass_exports_through_dlpack_with_its_borrow_rules() {
         assert_eq!(back.to_vec().unwrap(), [9.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
     });
 }
+
+/// DLPack's C exchange table on a #[pyclass]: a consumer framework's call
+/// through the function pointer gives an owning tensor of the class's
+/// memory, which holds a view (and so a borrow) until its deleter runs.
+#[test]
+fn pyclass_gets_the_dlpack_c_exchange_table() {
+    #[repr(C)]
+    struct DLTensor {
+        data: *mut std::ffi::c_void,
+        device: [i32; 2],
+        ndim: i32,
+        dtype: [u8; 4],
+        shape: *const i64,
+        strides: *const i64,
+        byte_offset: u64,
+    }
+    #[repr(C)]
+    struct Managed {
+        version: [u32; 2],
+        manager_ctx: *mut std::ffi::c_void,
+        deleter: Option<unsafe extern "C" fn(*mut Managed)>,
+        flags: u64,
+        tensor: DLTensor,
+    }
+    type FromPy = unsafe extern "C" fn(*mut ffi::PyObject, *mut *mut Managed) -> c_int;
+    #[repr(C)]
+    struct Table {
+        version: [u32; 2],
+        prev: *const std::ffi::c_void,
+        allocator: *const std::ffi::c_void,
+        from_py: Option<FromPy>,
+        rest: [*const std::ffi::c_void; 3],
+    }
+
+    Python::attach(|py| {
+        export::declare_dlpack_exchange_api::<Grid>(py).unwrap();
+        let g = grid(py);
+        let capsule = g.get_type().getattr("__dlpack_c_exchange_api__").unwrap();
+        // SAFETY: the capsule pyxbuf installed, named as DLPack says; its
+        // table lives for the process and has the layout declared above.
+        let table = unsafe {
+            &*ffi::PyCapsule_GetPointer(capsule.as_ptr(), c"dlpack_exchange_api".as_ptr())
+                .cast::<Table>()
+        };
+        assert_eq!(table.version, [1, 3]);
+        let mut m: *mut Managed = std::ptr::null_mut();
+        // SAFETY: a live object of the type the table came from, attached.
+        assert_eq!(unsafe { table.from_py.unwrap()(g.as_ptr(), &mut m) }, 0);
+        // SAFETY: a valid tensor the table just made; shape has ndim items.
+        let t = unsafe { &(*m).tensor };
+        assert_eq!((t.ndim, t.dtype), (2, [2, 64, 1, 0]));
+        // SAFETY: as above.
+        assert_eq!(unsafe { std::slice::from_raw_parts(t.shape, 2) }, [2, 3]);
+        assert_eq!(g.get().data.borrows().views(), 1, "the tensor holds a view");
+        assert!(PyXBuffer::<f64, Exclusive>::get(g.as_any()).is_err());
+        // SAFETY: the tensor's own deleter, called once.
+        unsafe { (*m).deleter.unwrap()(m) };
+        assert_eq!(g.get().data.borrows().views(), 0);
+    });
+}
