@@ -1410,19 +1410,6 @@ int pyxbuf_type_set_dlpack_exchange_api(PyTypeObject *type) {
         PyErr_SetString(PyExc_ValueError, "pyxbuf_type_set_dlpack_exchange_api: type is NULL");
         return -1;
     }
-    PyObject *capsule = PyCapsule_New(&exchange_api, CAPSULE_EXCHANGE_API, NULL);
-    if (capsule == NULL) return -1;
-#if PY_VERSION_HEX >= 0x030C0000
-    PyObject *dict = PyType_GetDict(type);
-#else
-    PyObject *dict = Py_XNewRef(type->tp_dict);
-#endif
-    int rc = dict == NULL ? -1 : PyDict_SetItemString(dict, "__dlpack_c_exchange_api__", capsule);
-    if (dict == NULL)
-        PyErr_Format(PyExc_TypeError, "pyxbuf: type '%.200s' has no dict (is it ready?)",
-                     type->tp_name);
-    Py_XDECREF(dict);
-    Py_DECREF(capsule);
-    if (rc == 0) PyType_Modified(type);
-    return rc;
+    return pyxbuf__type_dict_set(type, "__dlpack_c_exchange_api__",
+                                 PyCapsule_New(&exchange_api, CAPSULE_EXCHANGE_API, NULL));
 }

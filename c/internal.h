@@ -39,6 +39,11 @@ static inline PyObject *pyxbuf__publish_once(PyObject **slot, PyObject *made) {
  * ("WRITABLE|STRIDES|PYXBUF_DEVICE") into buf. */
 void pyxbuf__flag_names(int32_t flags, char *buf, size_t cap);
 
+/* view.c: set `name` in `type`'s dict (static and immutable types too) and
+ * tell the type it changed. Steals `value` (NULL: an error is already set).
+ * Returns 0, or -1 with a Python exception set. */
+int pyxbuf__type_dict_set(PyTypeObject *type, const char *name, PyObject *value);
+
 /* Backends built into the library: backends.c registers them (through
  * pyxbuf__backend_register_raw) the first time the registry is used. */
 const pyxbuf_backend *pyxbuf__cpu_backend(void);

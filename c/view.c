@@ -111,16 +111,10 @@ int pyxbuf_type_supported_flags(PyTypeObject *type, int32_t *supported) {
     return 0;
 }
 
-int pyxbuf_type_set_supported_flags(PyTypeObject *type, int32_t flags) {
-    if (type == NULL) {
-        PyErr_SetString(PyExc_ValueError, "pyxbuf_type_set_supported_flags: type is NULL");
-        return -1;
-    }
-    if (check_supported_value(type->tp_name, flags) < 0) return -1;
-    PyObject *value = PyLong_FromLong(flags);
+/* Write the type's dict directly: immutable and static types refuse setattr,
+ * and the dict is what every copy of libpyxbuf reads. Steals `value`. */
+int pyxbuf__type_dict_set(PyTypeObject *type, const char *name, PyObject *value) {
     if (value == NULL) return -1;
-    /* Write the dict directly: immutable and static types refuse setattr, and
-     * the dict is what every copy of libpyxbuf reads. */
 #if PY_VERSION_HEX >= 0x030C0000
     PyObject *dict = PyType_GetDict(type);
 #else
@@ -132,11 +126,20 @@ int pyxbuf_type_set_supported_flags(PyTypeObject *type, int32_t flags) {
                      type->tp_name);
         return -1;
     }
-    int rc = PyDict_SetItemString(dict, PYXBUF_SUPPORTED_FLAGS_ATTR, value);
+    int rc = PyDict_SetItemString(dict, name, value);
     Py_DECREF(dict);
     Py_DECREF(value);
     if (rc == 0) PyType_Modified(type);
     return rc;
+}
+
+int pyxbuf_type_set_supported_flags(PyTypeObject *type, int32_t flags) {
+    if (type == NULL) {
+        PyErr_SetString(PyExc_ValueError, "pyxbuf_type_set_supported_flags: type is NULL");
+        return -1;
+    }
+    if (check_supported_value(type->tp_name, flags) < 0) return -1;
+    return pyxbuf__type_dict_set(type, PYXBUF_SUPPORTED_FLAGS_ATTR, PyLong_FromLong(flags));
 }
 
 /* Whether `obj` has __cuda_array_interface__, without running its code: a
