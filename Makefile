@@ -72,24 +72,46 @@ test-pymodules: pymodules
 
 test: test-c test-rust test-python test-pymodules bench-smoke
 
-# Benchmarks (bench/, Criterion). `make bench` runs the suite and writes
-# bench/results/<date>-<machine>.md; `make bench-smoke` (part of `make test`)
-# runs each benchmark once, untimed, so none can rot.
-.PHONY: bench bench-smoke
+# Benchmarks (bench/). `make bench` runs the Criterion suite and writes
+# bench/results/<date>-<machine>.md; `make bench-ir` counts instructions
+# (Callgrind through gungraun) and writes bench/results/ir-<date>.md, ending
+# with one line per target of issue 12; `make bench-smoke` (part of
+# `make test`) runs every benchmark of both once, untimed, so none can rot.
+.PHONY: bench bench-smoke bench-ir
 BENCH_ENV = $(RUST_ENV) PYXBUF_BUILD_DIR=$(BUILD)
 CRITERION_HOME ?= $(abspath target)/criterion-pyxbuf
 
 bench-smoke: venv build
-	$(BENCH_ENV) cargo test -p pyxbuf-bench --benches
+	$(BENCH_ENV) cargo test -p pyxbuf-bench --lib --bench pyxbuf
 
 bench: venv build
-	$(BENCH_ENV) cargo bench -p pyxbuf-bench --no-run
+	$(BENCH_ENV) cargo bench -p pyxbuf-bench --bench pyxbuf --no-run
 	rm -rf $(CRITERION_HOME) && mkdir -p $(CRITERION_HOME)
 	cut -d' ' -f1-3 /proc/loadavg > $(CRITERION_HOME)/load-before
 	$(BENCH_ENV) CRITERION_HOME=$(CRITERION_HOME) PYXBUF_BENCH_NOTES=$(CRITERION_HOME)/notes.jsonl \
-	    cargo bench -p pyxbuf-bench $(BENCH_ARGS)
+	    cargo bench -p pyxbuf-bench --bench pyxbuf $(BENCH_ARGS)
 	$(VPY) bench/report.py --criterion $(CRITERION_HOME) \
 	    --command "make bench$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" $(REPORT_ARGS)
+
+# gungraun's runner must match the gungraun crate's version; it is built once
+# into a cache outside the repository (about 2 minutes) and reused.
+GUNGRAUN_VERSION = 0.20.0
+GUNGRAUN_HOME ?= $(HOME)/.cache/pyxbuf/gungraun-runner-$(GUNGRAUN_VERSION)
+GUNGRAUN_RUNNER = $(GUNGRAUN_HOME)/bin/gungraun-runner
+IR_DIR = $(abspath target)/gungraun/pyxbuf-bench/ir
+IR_CRITERION = $(abspath target)/criterion-ir
+
+$(GUNGRAUN_RUNNER):
+	cargo install --locked --root $(GUNGRAUN_HOME) gungraun-runner --version $(GUNGRAUN_VERSION)
+
+# Target 8 is wall clock: a short Criterion run of the two 64 MiB copies.
+bench-ir: venv build $(GUNGRAUN_RUNNER)
+	rm -rf $(IR_DIR) $(IR_CRITERION)
+	$(BENCH_ENV) GUNGRAUN_RUNNER=$(GUNGRAUN_RUNNER) PATH=$(GUNGRAUN_HOME)/bin:$$PATH \
+	    cargo bench -p pyxbuf-bench --bench ir -- --save-summary=json
+	$(BENCH_ENV) CRITERION_HOME=$(IR_CRITERION) PYXBUF_BENCH_GROUPS=copy \
+	    cargo bench -p pyxbuf-bench --bench pyxbuf -- '^copy/(memcpy|pyxbuf_to_device)/64MiB$$'
+	$(VPY) bench/ir_report.py --gungraun $(IR_DIR) --criterion $(IR_CRITERION)
 
 bindings: venv libclang
 	PYO3_PYTHON=$(abspath $(VPY)) cargo run -p pyxbuf-sys --example regenerate

@@ -149,3 +149,5 @@ pub const fn emulated(id: i32) -> sys::pyxbuf_device {
 pub const RECORDS_RO: i32 = pyo3_ffi::PyBUF_RECORDS_RO;
 /// `PyBUF_RECORDS_RO | PYXBUF_DEVICE`: the request of pyxbuf's fast path.
 pub const DEVICE_VIEW: i32 = pyo3_ffi::PyBUF_RECORDS_RO | sys::PYXBUF_DEVICE;
+
+pub mod ir;
