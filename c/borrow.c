@@ -9,7 +9,8 @@
 
 #include "internal.h"
 
-#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -127,7 +128,18 @@ typedef struct tracked_borrow {
 static tracked_borrow *tracked = NULL;
 static size_t tracked_count = 0, tracked_capacity = 0;
 static int64_t next_token = 1;
-static pthread_mutex_t tracked_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The table is thread-safe (pyxbuf.h): foreign callers may come without the
+ * GIL. The critical sections are a few dozen instructions, so a spin on one
+ * atomic flag (uncontended: one exchange and one store) serves where a
+ * pthread mutex cost ~110 instructions per lock and unlock. */
+static atomic_flag tracked_lock = ATOMIC_FLAG_INIT;
+
+static void registry_lock(void) {
+    while (atomic_flag_test_and_set_explicit(&tracked_lock, memory_order_acquire)) sched_yield();
+}
+
+static void registry_unlock(void) { atomic_flag_clear_explicit(&tracked_lock, memory_order_release); }
 
 static int ranges_overlap(const pyxbuf_borrow_range *a, const pyxbuf_borrow_range *b) {
     if (a->lo == a->hi || b->lo == b->hi) return 0; /* no bytes, no conflict */
@@ -135,50 +147,62 @@ static int ranges_overlap(const pyxbuf_borrow_range *a, const pyxbuf_borrow_rang
            b->lo < a->hi;
 }
 
+static PYXBUF_COLD int registry_conflict(const tracked_borrow *t, char *why, size_t why_cap) {
+    snprintf(why, why_cap, "%s borrow of [0x%llx, 0x%llx)", t->exclusive ? "an exclusive" : "a shared",
+             (unsigned long long)t->range.lo, (unsigned long long)t->range.hi);
+    return PYXBUF_EBORROW;
+}
+
+static PYXBUF_COLD int registry_grow(char *why, size_t why_cap) {
+    size_t cap = tracked_capacity ? 2 * tracked_capacity : 16;
+    tracked_borrow *grown = realloc(tracked, cap * sizeof *grown);
+    if (grown == NULL) {
+        snprintf(why, why_cap, "out of memory in the borrow registry");
+        return PYXBUF_ENOMEM;
+    }
+    tracked = grown;
+    tracked_capacity = cap;
+    return 0;
+}
+
+/* The live borrows are few (those of views alive right now), so a linear
+ * scan beats any index; the common case is an empty registry. */
 static int registry_acquire(const pyxbuf_borrow_range *range, int32_t exclusive, int64_t *token,
                             char *why, size_t why_cap) {
     int rc = 0;
-    pthread_mutex_lock(&tracked_lock);
-    for (size_t i = 0; i < tracked_count && rc == 0; i++) {
+    registry_lock();
+    for (size_t i = 0; i < tracked_count; i++) {
         const tracked_borrow *t = &tracked[i];
-        if (!ranges_overlap(range, &t->range) || (!exclusive && !t->exclusive)) continue;
-        snprintf(why, why_cap, "%s borrow of [0x%llx, 0x%llx)", t->exclusive ? "an exclusive" : "a shared",
-                 (unsigned long long)t->range.lo, (unsigned long long)t->range.hi);
-        rc = PYXBUF_EBORROW;
-    }
-    if (rc == 0 && tracked_count == tracked_capacity) {
-        size_t cap = tracked_capacity ? 2 * tracked_capacity : 16;
-        tracked_borrow *grown = realloc(tracked, cap * sizeof *grown);
-        if (grown == NULL) {
-            snprintf(why, why_cap, "out of memory in the borrow registry");
-            rc = PYXBUF_ENOMEM;
-        } else {
-            tracked = grown;
-            tracked_capacity = cap;
+        if ((exclusive || t->exclusive) && ranges_overlap(range, &t->range)) {
+            rc = registry_conflict(t, why, why_cap);
+            break;
         }
     }
+    if (rc == 0 && PYXBUF_UNLIKELY(tracked_count == tracked_capacity))
+        rc = registry_grow(why, why_cap);
     if (rc == 0) {
         *token = next_token++;
         tracked[tracked_count++] = (tracked_borrow){*token, *range, exclusive};
     }
-    pthread_mutex_unlock(&tracked_lock);
+    registry_unlock();
     return rc;
 }
 
+/* The newest borrow is the likeliest to go first: scan from the end. */
 static void registry_release(int64_t token) {
-    pthread_mutex_lock(&tracked_lock);
-    for (size_t i = 0; i < tracked_count; i++) {
+    registry_lock();
+    for (size_t i = tracked_count; i-- > 0;) {
         if (tracked[i].token != token) continue;
         tracked[i] = tracked[--tracked_count];
         break;
     }
-    pthread_mutex_unlock(&tracked_lock);
+    registry_unlock();
 }
 
 static int64_t registry_live(void) {
-    pthread_mutex_lock(&tracked_lock);
+    registry_lock();
     int64_t n = (int64_t)tracked_count;
-    pthread_mutex_unlock(&tracked_lock);
+    registry_unlock();
     return n;
 }
 
@@ -228,42 +252,51 @@ const pyxbuf_shared_api *pyxbuf_shared_api_get(void) {
     return shared_api = api;
 }
 
+static PYXBUF_COLD int refuse_writable_shared(PyObject *obj) {
+    PyErr_Format(PyExc_BufferError,
+                 "pyxbuf: cannot grant a writable shared borrow of '%.200s': a shared borrow "
+                 "promises that nobody writes; ask for PYXBUF_BORROW_EXCLUSIVE to write",
+                 Py_TYPE(obj)->tp_name);
+    return -1;
+}
+
+static PYXBUF_COLD int refuse_tracked(PyObject *obj, int32_t exclusive,
+                                      const pyxbuf_borrow_range *range, const char *why) {
+    PyErr_Format(PyExc_BufferError,
+                 "pyxbuf: cannot grant %s borrow of '%.200s': its memory [%p, %p) overlaps %s "
+                 "held by another pyxbuf consumer (in any copy of pyxbuf in this process); "
+                 "release that view first",
+                 exclusive ? "an exclusive" : "a shared", Py_TYPE(obj)->tp_name,
+                 (void *)(uintptr_t)range->lo, (void *)(uintptr_t)range->hi, why);
+    return -1;
+}
+
+static PYXBUF_COLD int refuse_span(PyObject *obj) {
+    PyErr_Format(PyExc_BufferError,
+                 "pyxbuf: cannot track a borrow of '%.200s': its shape and strides overflow",
+                 Py_TYPE(obj)->tp_name);
+    return -1;
+}
+
 int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags) {
     int32_t exclusive = (flags & PYXBUF_BORROW_EXCLUSIVE) != 0;
-    if (!exclusive && (flags & PyBUF_WRITABLE)) {
-        PyErr_Format(PyExc_BufferError,
-                     "pyxbuf: cannot grant a writable shared borrow of '%.200s': a shared borrow "
-                     "promises that nobody writes; ask for PYXBUF_BORROW_EXCLUSIVE to write",
-                     Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    const pyxbuf_shared_api *api = pyxbuf_shared_api_get();
+    if (PYXBUF_UNLIKELY(!exclusive && (flags & PyBUF_WRITABLE))) return refuse_writable_shared(obj);
+    const pyxbuf_shared_api *api = PYXBUF_LIKELY(shared_api != NULL) ? shared_api
+                                                                       : pyxbuf_shared_api_get();
     if (api == NULL) return -1;
     pyxbuf_device device = {PYXBUF_DL_CPU, 0};
-    pyxbuf_view_device(view, &device, NULL);
+    if (view->device != NULL) pyxbuf_view_device(view, &device, NULL);
     Py_ssize_t lo = 0, hi = 0;
-    if (pyxbuf__view_span(&view->base, &lo, &hi) < 0) {
-        PyErr_Format(PyExc_BufferError,
-                     "pyxbuf: cannot track a borrow of '%.200s': its shape and strides overflow",
-                     Py_TYPE(obj)->tp_name);
-        return -1;
-    }
+    if (PYXBUF_UNLIKELY(pyxbuf__view_span(&view->base, &lo, &hi) < 0)) return refuse_span(obj);
     pyxbuf_borrow_range range = {device.device_type, device.device_id,
                                  (uint64_t)((uintptr_t)view->base.buf + (uintptr_t)lo),
                                  (uint64_t)((uintptr_t)view->base.buf + (uintptr_t)hi)};
     char why[256];
     int64_t token = 0;
-    if (api->borrow_acquire(&range, exclusive, &token, why, sizeof why) != 0) {
-        PyErr_Format(PyExc_BufferError,
-                     "pyxbuf: cannot grant %s borrow of '%.200s': its memory [%p, %p) overlaps %s "
-                     "held by another pyxbuf consumer (in any copy of pyxbuf in this process); "
-                     "release that view first",
-                     exclusive ? "an exclusive" : "a shared", Py_TYPE(obj)->tp_name,
-                     (void *)(uintptr_t)range.lo, (void *)(uintptr_t)range.hi, why);
-        return -1;
-    }
+    if (PYXBUF_UNLIKELY(api->borrow_acquire(&range, exclusive, &token, why, sizeof why) != 0))
+        return refuse_tracked(obj, exclusive, &range, why);
     view->reserved[0] = 0;
-    if (pyxbuf__rust_numpy_acquire(view, exclusive) < 0) {
+    if (PYXBUF_UNLIKELY(pyxbuf__rust_numpy_acquire(view, exclusive) < 0)) {
         api->borrow_release(token);
         return -1;
     }
@@ -275,9 +308,8 @@ int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags) {
 }
 
 void pyxbuf__tracked_release(pyxbuf_view *view) {
-    const pyxbuf_shared_api *api = pyxbuf_shared_api_get(); /* cached after the first call */
-    if (api == NULL) PyErr_Clear(); /* the acquisition found it: cannot fail now */
-    if (api != NULL && view->borrow_token != 0) api->borrow_release(view->borrow_token);
+    /* The acquisition found the table, so it is cached by now. */
+    if (shared_api != NULL && view->borrow_token != 0) shared_api->borrow_release(view->borrow_token);
     view->borrow_token = 0;
     if (view->reserved[0] != 0) pyxbuf__rust_numpy_release(view);
 }

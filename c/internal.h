@@ -9,7 +9,10 @@
 #define PYXBUF_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #define PYXBUF_LIKELY(x) __builtin_expect(!!(x), 1)
 #define PYXBUF_UNLIKELY(x) __builtin_expect(!!(x), 0)
+/* Error and rare paths: out of line, so hot callers save no registers for them. */
+#define PYXBUF_COLD __attribute__((noinline, cold))
 #else
+#define PYXBUF_COLD
 #define PYXBUF_PRINTF(f, a)
 #define PYXBUF_LIKELY(x) (x)
 #define PYXBUF_UNLIKELY(x) (x)

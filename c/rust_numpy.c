@@ -265,6 +265,8 @@ static int is_ndarray(PyObject *obj) {
 
 int pyxbuf__rust_numpy_acquire(pyxbuf_view *view, int32_t exclusive) {
     PyObject *array = view->base.obj;
+    /* pyxbuf's own table (the common case): its borrows are the registry's. */
+    if (PYXBUF_LIKELY(table_kind == TABLE_PYXBUF)) return 0;
     if (!is_ndarray(array)) return 0;
     if (table_kind == TABLE_UNKNOWN && find_table() < 0) return -1;
     if (table_kind != TABLE_RUST_NUMPY) return 0;

@@ -38,6 +38,7 @@ typedef struct block {
     size_t offset, size;
     int used;
     struct block *next; /* sorted by offset */
+    int fresh;          /* allocated and not yet accessed: its bytes are due poison */
 } block;
 
 typedef struct device {
@@ -124,6 +125,41 @@ static int bad_address(int32_t id, const void *p, size_t n, pyxbuf_error *err) {
                          (int)id);
 }
 
+/* Fresh memory reads as poison (PYXBUF_TESTDEV_POISON), never as leftovers of
+ * an earlier test. The poison is written at the first access of a fresh
+ * block, not at allocation: a write that covers the block (to_device's copy)
+ * leaves nothing to poison, so a copy to fresh memory is one pass over it,
+ * as on a real device; any other first access poisons the bytes it does not
+ * write. Every access goes through the backend (the addresses handed out are
+ * PROT_NONE), so no read can see the bytes before they are poisoned. */
+static void touch_device(device *d, const char *at, size_t n, int writes) {
+    size_t lo = (size_t)(at - d->backing), hi = lo + n;
+    for (block *b = d->blocks; b != NULL && b->offset < hi; b = b->next) {
+        if (!b->fresh || b->offset + b->size <= lo) continue;
+        b->fresh = 0;
+        char *start = d->backing + b->offset, *end = start + b->size;
+        if (!writes) {
+            memset(start, PYXBUF_TESTDEV_POISON, b->size);
+            continue;
+        }
+        char *w0 = (char *)(at > start ? at : start), *w1 = (char *)(at + n < end ? at + n : end);
+        memset(start, PYXBUF_TESTDEV_POISON, (size_t)(w0 - start));
+        memset(w1, PYXBUF_TESTDEV_POISON, (size_t)(end - w1));
+    }
+}
+
+/* touch_device for a backing address of any device (queued operations keep
+ * only the address). */
+static void touch(const char *at, size_t n, int writes) {
+    for (int i = 0; i < PYXBUF_TESTDEV_MAX_DEVICES; i++) {
+        device *d = &devices[i];
+        if (d->ready && at >= d->backing && at < d->backing + DEVICE_BYTES) {
+            touch_device(d, at, n, writes);
+            return;
+        }
+    }
+}
+
 static int td_alloc(void *ctx, int32_t id, size_t n, void **ptr, pyxbuf_error *err) {
     (void)ctx;
     size_t size = ((n ? n : 1) + ALIGNMENT - 1) & ~(size_t)(ALIGNMENT - 1);
@@ -138,15 +174,14 @@ static int td_alloc(void *ctx, int32_t id, size_t n, void **ptr, pyxbuf_error *e
         if (rest == NULL) {
             rc = td_error(err, PYXBUF_ENOMEM, "testdev: out of memory");
         } else {
-            *rest = (block){b->offset + size, b->size - size, 0, b->next};
+            *rest = (block){b->offset + size, b->size - size, 0, b->next, 0};
             b->size = size;
             b->next = rest;
         }
     }
     if (rc == 0) {
         b->used = 1;
-        /* Fresh memory reads as poison, never as leftovers of an earlier test. */
-        memset(devices[id].backing + b->offset, PYXBUF_TESTDEV_POISON, size);
+        b->fresh = 1; /* poisoned at its first access: see touch() */
         *ptr = devices[id].guarded + b->offset;
         live_allocations++;
     }
@@ -199,7 +234,10 @@ static void run_stream(stream *s);
 
 static void run_op(op *o) {
     switch (o->kind) {
-    case OP_WRITE: memcpy(o->dst, o->data, o->n); break;
+    case OP_WRITE:
+        touch(o->dst, o->n, 1);
+        memcpy(o->dst, o->data, o->n);
+        break;
     case OP_RECORD: o->ev->done = 1; break;
     case OP_WAIT:
         /* Run every queue until the event has happened: its recording stream
@@ -252,6 +290,7 @@ static int td_copy(int32_t id, int64_t handle, char *dst_host, const char *src_h
     else if (rc == 0 && b == NULL) rc = bad_address(id, dev, n, err);
     if (rc == 0) {
         if (s) run_stream(s);
+        touch(b, n, !to_host);
         if (to_host) memcpy(dst_host, b, n);
         else memcpy(b, src_host, n);
     }
@@ -293,6 +332,8 @@ static int td_copy_on_device(void *ctx, int32_t dst_id, void *dst, int32_t src_i
     if (rc == 0) {
         if (s_src) run_stream(s_src);
         if (s) run_stream(s);
+        touch(from, n, 0);
+        touch(d, n, 1);
         memmove(d, from, n);
     }
     pthread_mutex_unlock(&lock);
@@ -484,7 +525,10 @@ int pyxbuf_testdev_peek(const void *src, void *dst, size_t n, pyxbuf_error *err)
     pthread_mutex_lock(&lock);
     char *b = NULL;
     for (int32_t i = 0; i < PYXBUF_TESTDEV_MAX_DEVICES && b == NULL; i++) b = backing_of(i, src, n);
-    if (b != NULL) memcpy(dst, b, n);
+    if (b != NULL) {
+        touch(b, n, 0);
+        memcpy(dst, b, n);
+    }
     pthread_mutex_unlock(&lock);
     return b ? 0 : bad_address(-1, src, n, err);
 }

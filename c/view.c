@@ -618,13 +618,20 @@ Py_ssize_t *pyxbuf__view_dims(pyxbuf_view *view, int ndim, Py_ssize_t *spill) {
     return ndim <= PYXBUF_INLINE_NDIM ? view->inline_dims : spill;
 }
 
-/* Both entry points share this body; being static, it is inlined into each
- * (a call between exported functions of a shared library goes through the
- * PLT). */
-/* The request bits the fast path serves: classic ones plus the soft device
- * and temporary flags (a classic producer honours neither; borrows need the
- * registry). */
-#define FAST_PATH_FLAGS (PYXBUF_CLASSIC_FLAGS | PYXBUF_DEVICE | PYXBUF_TEMPORARY)
+/* The request bits the fast path serves: classic ones, the soft device and
+ * temporary flags (a classic producer honours neither) and borrows, which
+ * pyxbuf's cooperative registry grants for classic producers. */
+#define BORROW_FLAGS (PYXBUF_BORROW_SHARED | PYXBUF_BORROW_EXCLUSIVE)
+#define FAST_PATH_FLAGS (PYXBUF_CLASSIC_FLAGS | PYXBUF_DEVICE | PYXBUF_TEMPORARY | BORROW_FLAGS)
+
+/* A view acquired from a producer that knows nothing of borrows: take the
+ * borrow asked for from pyxbuf's cooperative registry. */
+static int track_if_asked(PyObject *obj, pyxbuf_view *view, int32_t flags) {
+    if (PYXBUF_LIKELY(!(flags & BORROW_FLAGS))) return 0;
+    if (pyxbuf__tracked_acquire(obj, view, flags) == 0) return 0;
+    pyxbuf_release(view);
+    return -1;
+}
 
 /* The common case in as few instructions as we can: a classic producer whose
  * type pyxbuf has seen, a request it can answer alone. 1 = acquired; 0 = not
@@ -660,14 +667,8 @@ static inline int get_classic_fast(PyObject *obj, pyxbuf_view *view, int32_t fla
         return -2;
     }
     view->state = PYXBUF__STATE_ACQUIRED;
-    return 1;
+    return track_if_asked(obj, view, flags) == 0 ? 1 : -2;
 }
-
-#if defined(__GNUC__)
-#define PYXBUF_COLD __attribute__((noinline, cold))
-#else
-#define PYXBUF_COLD
-#endif
 
 /* Everything but the fast path, out of line so that the fast path saves no
  * registers it does not use. `fast` is get_classic_fast's answer. */
@@ -678,7 +679,7 @@ static PYXBUF_COLD int get_view_slow(PyObject *obj, pyxbuf_view *view, int32_t f
         if (!classic_cannot_describe(obj, flags) || acquire_by_bridges(obj, view, flags, stream) != 1)
             return -1;
         view->state = PYXBUF__STATE_ACQUIRED;
-        return 0;
+        return track_if_asked(obj, view, flags);
     }
     if (PYXBUF_UNLIKELY(obj == NULL || view == NULL)) {
         PyErr_SetString(PyExc_ValueError, "pyxbuf_get: obj and view must not be NULL");
@@ -715,12 +716,7 @@ static PYXBUF_COLD int get_view_slow(PyObject *obj, pyxbuf_view *view, int32_t f
     if (rc < 0) return -1;
     view->state = PYXBUF__STATE_ACQUIRED;
     /* Producers that know nothing of borrows: pyxbuf's cooperative registry. */
-    if (PYXBUF_UNLIKELY(flags & (PYXBUF_BORROW_SHARED | PYXBUF_BORROW_EXCLUSIVE)) &&
-        view->path != PYXBUF_PATH_NATIVE && pyxbuf__tracked_acquire(obj, view, flags) < 0) {
-        pyxbuf_release(view);
-        return -1;
-    }
-    return 0;
+    return view->path == PYXBUF_PATH_NATIVE ? 0 : track_if_asked(obj, view, flags);
 }
 
 static inline int get_view(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream) {

@@ -519,8 +519,9 @@ fn copies(py: Python<'_>, c: &mut Criterion) -> PyResult<()> {
             b.iter(|| black_box(black_box(&src[..]).to_vec()))
         });
 
-        // Host exporter -> emulated device (allocates device memory, poisons it
-        // with 0xDB, copies, wraps it in a new Exporter; freed on drop).
+        // Host exporter -> emulated device (allocates device memory, copies
+        // into it -- a covering write, so the emulated device's lazy poison
+        // writes nothing -- and wraps it in a new Exporter; freed on drop).
         let host = exporter(py, c"B", &[n as isize], None)?;
         let mut host_view = sys::pyxbuf_view::default();
         let target = emulated(0);

@@ -123,22 +123,20 @@
 //!
 //! # Design notes
 //!
-//! - **Inline view, moved freely.** A [`PyXBuffer`] embeds the 296-byte C
-//!   `pyxbuf_view` (no heap allocation per acquisition; PyO3's `PyBuffer`
-//!   boxes its `Py_buffer`). Views can be self-referential: CPython's
-//!   `PyBuffer_FillInfo` (bytes, bytearray, mmap) points `shape`/`strides`
-//!   at the view's own `len`/`itemsize`, pyxbuf's exporter does the same for
-//!   1-D exports without strides, and pyxbuf's bridges point them at the
-//!   view's `inline_dims`. Rather than pin the view (which would make
-//!   `FromPyObject` and returning buffers by value impossible without a box),
-//!   the buffer records the address the view was filled at and *rebases*
-//!   every pointer into that range onto the view's current address before
-//!   using it: accessors rebase on read, C functions that only read a view
-//!   get a rebased copy, and `Drop` rebases in place before
-//!   `pyxbuf_release`. Producers see their `Py_buffer` again only in
-//!   `bf_releasebuffer`, at a possibly different address; none in use keys
-//!   anything on that address (CPython, NumPy and pyxbuf keep per-view state
-//!   in `internal` or in the exporter).
+//! - **A view that never moves, in reused storage.** Views can be
+//!   self-referential: CPython's `PyBuffer_FillInfo` (bytes, bytearray,
+//!   mmap) points `shape`/`strides` at the view's own `len`/`itemsize`,
+//!   pyxbuf's exporter does the same for 1-D exports without strides, and
+//!   pyxbuf's bridges point them at the view's `inline_dims`. A
+//!   [`PyXBuffer`] therefore holds its 296-byte C `pyxbuf_view` in a slot
+//!   that stays put while the buffer moves (one pointer to move), taken from
+//!   a per-thread stock of four spare slots and given back on drop: no
+//!   allocation per acquisition in the steady state (PyO3's `PyBuffer`
+//!   boxes its `Py_buffer` on every call). Holding the view inline instead
+//!   cost twelve `memcpy` calls of the ~370-byte value per acquisition and
+//!   drop of a `#[pyfunction]` argument (its address escapes to C, so the
+//!   compiler keeps every copy through `Result`s and returns), about a third
+//!   of the Rust layer's instructions (`make bench-ir`, bench/analysis.md).
 //! - **Type-state for writing.** Whether a buffer may be written from safe
 //!   code is decided by its type: only `PyXBuffer<T, Exclusive>` has
 //!   `as_mut_slice` and `copy_from_slice`, and they take `&mut self`. A

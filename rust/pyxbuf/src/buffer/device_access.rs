@@ -36,7 +36,7 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
     /// The producer's device identifier (`"pyxbuf.dlpack"` for every device
     /// pyxbuf describes), or `None` for host memory.
     pub fn device_identifier(&self) -> Option<&CStr> {
-        let d = self.fix(self.view.device);
+        let d = self.view.device;
         // SAFETY: a non-NULL device is a NUL-terminated identifier that lives
         // at least as long as the view.
         (!d.is_null()).then(|| unsafe { CStr::from_ptr(d) })
@@ -47,7 +47,7 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
         if id != sys::PYXBUF_DEVICE_DLPACK {
             return None;
         }
-        let info = self.fix(self.view.device_info.cast::<sys::pyxbuf_device_info>());
+        let info = self.view.device_info.cast::<sys::pyxbuf_device_info>();
         // SAFETY: a "pyxbuf.dlpack" device's info is a pyxbuf_device_info
         // (validated by pyxbuf_get) that lives as long as the view.
         (!info.is_null()).then(|| unsafe { &*info })

@@ -4,7 +4,8 @@
 //!
 //! - `request`: the borrow mode as a type and the [`Request`] builder;
 //! - `grants`: what the producer granted and which protocol answered;
-//! - `view`: [`PyXUntypedBuffer`], the acquired view and its relocation;
+//! - `slot`: where an acquired view lives (stable, reused per thread);
+//! - `view`: [`PyXUntypedBuffer`], the acquired view;
 //! - `typed`: [`PyXBuffer`], an untyped view checked to hold `T`s;
 //! - `host`: slices, cells and copies of host memory;
 //! - `owned`: [`PyXBufferOwned`], a `Send` handle for `#[pyclass]`es;
@@ -18,6 +19,7 @@ mod host;
 mod ndarray_views;
 mod owned;
 mod request;
+mod slot;
 mod typed;
 mod view;
 

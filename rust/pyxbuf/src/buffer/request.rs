@@ -237,6 +237,7 @@ impl<T, M: BorrowMode> Request<T, M> {
 impl<T: Element, M: BorrowMode> Request<T, M> {
     /// Acquire the buffer of `obj` as items of `T` (`TypeError` naming both
     /// formats when they differ).
+    #[inline]
     pub fn get<'py>(self, obj: &Bound<'py, PyAny>) -> PyResult<PyXBuffer<'py, T, M>> {
         let buf = PyXUntypedBuffer::acquire(obj, self.flags, self.stream)?;
         self.check_grant(obj, &buf)?;

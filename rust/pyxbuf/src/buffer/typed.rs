@@ -102,6 +102,7 @@ impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
     /// })
     /// .unwrap();
     /// ```
+    #[inline]
     pub fn get(obj: &Bound<'py, PyAny>) -> PyResult<Self> {
         PyXUntypedBuffer::acquire(obj, M::FLAGS, None)?.typed_for(obj)
     }
@@ -121,6 +122,7 @@ impl<T: Element, M: BorrowMode> fmt::Debug for PyXBuffer<'_, T, M> {
 impl<'a, 'py, T: Element, M: BorrowMode> FromPyObject<'a, 'py> for PyXBuffer<'py, T, M> {
     type Error = PyErr;
 
+    #[inline]
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         Self::get(&obj)
     }

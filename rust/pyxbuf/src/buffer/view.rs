@@ -1,12 +1,10 @@
 //! [`PyXUntypedBuffer`]: an acquired view whose item type is not decided
-//! yet -- layout, grants, path and device, and the relocation that lets the
-//! inline view move. [`PyXBuffer<T>`](super::PyXBuffer) is this plus a type.
+//! yet -- layout, grants, path and device. [`PyXBuffer<T>`](super::PyXBuffer) is this plus a type.
 
 use std::ffi::{c_void, CStr};
 use std::fmt;
 use std::marker::PhantomData;
-use std::mem::{self, MaybeUninit};
-use std::ptr;
+use std::mem;
 
 use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::ffi;
@@ -16,6 +14,7 @@ use pyxbuf_sys as sys;
 
 use super::grants::{Grants, Path};
 use super::request::{BorrowMode, Request, Shared, Untyped};
+use super::slot::ViewSlot;
 use super::PyXBuffer;
 use crate::element::{self, Element};
 
@@ -42,78 +41,53 @@ use crate::element::{self, Element};
 /// .unwrap();
 /// ```
 ///
-/// # Layout and moves
+/// # Where the view lives
 ///
-/// The C view (`pyxbuf_view`, 296 bytes on 64-bit targets) lives inline: no
-/// heap allocation per acquisition. Producers may point the view's `shape`
-/// and `strides` into the view itself (CPython's `PyBuffer_FillInfo` points
-/// them at its own `len` and `itemsize`; pyxbuf's bridges at its
-/// `inline_dims`), so a Rust move would leave them dangling. The buffer
-/// records where the view was filled and rebases every pointer that points
-/// into that range before using it, so the value may be moved freely (see
+/// The C view (`pyxbuf_view`, 296 bytes on 64-bit targets) lives in a slot
+/// that does not move while the buffer holds it, so the interior pointers
+/// producers set (CPython's `PyBuffer_FillInfo` points `shape`/`strides` at
+/// the view's own `len` and `itemsize`; pyxbuf's bridges at its
+/// `inline_dims`) stay valid however the buffer itself is moved. Slots are
+/// reused per thread: no allocation per acquisition in the steady state (see
 /// the crate's design notes).
 pub struct PyXUntypedBuffer<'py, M: BorrowMode = Shared> {
     pub(super) view: RawView,
-    /// Address of `view` when the producer filled it.
-    pub(super) origin: usize,
-    /// C-order strides when the producer gave none (ctypes does that).
-    pub(super) fallback_strides: [sys::Py_ssize_t; sys::PYXBUF_INLINE_NDIM],
     pub(super) py: Python<'py>,
     pub(super) _m: PhantomData<M>,
 }
 
-/// The C view. Its raw pointers alone would make the buffer `!Send` and
-/// `!Sync`; that is decided by `Python<'py>` instead (which is both), so the
-/// compiler names one reason rather than every pointer field.
-#[repr(transparent)]
-#[derive(Clone, Copy)]
-pub(super) struct RawView(sys::pyxbuf_view);
+/// The slot holding the C view, which derefs to it. Thread safety is
+/// decided by `Python<'py>` in the buffer (and by `PyXBufferOwned`'s own
+/// contract), so the compiler names one reason rather than every pointer.
+pub(super) struct RawView(ViewSlot);
 
-// SAFETY: plain data; it only ever lives inside a PyXBuffer, which is !Send
-// and !Sync through its Python<'py>.
-unsafe impl Send for RawView {}
-// SAFETY: as above.
-unsafe impl Sync for RawView {}
+impl RawView {
+    /// The C view's stable address, for the `pyxbuf_*` functions.
+    #[inline]
+    pub(super) fn as_ptr(&self) -> *mut sys::pyxbuf_view {
+        self.0.view_ptr()
+    }
+
+    /// C-order strides computed at acquisition when the producer gave none.
+    #[inline]
+    pub(super) fn fallback_strides(&self) -> &[sys::Py_ssize_t; sys::PYXBUF_INLINE_NDIM] {
+        &self.0.get().fallback_strides
+    }
+}
 
 impl std::ops::Deref for RawView {
     type Target = sys::pyxbuf_view;
+    #[inline]
     fn deref(&self) -> &sys::pyxbuf_view {
-        &self.0
+        &self.0.get().view
     }
 }
 
 impl std::ops::DerefMut for RawView {
+    #[inline]
     fn deref_mut(&mut self) -> &mut sys::pyxbuf_view {
-        &mut self.0
+        &mut self.0.get_mut().view
     }
-}
-
-const VIEW_SIZE: usize = mem::size_of::<sys::pyxbuf_view>();
-
-/// Rebase every pointer of `view` that points into `[from, from + size)`
-/// (the view's earlier location) onto `view`'s current location.
-///
-/// # Safety
-/// `view` is a view that was filled at address `from` and moved since.
-pub(super) unsafe fn relocate(view: &mut sys::pyxbuf_view, from: usize) {
-    let to = ptr::addr_of_mut!(*view).cast::<u8>();
-    let fix = |p: *mut c_void| -> *mut c_void {
-        let off = (p as usize).wrapping_sub(from);
-        if off < VIEW_SIZE {
-            to.wrapping_add(off).cast()
-        } else {
-            p
-        }
-    };
-    let b = &mut view.base;
-    b.buf = fix(b.buf);
-    b.format = fix(b.format.cast()).cast();
-    b.shape = fix(b.shape.cast()).cast();
-    b.strides = fix(b.strides.cast()).cast();
-    b.suboffsets = fix(b.suboffsets.cast()).cast();
-    b.internal = fix(b.internal);
-    view.device = fix(view.device as *mut c_void).cast_const().cast();
-    view.device_info = fix(view.device_info);
 }
 
 pub(super) fn type_name(obj: &Bound<'_, PyAny>) -> String {
@@ -150,41 +124,54 @@ impl<'py> PyXUntypedBuffer<'py, Shared> {
 }
 
 impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
+    /// Acquire into a slot (see [`ViewSlot`]); the checks' error paths are
+    /// out of line, and the rest is inlined into the caller.
+    #[inline(always)]
     pub(super) fn acquire(
         obj: &Bound<'py, PyAny>,
         flags: i32,
         stream: Option<i64>,
     ) -> PyResult<Self> {
         let py = obj.py();
-        let mut view = MaybeUninit::<sys::pyxbuf_view>::zeroed();
-        // SAFETY: `obj` is a live object, `view` writable storage for a
-        // pyxbuf_view, and the thread is attached (we hold `py`).
+        let slot = ViewSlot::take();
+        let view = slot.view_ptr();
+        // SAFETY: `view` points to initialised storage for a pyxbuf_view that
+        // does not move while the slot lives; `obj` is live and the thread is
+        // attached (we hold `py`).
         let rc = unsafe {
             match stream {
-                None => sys::pyxbuf_get(obj.as_ptr(), view.as_mut_ptr(), flags),
-                Some(s) => sys::pyxbuf_get_stream(obj.as_ptr(), view.as_mut_ptr(), flags, s),
+                None => sys::pyxbuf_get(obj.as_ptr(), view, flags),
+                Some(s) => sys::pyxbuf_get_stream(obj.as_ptr(), view, flags, s),
             }
         };
         if rc != 0 {
             return Err(PyErr::fetch(py));
         }
-        let origin = view.as_ptr() as usize;
-        let mut this = PyXUntypedBuffer {
-            // SAFETY: zeroed first, then filled by a successful pyxbuf_get:
-            // every field holds an integer or pointer value.
-            view: RawView(unsafe { view.assume_init() }),
-            origin,
-            fallback_strides: [0; sys::PYXBUF_INLINE_NDIM],
+        // From here on the buffer owns the acquisition; returning early drops
+        // (and so releases) it.
+        let this = PyXUntypedBuffer {
+            view: RawView(slot),
             py,
             _m: PhantomData,
         };
-        // From here on `this` owns the acquisition; returning early drops
-        // (and so releases) it.
-        this.check_layout(obj)?;
-        if flags & sys::PYXBUF_BORROW_EXCLUSIVE != 0 {
-            this.check_exclusive(obj)?;
+        this.checked(obj, flags)
+    }
+
+    /// The checks of every acquisition, out of line on their error paths.
+    #[inline(always)]
+    fn checked(mut self, obj: &Bound<'py, PyAny>, flags: i32) -> PyResult<Self> {
+        let b = &self.view.base;
+        let simple = b.suboffsets.is_null()
+            && !b.strides.is_null()
+            && b.ndim >= 0
+            && (b.ndim == 0 || !b.shape.is_null());
+        if !simple || !self.len_consistent() {
+            self.check_layout(obj)?;
         }
-        Ok(this)
+        if flags & sys::PYXBUF_BORROW_EXCLUSIVE != 0 {
+            self.check_exclusive(obj)?;
+        }
+        Ok(self)
     }
 
     /// An `Exclusive` buffer carries an exclusive grant, or is not handed out:
@@ -209,6 +196,8 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
 
     /// Checks made once at acquisition: shape present, no suboffsets unless
     /// asked for, `len` consistent with the shape, strides available.
+    #[inline(never)]
+    #[cold]
     fn check_layout(&mut self, obj: &Bound<'py, PyAny>) -> PyResult<()> {
         let ndim = self.view.base.ndim;
         if ndim < 0 || (ndim > 0 && self.view.base.shape.is_null()) {
@@ -246,7 +235,7 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
             }
             let mut stride = self.view.base.itemsize;
             for i in (0..ndim).rev() {
-                self.fallback_strides[i] = stride;
+                self.view.0.get_mut().fallback_strides[i] = stride;
                 stride *= self.shape()[i] as isize;
             }
         }
@@ -257,14 +246,10 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
     /// path: slices are sized by the shape, copies by `len`, and a producer
     /// whose two answers differ would send one of them past its memory.
     fn check_len(&self, obj: &Bound<'py, PyAny>) -> PyResult<()> {
-        let count = self
-            .shape()
-            .iter()
-            .try_fold(1usize, |acc, &n| acc.checked_mul(n));
-        let bytes = count.and_then(|n| n.checked_mul(self.view.base.itemsize.max(0) as usize));
-        if bytes.is_some_and(|b| b as isize == self.view.base.len && self.view.base.len >= 0) {
+        if self.len_consistent() {
             return Ok(());
         }
+        let bytes = self.shape_bytes();
         Err(PyBufferError::new_err(format!(
             "pyxbuf: the buffer of '{}' is inconsistent: its len is {} bytes, but its shape {:?} \
              of {}-byte items needs {}; its producer is broken",
@@ -276,30 +261,27 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
         )))
     }
 
-    /// `p` as it must be read now: rebased onto the view's current address
-    /// when it points into the view's original location.
-    #[inline]
-    pub(super) fn fix<P>(&self, p: *const P) -> *const P {
-        let off = (p as usize).wrapping_sub(self.origin);
-        if off < VIEW_SIZE {
-            ptr::addr_of!(self.view)
-                .cast::<u8>()
-                .wrapping_add(off)
-                .cast()
-        } else {
-            p
-        }
+    /// The bytes the shape spans in items of `itemsize` (None on overflow).
+    #[inline(always)]
+    fn shape_bytes(&self) -> Option<usize> {
+        let count = self
+            .shape()
+            .iter()
+            .try_fold(1usize, |acc, &n| acc.checked_mul(n));
+        count.and_then(|n| n.checked_mul(self.view.base.itemsize.max(0) as usize))
     }
 
-    /// Run `f` on a copy of the view whose interior pointers point into the
-    /// copy, for the C functions that only read a view.
+    #[inline(always)]
+    fn len_consistent(&self) -> bool {
+        let len = self.view.base.len;
+        self.shape_bytes()
+            .is_some_and(|b| b as isize == len && len >= 0)
+    }
+
+    /// Run `f` with the C view's address, for the C functions that read a view.
     #[inline]
     pub(super) fn with_view<R>(&self, f: impl FnOnce(*const sys::pyxbuf_view) -> R) -> R {
-        let mut copy = self.view.0;
-        // SAFETY: `copy` is this view, filled at `self.origin` and now at a
-        // new address; it does not move again before `f` returns.
-        unsafe { relocate(&mut copy, self.origin) };
-        f(&copy)
+        f(self.view.as_ptr())
     }
 
     /// The `Python<'py>` token the view was acquired under.
@@ -314,17 +296,13 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
         unsafe { Borrowed::from_ptr_or_opt(self.py, self.view.base.obj) }
     }
 
-    /// The raw C view, its interior pointers as the producer left them
-    /// (they may refer to where the view was filled; see the type's docs).
-    /// For functions this crate does not wrap, prefer
-    /// [`with_raw_view`](PyXUntypedBuffer::with_raw_view).
+    /// The raw C view, as acquired (it does not move while the buffer lives).
     pub fn raw_view(&self) -> &sys::pyxbuf_view {
-        &self.view.0
+        &self.view
     }
 
-    /// Call `f` with a pointer to a copy of the C view whose interior
-    /// pointers are valid, for read-only `pyxbuf_*` functions this crate
-    /// does not wrap. The pointer is valid only during `f`.
+    /// Call `f` with a pointer to the C view, for read-only `pyxbuf_*`
+    /// functions this crate does not wrap. Use the pointer only during `f`.
     ///
     /// ```
     /// use pyo3::prelude::*;
@@ -377,7 +355,7 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
         // SAFETY: checked at acquisition: shape is non-NULL with ndim
         // entries, alive while the view is (rebased if it points into it);
         // Py_ssize_t and usize share a layout and shapes are non-negative.
-        unsafe { std::slice::from_raw_parts(self.fix(self.view.base.shape).cast::<usize>(), n) }
+        unsafe { std::slice::from_raw_parts(self.view.base.shape.cast::<usize>(), n) }
     }
 
     /// Bytes between consecutive items of each dimension (negative when the
@@ -388,11 +366,11 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
             return &[];
         }
         if self.view.base.strides.is_null() {
-            return &self.fallback_strides[..n];
+            return &self.view.fallback_strides()[..n];
         }
         // SAFETY: strides has ndim entries while the view lives (rebased if it
         // points into the view); Py_ssize_t is isize.
-        unsafe { std::slice::from_raw_parts(self.fix(self.view.base.strides), n) }
+        unsafe { std::slice::from_raw_parts(self.view.base.strides, n) }
     }
 
     /// Number of items.
@@ -419,13 +397,13 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
     /// The item format the producer gave (`"B"` if it gave none).
     pub fn format(&self) -> &CStr {
         // SAFETY: NULL or a string that lives as long as the view.
-        unsafe { element::format_of(self.fix(self.view.base.format)) }
+        unsafe { element::format_of(self.view.base.format) }
     }
 
     /// The first item's address (host or device; never dereference a device
     /// address). PyO3: `buf_ptr`.
     pub fn buf_ptr(&self) -> *mut c_void {
-        self.fix(self.view.base.buf).cast_mut()
+        self.view.base.buf
     }
 
     /// The address of the item at `indices` -- or, with fewer indices than
@@ -467,7 +445,7 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
     /// [`Request::indirect`] and given by the producer); `None` otherwise.
     /// PyO3: `suboffsets`.
     pub fn suboffsets(&self) -> Option<&[isize]> {
-        let p = self.fix(self.view.base.suboffsets);
+        let p = self.view.base.suboffsets;
         if p.is_null() || self.ndim() == 0 {
             return None;
         }
@@ -537,6 +515,13 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
         ))
     }
 
+    #[inline(never)]
+    #[cold]
+    fn type_error_for<T: Element>(self, obj: &Bound<'py, PyAny>) -> PyErr {
+        self.type_error::<T>(&type_name(obj))
+    }
+
+    #[inline(always)]
     fn is_of<T: Element>(&self) -> bool {
         element::matches::<T>(self.format(), self.view.base.itemsize)
     }
@@ -548,12 +533,13 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
     }
 
     /// `into_typed` with `obj` named in the error (the object acquired).
+    #[inline(always)]
     pub(super) fn typed_for<T: Element>(
         self,
         obj: &Bound<'py, PyAny>,
     ) -> PyResult<PyXBuffer<'py, T, M>> {
         if !self.is_of::<T>() {
-            return Err(self.type_error::<T>(&type_name(obj)));
+            return Err(self.type_error_for::<T>(obj));
         }
         Ok(PyXBuffer {
             inner: self,
@@ -590,14 +576,10 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
 impl<M: BorrowMode> Drop for PyXUntypedBuffer<'_, M> {
     fn drop(&mut self) {
         // SAFETY: the view was acquired by pyxbuf_get and not released yet
-        // (this is the only place that releases it); it was filled at
-        // `origin`, is rebased onto its current address first, and the
-        // thread is attached for 'py (the type is !Send and cannot outlive
-        // its Python<'py>).
-        unsafe {
-            relocate(&mut self.view.0, self.origin);
-            sys::pyxbuf_release(&mut self.view.0);
-        }
+        // (this is the only place that releases it), in a slot that has not
+        // moved; the thread is attached for 'py (the type is !Send and cannot
+        // outlive its Python<'py>). The slot goes back to the spares after.
+        unsafe { sys::pyxbuf_release(self.view.as_ptr()) }
     }
 }
 
@@ -625,6 +607,7 @@ impl<M: BorrowMode> PyXUntypedBuffer<'_, M> {
 impl<'a, 'py, M: BorrowMode> FromPyObject<'a, 'py> for PyXUntypedBuffer<'py, M> {
     type Error = PyErr;
 
+    #[inline]
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         Self::acquire(&obj, M::FLAGS, None)
     }
