@@ -242,21 +242,50 @@ static int find_table(void) {
 }
 
 /* 1 if `obj` is a NumPy array; 0 when not (or NumPy is not imported). */
+/* Whether a type named numpy.ndarray is in tp's MRO: until NumPy's type is
+ * found, only such objects can be arrays (and asking sys.modules for every
+ * bytes object would cost more than the rest of its acquisition). */
+static int named_ndarray_in_mro(PyTypeObject *tp) {
+    PyObject *mro = tp->tp_mro;
+    if (mro == NULL || !PyTuple_Check(mro)) return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); i++) {
+        const char *name = ((PyTypeObject *)PyTuple_GET_ITEM(mro, i))->tp_name;
+        if (strcmp(name, "numpy.ndarray") == 0) return 1;
+    }
+    return 0;
+}
+
+/* The last type found not to be an array, by (type, version tag): a tag is
+ * never reused, so a new type at a dead one's address cannot match. */
+static PyTypeObject *last_other_type;
+static unsigned int last_other_tag;
+
 static int is_ndarray(PyObject *obj) {
     if (obj == NULL) return 0;
+    PyTypeObject *tp = Py_TYPE(obj);
+    if (tp == last_other_type && last_other_tag != 0 && tp->tp_version_tag == last_other_tag)
+        return 0;
+    if (ndarray_type == NULL && !named_ndarray_in_mro(tp)) {
+        last_other_type = tp;
+        last_other_tag = tp->tp_version_tag;
+        return 0;
+    }
     if (ndarray_type == NULL) {
         PyObject *modules = PyImport_GetModuleDict();
         PyObject *np = PyDict_GetItemString(modules, "numpy"); /* borrowed */
         if (np == NULL) return 0; /* not imported: nothing can be an ndarray */
-        PyObject *tp = PyObject_GetAttrString(np, "ndarray");
-        if (tp == NULL || !PyType_Check(tp)) {
-            Py_XDECREF(tp);
+        PyObject *found = PyObject_GetAttrString(np, "ndarray");
+        if (found == NULL || !PyType_Check(found)) {
+            Py_XDECREF(found);
             PyErr_Clear();
             return 0;
         }
-        ndarray_type = (PyTypeObject *)tp; /* kept: NumPy's static type */
+        ndarray_type = (PyTypeObject *)found; /* kept: NumPy's static type */
     }
-    return PyObject_TypeCheck(obj, ndarray_type);
+    if (PyObject_TypeCheck(obj, ndarray_type)) return 1;
+    last_other_type = tp;
+    last_other_tag = tp->tp_version_tag;
+    return 0;
 }
 
 /* ------------------------------------------------------------------------- */
