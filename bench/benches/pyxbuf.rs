@@ -11,40 +11,10 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use pyxbuf::PyXBuffer;
 use pyxbuf_bench::{
-    emulated, exporter, exporter_data, module, note, path_of, register_testdev, setup_python,
+    emulated, exporter, exporter_data, fixtures, note, path_of, register_testdev, setup_python,
     write_notes, DEVICE_VIEW, RECORDS_RO,
 };
 use pyxbuf_sys as sys;
-
-/// Python-side fixtures: producers that speak one protocol each.
-const FIXTURES: &str = r#"
-import numpy as np
-
-class DLPackOnly:
-    """Speaks only DLPack: forwards to an object that exports it."""
-    def __init__(self, inner):
-        self.inner = inner
-    def __dlpack__(self, *args, **kwargs):
-        return self.inner.__dlpack__(*args, **kwargs)
-    def __dlpack_device__(self):
-        return self.inner.__dlpack_device__()
-
-class CAI:
-    """Speaks only the CUDA Array Interface (v3); the dict is built anew on
-    every access, as CuPy does. `memory` keeps the allocation alive."""
-    def __init__(self, memory, ptr, shape, typestr):
-        self.memory = memory
-        self.ptr = ptr
-        self.shape = shape
-        self.typestr = typestr
-    @property
-    def __cuda_array_interface__(self):
-        return {"shape": self.shape, "typestr": self.typestr, "data": (self.ptr, False),
-                "version": 3, "strides": None}
-
-def struct_dtype(n):
-    return np.dtype([(f"f{i}", ("<f8", "<i4", "<f4", "<i2", "u1")[i % 5]) for i in range(n)])
-"#;
 
 /// Acquire and release `obj` through pyxbuf_get.
 fn pyxbuf_cycle(obj: *mut pyo3_ffi::PyObject, view: &mut sys::pyxbuf_view, flags: i32) {
@@ -754,7 +724,7 @@ fn main() {
         .configure_from_args();
     let r = Python::attach(|py| -> PyResult<()> {
         setup_python(py)?;
-        let fx = module(py, "pyxbuf_bench_fixtures", FIXTURES)?;
+        let fx = fixtures(py)?;
         // PYXBUF_BENCH_GROUPS=acquire,format skips the other groups' setup
         // too (Criterion's filter skips only their measurement): for
         // profiling one benchmark under valgrind.

@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 use pyxbuf::PyXBuffer;
 use pyxbuf_sys as sys;
 
-use crate::{module, setup_python, DEVICE_VIEW, RECORDS_RO};
+use crate::{fixtures, module, setup_python, DEVICE_VIEW, RECORDS_RO};
 
 /// How many times each benchmark runs its operation (the report divides by it).
 pub const ITERS: usize = 100;
@@ -51,15 +51,7 @@ pub fn attach() -> Python<'static> {
 const FIXTURES: &str = r#"
 import builtins
 import numpy as np
-
-class DLPackOnly:
-    """Speaks only DLPack: forwards to an object that exports it."""
-    def __init__(self, inner):
-        self.inner = inner
-    def __dlpack__(self, *args, **kwargs):
-        return self.inner.__dlpack__(*args, **kwargs)
-    def __dlpack_device__(self):
-        return self.inner.__dlpack_device__()
+from pyxbuf_bench_fixtures import DLPackOnly
 
 def numpy_f32_2d():
     return np.zeros((64, 64), "float32")
@@ -95,6 +87,7 @@ fn build(py: Python<'_>, name: &str) -> PyResult<Obj> {
         return Ok(Obj(b.into_any().into_ptr()));
     }
     setup_python(py)?;
+    fixtures(py)?;
     let fx = module(py, "pyxbuf_ir_fixtures", FIXTURES)?;
     Ok(Obj(fx.getattr(name)?.call0()?.into_ptr()))
 }

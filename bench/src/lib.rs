@@ -150,4 +150,41 @@ pub const RECORDS_RO: i32 = pyo3_ffi::PyBUF_RECORDS_RO;
 /// `PyBUF_RECORDS_RO | PYXBUF_DEVICE`: the request of pyxbuf's fast path.
 pub const DEVICE_VIEW: i32 = pyo3_ffi::PyBUF_RECORDS_RO | sys::PYXBUF_DEVICE;
 
+/// Python-side fixtures shared by both suites: producers that speak one
+/// protocol each.
+const FIXTURES: &str = r#"
+import numpy as np
+
+class DLPackOnly:
+    """Speaks only DLPack: forwards to an object that exports it."""
+    def __init__(self, inner):
+        self.inner = inner
+    def __dlpack__(self, *args, **kwargs):
+        return self.inner.__dlpack__(*args, **kwargs)
+    def __dlpack_device__(self):
+        return self.inner.__dlpack_device__()
+
+class CAI:
+    """Speaks only the CUDA Array Interface (v3); the dict is built anew on
+    every access, as CuPy does. `memory` keeps the allocation alive."""
+    def __init__(self, memory, ptr, shape, typestr):
+        self.memory = memory
+        self.ptr = ptr
+        self.shape = shape
+        self.typestr = typestr
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "typestr": self.typestr, "data": (self.ptr, False),
+                "version": 3, "strides": None}
+
+def struct_dtype(n):
+    return np.dtype([(f"f{i}", ("<f8", "<i4", "<f4", "<i2", "u1")[i % 5]) for i in range(n)])
+"#;
+
+/// The shared fixtures as the module `pyxbuf_bench_fixtures` (also in
+/// `sys.modules`, so other fixture code can import from it).
+pub fn fixtures(py: Python<'_>) -> PyResult<Bound<'_, PyModule>> {
+    module(py, "pyxbuf_bench_fixtures", FIXTURES)
+}
+
 pub mod ir;
