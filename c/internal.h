@@ -11,8 +11,11 @@
 #define PYXBUF_UNLIKELY(x) __builtin_expect(!!(x), 0)
 /* Error and rare paths: out of line, so hot callers save no registers for them. */
 #define PYXBUF_COLD __attribute__((noinline, cold))
+/* Taken often enough to stay warm, but kept out of a hot caller's frame. */
+#define PYXBUF_NOINLINE __attribute__((noinline))
 #else
 #define PYXBUF_COLD
+#define PYXBUF_NOINLINE
 #define PYXBUF_PRINTF(f, a)
 #define PYXBUF_LIKELY(x) (x)
 #define PYXBUF_UNLIKELY(x) (x)

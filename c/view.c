@@ -42,21 +42,30 @@ static int check_supported_value(const char *type_name, long value) {
     return 0;
 }
 
-/* One entry per type seen recently. A type's version tag changes whenever its
- * dict changes and is never reused, so (type, tag) identifies the answer even
- * if the type dies and another is allocated at the same address. */
+/* One entry per type version seen recently, indexed by the version tag's low
+ * bits. A type's version tag changes whenever its dict changes and is never
+ * reused, so (type, tag) identifies the answer even if the type dies and
+ * another is allocated at the same address; the type is compared too because
+ * sub-interpreters number their heap types independently. `key` packs the tag
+ * (low 32 bits, never 0 once stored) and the expanded mask (high 32 bits), with
+ * CACHE_FAST set in the mask when the classic fast path applies: the type has
+ * a bf_getbuffer slot and supports every classic flag and nothing more. The
+ * fast path then tests one word, and a type without a tag (0) never hits. */
 typedef struct supported_cache_entry {
     PyTypeObject *type;
-    unsigned int tag;
-    int32_t mask;
+    uint64_t key;
 } supported_cache_entry;
 
 #define SUPPORTED_CACHE_SIZE 256
+#define CACHE_FAST 0x40000000 /* outside KNOWN_REQUEST_FLAGS */
 static supported_cache_entry supported_cache[SUPPORTED_CACHE_SIZE];
 
-static size_t cache_slot(PyTypeObject *type) {
-    uintptr_t p = (uintptr_t)type;
-    return (size_t)((p >> 4) ^ (p >> 12)) & (SUPPORTED_CACHE_SIZE - 1);
+static inline supported_cache_entry *cache_entry(unsigned int tag) {
+    return &supported_cache[tag & (SUPPORTED_CACHE_SIZE - 1)];
+}
+
+static inline uint64_t cache_key(unsigned int tag, int32_t mask) {
+    return (uint64_t)tag | (uint64_t)(uint32_t)mask << 32;
 }
 
 static PyObject *supported_attr_name(void) {
@@ -89,24 +98,35 @@ static int lookup_supported(PyTypeObject *type, int32_t *mask) {
     return 0;
 }
 
-/* The hot path's half: 1 and *supported on a cache hit, else 0. */
+/* 1 and *supported on a cache hit, else 0. */
 static inline int cached_supported(PyTypeObject *type, int32_t *supported) {
-    const supported_cache_entry *e = &supported_cache[cache_slot(type)];
-    if (PYXBUF_LIKELY(e->type == type && e->tag != 0 && e->tag == type->tp_version_tag)) {
-        *supported = e->mask;
+    unsigned int tag = type->tp_version_tag;
+    const supported_cache_entry *e = cache_entry(tag);
+    if (e->type == type && tag != 0 && (uint32_t)e->key == tag) {
+        *supported = (int32_t)(e->key >> 32) & ~CACHE_FAST;
         return 1;
     }
     return 0;
 }
 
+/* The fast path's test: the type is cached as a classic producer with a
+ * bf_getbuffer slot (see supported_cache_entry). */
+static inline int cached_classic_fast(PyTypeObject *type) {
+    unsigned int tag = type->tp_version_tag;
+    const supported_cache_entry *e = cache_entry(tag);
+    return e->type == type && e->key == cache_key(tag, PYXBUF_CLASSIC_FLAGS | CACHE_FAST);
+}
+
 int pyxbuf_type_supported_flags(PyTypeObject *type, int32_t *supported) {
     if (cached_supported(type, supported)) return 0;
-    supported_cache_entry *e = &supported_cache[cache_slot(type)];
     if (lookup_supported(type, supported) < 0) return -1;
-    if (type->tp_version_tag != 0) {
+    unsigned int tag = type->tp_version_tag;
+    if (tag != 0) {
+        PyBufferProcs *pb = type->tp_as_buffer;
+        int fast = *supported == PYXBUF_CLASSIC_FLAGS && pb != NULL && pb->bf_getbuffer != NULL;
+        supported_cache_entry *e = cache_entry(tag);
         e->type = type;
-        e->tag = type->tp_version_tag;
-        e->mask = *supported;
+        e->key = cache_key(tag, *supported | (fast ? CACHE_FAST : 0));
     }
     return 0;
 }
@@ -548,7 +568,13 @@ static int classic_cannot_describe(PyObject *obj, int32_t flags) {
     return readable != 0;
 }
 
-static void release_by_bridge(pyxbuf_view *view) {
+/* Every path but the classic one (the native path's producer has a
+ * bf_releasebuffer of its own). */
+static PYXBUF_NOINLINE void release_by_bridge(pyxbuf_view *view) {
+    if (view->path == PYXBUF_PATH_NATIVE) {
+        PyBuffer_Release(&view->base);
+        return;
+    }
     Py_CLEAR(view->base.obj);
     Py_CLEAR(view->owner);
 }
@@ -633,41 +659,54 @@ static int track_if_asked(PyObject *obj, pyxbuf_view *view, int32_t flags) {
     return -1;
 }
 
+/* The fast path's failures, out of line so that the fast path keeps no
+ * registers alive for them. `rc` is the producer's answer: below 0 it refused
+ * (view reset, exception set, -1: a bridge may still answer); otherwise the
+ * view failed validation or its borrow could not be tracked (-2: for good). */
+static PYXBUF_COLD int classic_fast_failed(PyObject *obj, pyxbuf_view *view, int32_t flags,
+                                           int rc) {
+    int32_t passed = flags & PYXBUF_CLASSIC_FLAGS;
+    if (rc < 0) {
+        reset_view(view, flags);
+        add_context(obj, "classic", passed);
+        return -1;
+    }
+    view->owner = NULL;
+    view->bridge_data = NULL;
+    view->borrow_token = 0;
+    if (validate_classic(view, obj, passed) < 0) return -2; /* released, says why */
+    view->state = PYXBUF__STATE_ACQUIRED;
+    return track_if_asked(obj, view, flags) == 0 ? 1 : -2;
+}
+
 /* The common case in as few instructions as we can: a classic producer whose
  * type pyxbuf has seen, a request it can answer alone. 1 = acquired; 0 = not
  * this path (nothing done); -1 = the producer refused (view reset, exception
- * set: a bridge may still answer); -2 = failed for good (exception set). */
+ * set: a bridge may still answer); -2 = failed for good (exception set).
+ * `owner`, `bridge_data` and `borrow_token` are left as they were: only a
+ * bridge's path or a TRACKED grant reads them, and those set them first. */
 static inline int get_classic_fast(PyObject *obj, pyxbuf_view *view, int32_t flags) {
     PyTypeObject *tp = Py_TYPE(obj);
-    PyBufferProcs *pb = tp->tp_as_buffer;
-    int32_t supported;
-    if (PYXBUF_UNLIKELY((flags & ~FAST_PATH_FLAGS) != 0 || pb == NULL ||
-                        pb->bf_getbuffer == NULL || !cached_supported(tp, &supported) ||
-                        supported != PYXBUF_CLASSIC_FLAGS))
-        return 0;
-    int32_t passed = flags & PYXBUF_CLASSIC_FLAGS;
+    if (PYXBUF_UNLIKELY((flags & ~FAST_PATH_FLAGS) != 0 || !cached_classic_fast(tp))) return 0;
     view->flags = 0;
     view->ext_flags = 0;
     view->device = NULL;
     view->device_info = NULL;
     view->requested = flags;
-    view->owner = NULL;
-    view->bridge_data = NULL;
-    view->borrow_token = 0;
     view->path = PYXBUF_PATH_CLASSIC;
-    /* PyObject_GetBuffer is this call after the checks made above. */
-    if (PYXBUF_UNLIKELY(pb->bf_getbuffer(obj, &view->base, passed) < 0)) {
-        reset_view(view, flags);
-        add_context(obj, "classic", passed);
-        return -1;
-    }
-    if (PYXBUF_UNLIKELY((unsigned)view->base.ndim > PYXBUF_MAX_NDIM ||
-                        ((passed & PyBUF_WRITABLE) && view->base.readonly))) {
-        validate_classic(view, obj, passed); /* refuses, releases, says why */
-        return -2;
+    /* PyObject_GetBuffer is this call after the checks made above (the cache
+     * entry says the slot exists). */
+    int rc = tp->tp_as_buffer->bf_getbuffer(obj, &view->base, flags & PYXBUF_CLASSIC_FLAGS);
+    if (PYXBUF_UNLIKELY(rc < 0 || (unsigned)view->base.ndim > PYXBUF_MAX_NDIM))
+        return classic_fast_failed(obj, view, flags, rc);
+    if (flags & (PyBUF_WRITABLE | BORROW_FLAGS)) { /* one test for the plain read */
+        if (PYXBUF_UNLIKELY((flags & PyBUF_WRITABLE) && view->base.readonly))
+            return classic_fast_failed(obj, view, flags, rc);
+        view->state = PYXBUF__STATE_ACQUIRED;
+        return track_if_asked(obj, view, flags) == 0 ? 1 : -2;
     }
     view->state = PYXBUF__STATE_ACQUIRED;
-    return track_if_asked(obj, view, flags) == 0 ? 1 : -2;
+    return 1;
 }
 
 /* Everything but the fast path, out of line so that the fast path saves no
@@ -733,22 +772,9 @@ int pyxbuf_get_stream(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t s
     return get_view(obj, view, flags, stream);
 }
 
-void pyxbuf_release(pyxbuf_view *view) {
-    if (view == NULL || view->state != PYXBUF__STATE_ACQUIRED) {
 #ifdef PYXBUF_DEBUG
-        fprintf(stderr, "pyxbuf_release: view %p was not acquired or is already released\n",
-                (void *)view);
-        abort();
-#endif
-        return;
-    }
-    if (PYXBUF_UNLIKELY(view->ext_flags & PYXBUF_EXT_TRACKED)) pyxbuf__tracked_release(view);
-    if (PYXBUF_LIKELY(view->path == PYXBUF_PATH_CLASSIC || view->path == PYXBUF_PATH_NATIVE))
-        PyBuffer_Release(&view->base);
-    else
-        release_by_bridge(view);
-    /* Released: nothing left that points at the producer's memory. */
-    view->state = PYXBUF__STATE_RELEASED;
+/* After release: what a use after release would read. */
+static void clear_released(pyxbuf_view *view) {
     view->base.buf = NULL;
     view->base.len = 0;
     view->base.ndim = 0;
@@ -758,6 +784,43 @@ void pyxbuf_release(pyxbuf_view *view) {
     view->device_info = NULL;
     view->ext_flags = 0;
     view->flags = 0;
+}
+#endif
+
+/* A TRACKED view: its registry entry first. Out of line so that the common
+ * release keeps no register across its tail call. */
+static PYXBUF_NOINLINE void release_tracked(pyxbuf_view *view) {
+    pyxbuf__tracked_release(view);
+    view->ext_flags &= ~PYXBUF_EXT_TRACKED;
+    pyxbuf_release(view);
+}
+
+/* Marks the view released before the producer's release runs (a finalizer
+ * that reaches this view again finds it released), then releases. Only
+ * `state` is cleared outside PYXBUF_DEBUG: every pyxbuf call checks it, and
+ * the rest costs stores on the hot path; the header says the pointers are
+ * stale after release. */
+void pyxbuf_release(pyxbuf_view *view) {
+    if (view == NULL || view->state != PYXBUF__STATE_ACQUIRED) {
+#ifdef PYXBUF_DEBUG
+        fprintf(stderr, "pyxbuf_release: view %p was not acquired or is already released\n",
+                (void *)view);
+        abort();
+#endif
+        return;
+    }
+    if (PYXBUF_UNLIKELY(view->ext_flags & PYXBUF_EXT_TRACKED)) {
+        release_tracked(view);
+        return;
+    }
+    view->state = PYXBUF__STATE_RELEASED;
+    if (PYXBUF_LIKELY(view->path == PYXBUF_PATH_CLASSIC))
+        PyBuffer_Release(&view->base); /* a tail call outside PYXBUF_DEBUG */
+    else
+        release_by_bridge(view);
+#ifdef PYXBUF_DEBUG
+    clear_released(view); /* a use after release finds NULLs */
+#endif
 }
 
 int pyxbuf_view_is_acquired(const pyxbuf_view *view) {

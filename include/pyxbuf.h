@@ -187,7 +187,8 @@ PYXBUF_API int pyxbuf_check_supports(PyObject *obj, int32_t flags);
 #define PYXBUF_MAX_NDIM 64
 
 /* A consumer's view. Allocate it anywhere (the stack is fine); pyxbuf_get fills
- * it and pyxbuf_release empties it. sizeof(pyxbuf_view) is part of the ABI:
+ * it and pyxbuf_release marks it released: its pointers are stale from then on
+ * (builds with PYXBUF_DEBUG also clear them). sizeof(pyxbuf_view) is part of the ABI:
  * growth goes into `reserved`, with PYXBUF_ABI_VERSION bumped otherwise. */
 typedef struct pyxbuf_view {
     Py_buffer base;      /* the classic view, its layout untouched */

@@ -128,7 +128,8 @@ impl Default for pyxbuf_error {
     }
 }
 /** A consumer's view. Allocate it anywhere (the stack is fine); pyxbuf_get fills
- it and pyxbuf_release empties it. sizeof(pyxbuf_view) is part of the ABI:
+ it and pyxbuf_release marks it released: its pointers are stale from then on
+ (builds with PYXBUF_DEBUG also clear them). sizeof(pyxbuf_view) is part of the ABI:
  growth goes into `reserved`, with PYXBUF_ABI_VERSION bumped otherwise.*/
 #[repr(C)]
 #[derive(Copy, Clone)]
