@@ -127,6 +127,7 @@ typedef struct tracked_borrow {
 
 static tracked_borrow *tracked = NULL;
 static size_t tracked_count = 0, tracked_capacity = 0;
+static size_t tracked_exclusive = 0; /* entries with exclusive set */
 static int64_t next_token = 1;
 
 /* The table is thread-safe (pyxbuf.h): foreign callers may come without the
@@ -147,9 +148,12 @@ static int ranges_overlap(const pyxbuf_borrow_range *a, const pyxbuf_borrow_rang
            b->lo < a->hi;
 }
 
+/* `why` may be NULL: the caller only wants to know (see tracked_acquire). */
 static PYXBUF_COLD int registry_conflict(const tracked_borrow *t, char *why, size_t why_cap) {
-    snprintf(why, why_cap, "%s borrow of [0x%llx, 0x%llx)", t->exclusive ? "an exclusive" : "a shared",
-             (unsigned long long)t->range.lo, (unsigned long long)t->range.hi);
+    if (why != NULL)
+        snprintf(why, why_cap, "%s borrow of [0x%llx, 0x%llx)",
+                 t->exclusive ? "an exclusive" : "a shared", (unsigned long long)t->range.lo,
+                 (unsigned long long)t->range.hi);
     return PYXBUF_EBORROW;
 }
 
@@ -157,7 +161,7 @@ static PYXBUF_COLD int registry_grow(char *why, size_t why_cap) {
     size_t cap = tracked_capacity ? 2 * tracked_capacity : 16;
     tracked_borrow *grown = realloc(tracked, cap * sizeof *grown);
     if (grown == NULL) {
-        snprintf(why, why_cap, "out of memory in the borrow registry");
+        if (why != NULL) snprintf(why, why_cap, "out of memory in the borrow registry");
         return PYXBUF_ENOMEM;
     }
     tracked = grown;
@@ -165,37 +169,56 @@ static PYXBUF_COLD int registry_grow(char *why, size_t why_cap) {
     return 0;
 }
 
-/* The live borrows are few (those of views alive right now), so a linear
- * scan beats any index; the common case is an empty registry. */
-static int registry_acquire(const pyxbuf_borrow_range *range, int32_t exclusive, int64_t *token,
-                            char *why, size_t why_cap) {
-    int rc = 0;
-    registry_lock();
+/* The first live borrow that conflicts with a request, or NULL. A shared
+ * request conflicts only with exclusive borrows, so it scans only when some
+ * are live (the common case: none). */
+static const tracked_borrow *registry_find_conflict(const pyxbuf_borrow_range *range,
+                                                    int32_t exclusive) {
+    if (!exclusive && tracked_exclusive == 0) return NULL;
     for (size_t i = 0; i < tracked_count; i++) {
         const tracked_borrow *t = &tracked[i];
-        if ((exclusive || t->exclusive) && ranges_overlap(range, &t->range)) {
-            rc = registry_conflict(t, why, why_cap);
-            break;
-        }
+        if ((exclusive || t->exclusive) && ranges_overlap(range, &t->range)) return t;
     }
-    if (rc == 0 && PYXBUF_UNLIKELY(tracked_count == tracked_capacity))
-        rc = registry_grow(why, why_cap);
-    if (rc == 0) {
-        *token = next_token++;
-        tracked[tracked_count++] = (tracked_borrow){*token, *range, exclusive};
+    return NULL;
+}
+
+/* The live borrows are few (those of views alive right now), so a linear
+ * scan beats any index. */
+static inline int registry_acquire_locked(const pyxbuf_borrow_range *range, int32_t exclusive,
+                                          int64_t *token, char *why, size_t why_cap) {
+    const tracked_borrow *conflict = registry_find_conflict(range, exclusive);
+    if (PYXBUF_UNLIKELY(conflict != NULL)) return registry_conflict(conflict, why, why_cap);
+    if (PYXBUF_UNLIKELY(tracked_count == tracked_capacity)) {
+        int rc = registry_grow(why, why_cap);
+        if (rc != 0) return rc;
     }
+    *token = next_token++;
+    tracked[tracked_count++] = (tracked_borrow){*token, *range, exclusive};
+    tracked_exclusive += exclusive != 0;
+    return 0;
+}
+
+static int registry_acquire(const pyxbuf_borrow_range *range, int32_t exclusive, int64_t *token,
+                            char *why, size_t why_cap) {
+    registry_lock();
+    int rc = registry_acquire_locked(range, exclusive, token, why, why_cap);
     registry_unlock();
     return rc;
 }
 
 /* The newest borrow is the likeliest to go first: scan from the end. */
-static void registry_release(int64_t token) {
-    registry_lock();
+static inline void registry_release_locked(int64_t token) {
     for (size_t i = tracked_count; i-- > 0;) {
         if (tracked[i].token != token) continue;
-        tracked[i] = tracked[--tracked_count];
-        break;
+        tracked_exclusive -= tracked[i].exclusive != 0;
+        if (i != --tracked_count) tracked[i] = tracked[tracked_count];
+        return;
     }
+}
+
+static void registry_release(int64_t token) {
+    registry_lock();
+    registry_release_locked(token);
     registry_unlock();
 }
 
@@ -278,26 +301,65 @@ static PYXBUF_COLD int refuse_span(PyObject *obj) {
     return -1;
 }
 
+/* What a tracked borrow covers: the view's device and byte span. */
+static inline int tracked_range(PyObject *obj, const pyxbuf_view *view, pyxbuf_borrow_range *range) {
+    pyxbuf_device device = {PYXBUF_DL_CPU, 0};
+    if (PYXBUF_UNLIKELY(view->device != NULL)) pyxbuf_view_device(view, &device, NULL);
+    range->device_type = device.device_type;
+    range->device_id = device.device_id;
+    Py_ssize_t lo = 0, hi = 0;
+    if (PYXBUF_UNLIKELY(pyxbuf__view_span(&view->base, &lo, &hi) < 0)) return refuse_span(obj);
+    range->lo = (uint64_t)((uintptr_t)view->base.buf + (uintptr_t)lo);
+    range->hi = (uint64_t)((uintptr_t)view->base.buf + (uintptr_t)hi);
+    return 0;
+}
+
+/* Through the installed table (another copy's, or this one's on a conflict):
+ * the grant with the registry's reason when it refuses. */
+static PYXBUF_COLD int tracked_grant_slow(PyObject *obj, const pyxbuf_borrow_range *range,
+                                          int32_t exclusive, int64_t *token) {
+    const pyxbuf_shared_api *api = shared_api != NULL ? shared_api : pyxbuf_shared_api_get();
+    if (api == NULL) return -1;
+    char why[256];
+    if (PYXBUF_UNLIKELY(api->borrow_acquire(range, exclusive, token, why, sizeof why) != 0))
+        return refuse_tracked(obj, exclusive, range, why);
+    return 0;
+}
+
+/* The registry's grant: inline when the installed table is this copy's own
+ * (no call through the table, no message buffer), else through the table. */
+static inline int tracked_grant(PyObject *obj, const pyxbuf_borrow_range *range,
+                                int32_t exclusive, int64_t *token) {
+    if (PYXBUF_LIKELY(shared_api == &installed_api)) {
+        registry_lock();
+        int rc = registry_acquire_locked(range, exclusive, token, NULL, 0);
+        registry_unlock();
+        if (PYXBUF_LIKELY(rc == 0)) return 0;
+    }
+    return tracked_grant_slow(obj, range, exclusive, token);
+}
+
+static inline void tracked_ungrant(int64_t token) {
+    if (PYXBUF_LIKELY(shared_api == &installed_api)) {
+        registry_lock();
+        registry_release_locked(token);
+        registry_unlock();
+    } else if (shared_api != NULL) {
+        shared_api->borrow_release(token);
+    }
+}
+
 int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags) {
     int32_t exclusive = (flags & PYXBUF_BORROW_EXCLUSIVE) != 0;
     if (PYXBUF_UNLIKELY(!exclusive && (flags & PyBUF_WRITABLE))) return refuse_writable_shared(obj);
-    const pyxbuf_shared_api *api = PYXBUF_LIKELY(shared_api != NULL) ? shared_api
-                                                                       : pyxbuf_shared_api_get();
-    if (api == NULL) return -1;
-    pyxbuf_device device = {PYXBUF_DL_CPU, 0};
-    if (view->device != NULL) pyxbuf_view_device(view, &device, NULL);
-    Py_ssize_t lo = 0, hi = 0;
-    if (PYXBUF_UNLIKELY(pyxbuf__view_span(&view->base, &lo, &hi) < 0)) return refuse_span(obj);
-    pyxbuf_borrow_range range = {device.device_type, device.device_id,
-                                 (uint64_t)((uintptr_t)view->base.buf + (uintptr_t)lo),
-                                 (uint64_t)((uintptr_t)view->base.buf + (uintptr_t)hi)};
-    char why[256];
+    pyxbuf_borrow_range range;
+    if (PYXBUF_UNLIKELY(tracked_range(obj, view, &range) < 0)) return -1;
     int64_t token = 0;
-    if (PYXBUF_UNLIKELY(api->borrow_acquire(&range, exclusive, &token, why, sizeof why) != 0))
-        return refuse_tracked(obj, exclusive, &range, why);
+    if (PYXBUF_UNLIKELY(tracked_grant(obj, &range, exclusive, &token) < 0)) return -1;
     view->reserved[0] = 0;
-    if (PYXBUF_UNLIKELY(pyxbuf__rust_numpy_acquire(view, exclusive) < 0)) {
-        api->borrow_release(token);
+    if (PYXBUF_UNLIKELY(!pyxbuf__rust_numpy_table_is_ours) &&
+        pyxbuf__rust_numpy_acquire(view, exclusive) < 0) {
+        tracked_ungrant(token);
         return -1;
     }
     view->borrow_token = token;
@@ -308,8 +370,8 @@ int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags) {
 }
 
 void pyxbuf__tracked_release(pyxbuf_view *view) {
-    /* The acquisition found the table, so it is cached by now. */
-    if (shared_api != NULL && view->borrow_token != 0) shared_api->borrow_release(view->borrow_token);
+    if (PYXBUF_LIKELY(view->borrow_token != 0)) tracked_ungrant(view->borrow_token);
     view->borrow_token = 0;
-    if (view->reserved[0] != 0) pyxbuf__rust_numpy_release(view);
+    if (PYXBUF_UNLIKELY(view->reserved[0] != 0)) pyxbuf__rust_numpy_release(view);
+    view->ext_flags &= ~PYXBUF_EXT_TRACKED;
 }

@@ -406,26 +406,7 @@ static layout view_layout(const Py_buffer *b) {
     return l;
 }
 
-/* Whether b's items fill [0, len) in C order: every stride the C-order one
- * (dimensions of extent 1 excepted) and len their product. The common case,
- * answered without the overflow-checked walk of view_layout. */
-static int fills_c_order(const Py_buffer *b) {
-    if (b->shape == NULL || b->ndim > PYXBUF_MAX_NDIM) return 0;
-    Py_ssize_t expected = b->itemsize;
-    for (int i = b->ndim - 1; i >= 0; i--) {
-        Py_ssize_t n = b->shape[i];
-        if (b->strides != NULL && n != 1 && b->strides[i] != expected) return 0;
-        if (n < 0 || !MUL_OK(expected, n, &expected)) return 0;
-    }
-    return expected == b->len;
-}
-
-int pyxbuf__view_span(const Py_buffer *b, Py_ssize_t *lo, Py_ssize_t *hi) {
-    if (PYXBUF_LIKELY(fills_c_order(b))) {
-        *lo = 0;
-        *hi = b->len;
-        return 0;
-    }
+int pyxbuf__view_span_walk(const Py_buffer *b, Py_ssize_t *lo, Py_ssize_t *hi) {
     layout l = view_layout(b);
     *lo = l.lo;
     *hi = l.hi;

@@ -116,14 +116,40 @@ int pyxbuf__backend_find_pointer(const void *ptr, pyxbuf_device *device, pyxbuf_
 #define PYXBUF__RUST_NUMPY_SHARED 1
 #define PYXBUF__RUST_NUMPY_EXCLUSIVE 2
 int pyxbuf__rust_numpy_acquire(pyxbuf_view *view, int32_t exclusive);
+/* 1 once rust_numpy.c found that NumPy's borrow table is pyxbuf's own (any
+ * copy's): tracked borrows then need no call into rust_numpy.c. */
+extern int pyxbuf__rust_numpy_table_is_ours;
 void pyxbuf__rust_numpy_release(pyxbuf_view *view);
 
 int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags);
 void pyxbuf__tracked_release(pyxbuf_view *view);
 
+/* Whether b's items fill [0, len) in C order: every stride the C-order one
+ * (dimensions of extent 1 excepted) and len their product. The common case,
+ * answered without an overflow-checked walk of the layout. */
+static inline int pyxbuf__fills_c_order(const Py_buffer *b) {
+    if (b->shape == NULL || b->ndim > PYXBUF_MAX_NDIM) return 0;
+    Py_ssize_t expected = b->itemsize;
+    for (int i = b->ndim - 1; i >= 0; i--) {
+        Py_ssize_t n = b->shape[i];
+        if (b->strides != NULL && n != 1 && b->strides[i] != expected) return 0;
+        if (n < 0 || __builtin_mul_overflow(expected, n, &expected)) return 0;
+    }
+    return expected == b->len;
+}
+
 /* The byte span [lo, hi) a view's items touch, relative to base.buf; -1 when
- * the producer's shape and strides overflow. */
-int pyxbuf__view_span(const Py_buffer *b, Py_ssize_t *lo, Py_ssize_t *hi);
+ * the producer's shape and strides overflow. The C-order case inline, the
+ * walk out of line (device.c). */
+int pyxbuf__view_span_walk(const Py_buffer *b, Py_ssize_t *lo, Py_ssize_t *hi);
+static inline int pyxbuf__view_span(const Py_buffer *b, Py_ssize_t *lo, Py_ssize_t *hi) {
+    if (PYXBUF_LIKELY(pyxbuf__fills_c_order(b))) {
+        *lo = 0;
+        *hi = b->len;
+        return 0;
+    }
+    return pyxbuf__view_span_walk(b, lo, hi);
+}
 
 /* device.c: -1 if `id` is a valid device identifier (non-empty UTF-8, at most
  * PYXBUF__DEVICE_ID_MAX bytes), else the offset of the first bad byte. */

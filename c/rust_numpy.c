@@ -182,6 +182,7 @@ static rust_numpy_api pyxbuf_table = {
 #define TABLE_RUST_NUMPY 2
 
 static int table_kind = TABLE_UNKNOWN;
+int pyxbuf__rust_numpy_table_is_ours = 0;
 static const rust_numpy_api *rust_numpy_table;
 static PyTypeObject *ndarray_type; /* numpy.ndarray, a static type */
 
@@ -216,6 +217,7 @@ static int find_table(void) {
         Py_DECREF(module);
         if (rc < 0) return -1;
         table_kind = TABLE_PYXBUF;
+        pyxbuf__rust_numpy_table_is_ours = 1;
         return 0;
     }
     Py_DECREF(module);
@@ -227,6 +229,7 @@ static int find_table(void) {
     if (api == NULL) return -1;
     if (context != NULL && strcmp(context, CONTEXT_MARK) == 0) {
         table_kind = TABLE_PYXBUF;
+        pyxbuf__rust_numpy_table_is_ours = 1;
         return 0;
     }
     if (api->version < 1) {

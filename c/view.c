@@ -790,8 +790,7 @@ static void clear_released(pyxbuf_view *view) {
 /* A TRACKED view: its registry entry first. Out of line so that the common
  * release keeps no register across its tail call. */
 static PYXBUF_NOINLINE void release_tracked(pyxbuf_view *view) {
-    pyxbuf__tracked_release(view);
-    view->ext_flags &= ~PYXBUF_EXT_TRACKED;
+    pyxbuf__tracked_release(view); /* clears TRACKED */
     pyxbuf_release(view);
 }
 

@@ -227,8 +227,9 @@ fn native_order(order: u8) -> bool {
 }
 
 /// The cheap test: the format is `T::FORMAT`, possibly behind a prefix that
-/// means native byte order (`@`, `=`, `<` here).
-#[inline]
+/// means native byte order (`@`, `=`, `<` here). The reference for
+/// [`matches_ptr`], which the tests compare it with.
+#[cfg(test)]
 fn fast_match<T: Element>(format: &[u8]) -> bool {
     let want = T::FORMAT.to_bytes();
     format == want
@@ -321,12 +322,57 @@ fn parsed_match<T: Element>(format: &CStr) -> bool {
     ok
 }
 
-/// Whether a view with this format and itemsize holds `T` items.
+/// Whether a view with this format and itemsize holds `T` items (over the
+/// measured string: the reference the tests hold [`matches_ptr`] to).
+#[cfg(test)]
 pub(crate) fn matches<T: Element>(format: &CStr, itemsize: isize) -> bool {
     if itemsize != mem::size_of::<T>() as isize {
         return false;
     }
     fast_match::<T>(format.to_bytes()) || parsed_match::<T>(format)
+}
+
+/// Whether the NUL-terminated string at `p` starts with `want` (which ends in
+/// its own NUL, so a match is the whole string). Stops at the first
+/// difference, so it never reads past `p`'s NUL.
+///
+/// # Safety
+/// `p` points to a NUL-terminated string.
+#[inline(always)]
+unsafe fn c_str_is(p: *const u8, want: &[u8]) -> bool {
+    for (i, &w) in want.iter().enumerate() {
+        // SAFETY: bytes 0..i of `p` equalled `want`'s, none of them its final
+        // NUL, so byte i is within `p`'s string (at most its NUL).
+        if unsafe { *p.add(i) } != w {
+            return false;
+        }
+    }
+    true
+}
+
+/// [`matches`] for a view's raw format pointer (NULL: `"B"`), without
+/// measuring the string first: the common answer, `T::FORMAT` itself or
+/// behind a native-order prefix, is decided by comparing a few bytes.
+///
+/// # Safety
+/// `format` is NULL or a NUL-terminated string.
+#[inline(always)]
+pub(crate) unsafe fn matches_ptr<T: Element>(format: *const c_char, itemsize: isize) -> bool {
+    if itemsize != mem::size_of::<T>() as isize {
+        return false;
+    }
+    let want = T::FORMAT.to_bytes_with_nul();
+    if format.is_null() {
+        return want == b"B\0";
+    }
+    let p = format.cast::<u8>();
+    // SAFETY: `p` is NUL-terminated (the caller's contract); the prefix test
+    // reads byte 1 only when byte 0 was a prefix character, not the NUL.
+    unsafe {
+        c_str_is(p, want)
+            || (native_order(*p) && c_str_is(p.add(1), want))
+            || parsed_match::<T>(CStr::from_ptr(format))
+    }
 }
 
 /// Register `T`'s custom id with pyxbuf's process-wide custom-type registry,
@@ -376,8 +422,26 @@ pub fn register_custom<T: Element>() -> Result<(), crate::FormatError> {
 mod tests {
     use super::*;
 
+    /// Both tests, which must agree: the measured string and the raw pointer.
     fn m<T: Element>(f: &CStr) -> bool {
-        matches::<T>(f, mem::size_of::<T>() as isize)
+        let size = mem::size_of::<T>() as isize;
+        let by_str = matches::<T>(f, size);
+        // SAFETY: a NUL-terminated string.
+        let by_ptr = unsafe { matches_ptr::<T>(f.as_ptr(), size) };
+        assert_eq!(by_str, by_ptr, "matches and matches_ptr disagree on {f:?}");
+        by_str
+    }
+
+    #[test]
+    fn null_format_is_unsigned_bytes_and_short_strings_stop_at_nul() {
+        // SAFETY: NULL and NUL-terminated strings.
+        unsafe {
+            assert!(matches_ptr::<u8>(std::ptr::null(), 1));
+            assert!(!matches_ptr::<i8>(std::ptr::null(), 1));
+        }
+        assert!(!m::<f32>(c"") && !m::<f32>(c"<") && !m::<f32>(c"<ff"));
+        assert!(m::<f32>(c"f ")); // struct syntax: whitespace between items is ignored
+        assert!(!m::<Complex<f32>>(c"Z") && !m::<Complex<f32>>(c"<Z"));
     }
 
     #[test]

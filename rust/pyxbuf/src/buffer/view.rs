@@ -523,7 +523,9 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
 
     #[inline(always)]
     fn is_of<T: Element>(&self) -> bool {
-        element::matches::<T>(self.format(), self.view.base.itemsize)
+        // SAFETY: an acquired view's format is NULL or a NUL-terminated
+        // string that lives as long as the view.
+        unsafe { element::matches_ptr::<T>(self.view.base.format, self.view.base.itemsize) }
     }
 
     fn owner_name(&self) -> String {
