@@ -30,11 +30,13 @@ static inline int pyxbuf__dict_fail(const char *iface, const char *fmt, ...) {
  * 0 when the attribute does not exist (AttributeError cleared), -1 on any
  * other exception (a property that raised something else). */
 static inline int pyxbuf__optional_attr(PyObject *obj, PyObject *name, PyObject **out) {
-    *out = PyObject_GetAttr(obj, name);
-    if (*out != NULL) return 1;
-    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
-    PyErr_Clear();
-    return 0;
+    /* CPython's own lookup skips building an AttributeError (and formatting
+     * its message) for types with the generic getattr, such as NumPy's. */
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyObject_GetOptionalAttr(obj, name, out);
+#else
+    return _PyObject_LookupAttr(obj, name, out);
+#endif
 }
 
 /* The interned str for a key (a string literal: cached by its address, one

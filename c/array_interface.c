@@ -81,11 +81,15 @@ static void user_dtype_clear(user_dtype *u) {
     Py_CLEAR(u->name);
 }
 
+typedef struct dtype_entry dtype_entry;
+static const dtype_entry *dtype_cache_find(PyObject *dtype);
+
 static int find_user_dtype(PyObject *obj, const names *n, user_dtype *u) {
     PyObject *num = NULL, *type = NULL;
     memset(u, 0, sizeof *u);
     int rc = pyxbuf__optional_attr(obj, n->dtype, &u->dtype);
     if (rc <= 0) return rc;
+    if (dtype_cache_find(u->dtype) != NULL) return 1; /* known: module and name unused */
     /* A dtype without these attributes is not NumPy's: not ours. */
     if ((rc = pyxbuf__optional_attr(u->dtype, n->num, &num)) <= 0) goto done;
     rc = 0;
@@ -133,10 +137,52 @@ static int valid_part(const char *s, Py_ssize_t len) {
     return 1;
 }
 
-/* "[module$name]" with the typestr's byte order, checked against the
- * registry and the dtype's itemsize. */
-static int build_format(PyObject *dict, const names *n, const user_dtype *u, char *fmt,
-                        size_t cap, Py_ssize_t *itemsize) {
+/* What pyxbuf learnt of a user dtype: its format "[module$name]" (after a
+ * slot for the byte-order prefix), in a holder every view of such an array
+ * keeps alive, and its itemsize, which pyxbuf's registry agreed with at
+ * `generation`. ml_dtypes' dtypes are a few long-lived singletons, and
+ * finding one again costs five getattrs, string tests and a registry lookup.
+ * The entry keeps a reference to the dtype, so its address names it; entries
+ * are replaced round-robin (views keep their holder). Under the GIL. */
+typedef struct dtype_entry {
+    PyObject *dtype;
+    PyObject *holder; /* the format, in a bridge holder: format[0] is the prefix slot */
+    Py_ssize_t itemsize;
+    uint64_t generation;
+} dtype_entry;
+
+#define DTYPE_CACHE_SIZE 16
+static dtype_entry dtype_cache[DTYPE_CACHE_SIZE];
+static unsigned dtype_cache_next;
+
+static const char *entry_format(const dtype_entry *e) { return pyxbuf__holder_storage(e->holder); }
+
+static const dtype_entry *dtype_cache_find(PyObject *dtype) {
+    uint64_t now = atomic_load(&pyxbuf__dtype_registry_generation);
+    for (int i = 0; i < DTYPE_CACHE_SIZE; i++)
+        if (dtype_cache[i].dtype == dtype && dtype_cache[i].generation == now)
+            return &dtype_cache[i];
+    return NULL;
+}
+
+/* Publish `e` (its references are the table's now); the replaced entry's
+ * references are dropped last, when the table is consistent again. */
+static const dtype_entry *dtype_cache_put(dtype_entry e) {
+    dtype_entry *slot = &dtype_cache[dtype_cache_next++ % DTYPE_CACHE_SIZE];
+    dtype_entry old = *slot;
+    *slot = e;
+    Py_XDECREF(old.holder);
+    Py_XDECREF(old.dtype);
+    return slot;
+}
+
+/* The prefix character that marks the byte order opposite to this machine's. */
+static char swapped_prefix(void) { return pyxbuf__typestr_swapped('<') ? '<' : '>'; }
+
+/* The dtype's half of the format: "[module$name]", checked against the
+ * registry and the dtype's itemsize; written into e (not yet published). */
+static int describe_dtype(const names *n, const user_dtype *u, dtype_entry *e) {
+    char format[2 * NAME_MAX_LEN + 8];
     Py_ssize_t mlen, nlen;
     const char *module = PyUnicode_AsUTF8AndSize(u->module, &mlen);
     const char *name = module ? PyUnicode_AsUTF8AndSize(u->name, &nlen) : NULL;
@@ -147,7 +193,43 @@ static int build_format(PyObject *dict, const names *n, const user_dtype *u, cha
                                  "cannot name a custom format type (printable ASCII without "
                                  "'[', ']', ';', '$' or spaces, at most %d characters each)",
                                  u->dtype, u->module, u->name, NAME_MAX_LEN);
-    PyObject *ts, *size_obj;
+    PyObject *size_obj = PyObject_GetAttr(u->dtype, n->itemsize);
+    if (size_obj == NULL) return -1;
+    Py_ssize_t dtype_size = pyxbuf__is_int(size_obj) ? PyLong_AsSsize_t(size_obj) : -1;
+    Py_DECREF(size_obj);
+    if (dtype_size == -1 && PyErr_Occurred()) return -1;
+    int len = snprintf(format, sizeof format, "%c[%s$%s]", swapped_prefix(), module, name);
+    if (len < 0 || (size_t)len >= sizeof format)
+        return pyxbuf__dict_fail(AI, "the dtype's name is too long");
+    int64_t registered = -1;
+    pyxbuf_error err;
+    uint64_t generation = atomic_load(&pyxbuf__dtype_registry_generation);
+    if (pyxbuf_format_itemsize(format + 1, &registered, NULL, &err) < 0)
+        return pyxbuf__dict_fail(AI,
+                                 "the dtype %.100R is the custom type '%s$%s', whose size "
+                                 "pyxbuf's format registry does not know (%s); register it "
+                                 "(pyxbuf_dtype_register with key '%s$%s' and itemsize %zd) to "
+                                 "read such arrays",
+                                 u->dtype, module, name, err.message, module, name, dtype_size);
+    if (registered != dtype_size)
+        return pyxbuf__dict_fail(AI,
+                                 "the format '%s' has %lld-byte items in pyxbuf's registry, but "
+                                 "the dtype %.100R says %zd bytes; fix the registration of "
+                                 "'%s$%s'",
+                                 format + 1, (long long)registered, u->dtype, dtype_size,
+                                 module, name);
+    if ((e->holder = pyxbuf__holder_new((size_t)len + 1, NULL)) == NULL) return -1;
+    memcpy(pyxbuf__holder_storage(e->holder), format, (size_t)len + 1);
+    e->dtype = Py_NewRef(u->dtype);
+    e->itemsize = dtype_size;
+    e->generation = generation;
+    return 0;
+}
+
+/* The dict's half: 'typestr' must agree with the dtype's size, and its byte
+ * order picks the prefix. *format points into the entry's holder. */
+static int check_typestr(PyObject *dict, const dtype_entry *e, const char **format) {
+    PyObject *ts;
     if (pyxbuf__dict_item(dict, AI, "typestr", "a typestr such as '<V2'", 1, &ts) <= 0) return -1;
     const char *s = PyUnicode_Check(ts) ? PyUnicode_AsUTF8(ts) : NULL;
     if (s == NULL) {
@@ -161,32 +243,22 @@ static int build_format(PyObject *dict, const names *n, const user_dtype *u, cha
                                  "'typestr' %R is not a typestr (byte order, kind, size in "
                                  "bytes, e.g. '<V2')",
                                  ts);
-    if ((size_obj = PyObject_GetAttr(u->dtype, n->itemsize)) == NULL) return -1;
-    Py_ssize_t dtype_size = pyxbuf__is_int(size_obj) ? PyLong_AsSsize_t(size_obj) : -1;
-    Py_DECREF(size_obj);
-    if (dtype_size == -1 && PyErr_Occurred()) return -1;
-    const char *prefix = ts_size > 1 && pyxbuf__typestr_swapped(s[0]) ? (s[0] == '<' ? "<" : ">")
-                                                                      : "";
-    int len = snprintf(fmt, cap, "%s[%s$%s]", prefix, module, name);
-    if (len < 0 || (size_t)len >= cap) return pyxbuf__dict_fail(AI, "the dtype's name is too long");
-    int64_t registered = -1;
-    pyxbuf_error err;
-    if (pyxbuf_format_itemsize(fmt, &registered, NULL, &err) < 0)
+    if (ts_size != e->itemsize)
         return pyxbuf__dict_fail(AI,
-                                 "the dtype %.100R is the custom type '%s$%s', whose size "
-                                 "pyxbuf's format registry does not know (%s); register it "
-                                 "(pyxbuf_dtype_register with key '%s$%s' and itemsize %zd) to "
-                                 "read such arrays",
-                                 u->dtype, module, name, err.message, module, name, dtype_size);
-    if (registered != dtype_size || registered != ts_size)
-        return pyxbuf__dict_fail(AI,
-                                 "the format '%s' has %lld-byte items in pyxbuf's registry, but "
-                                 "the dtype %.100R says %zd bytes and 'typestr' %R says %lld; "
-                                 "fix the registration of '%s$%s'",
-                                 fmt, (long long)registered, u->dtype, dtype_size, ts,
-                                 (long long)ts_size, module, name);
-    *itemsize = dtype_size;
+                                 "the format '%s' has %zd-byte items (pyxbuf's registry and the "
+                                 "dtype agree), but 'typestr' %R says %lld",
+                                 entry_format(e) + 1, e->itemsize, ts, (long long)ts_size);
+    *format = entry_format(e) + (ts_size > 1 && pyxbuf__typestr_swapped(s[0]) ? 0 : 1);
     return 0;
+}
+
+/* The entry for u's dtype: the table's, or a new one put in the table. */
+static const dtype_entry *dtype_entry_of(const names *n, const user_dtype *u) {
+    const dtype_entry *hit = dtype_cache_find(u->dtype);
+    if (hit != NULL) return hit;
+    dtype_entry e = {NULL, NULL, 0, 0};
+    if (describe_dtype(n, u, &e) < 0) return NULL;
+    return dtype_cache_put(e);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -213,7 +285,8 @@ static int check_offset(PyObject *dict) {
 
 static int ai_import(PyObject *obj, PyObject *dict, const names *n, const user_dtype *u,
                      pyxbuf_view *view, int32_t flags) {
-    char fmt[2 * NAME_MAX_LEN + 8];
+    const dtype_entry *entry = NULL;
+    const char *fmt = NULL;
     long version = 0;
     int ndim = 0, readonly = 1;
     Py_ssize_t itemsize = 0, shape[PYXBUF_MAX_NDIM], strides[PYXBUF_MAX_NDIM];
@@ -221,7 +294,11 @@ static int ai_import(PyObject *obj, PyObject *dict, const names *n, const user_d
     if (!PyDict_Check(dict))
         return pyxbuf__dict_fail(AI, "it must be a dict, found '%s'", Py_TYPE(dict)->tp_name);
     if (pyxbuf__dict_version(dict, AI, 3, 3, &version) < 0 ||
-        build_format(dict, n, u, fmt, sizeof fmt, &itemsize) < 0 ||
+        (entry = dtype_entry_of(n, u)) == NULL ||
+        check_typestr(dict, entry, &fmt) < 0)
+        return -1;
+    itemsize = entry->itemsize;
+    if (
         pyxbuf__dict_shape(dict, AI, shape, &ndim) < 0 ||
         pyxbuf__dict_strides(dict, AI, ndim, shape, itemsize, strides) < 0 ||
         pyxbuf__dict_data(dict, AI, &ptr, &readonly) < 0 || check_offset(dict) < 0 ||
@@ -233,13 +310,21 @@ static int ai_import(PyObject *obj, PyObject *dict, const names *n, const user_d
     if (ptr == 0 && count > 0)
         return pyxbuf__dict_fail(AI, "'data' holds a NULL pointer for %zd items", count);
 
+    /* The view keeps the dtype entry's holder (its format) alive; views with
+     * more dimensions than fit inline get a holder of their own for them and
+     * a copy of the format. */
     size_t spill = ndim > PYXBUF_INLINE_NDIM ? 2 * (size_t)ndim * sizeof(Py_ssize_t) : 0;
-    size_t fmt_len = strlen(fmt);
-    PyObject *holder = pyxbuf__holder_new(spill + fmt_len + 1, NULL);
-    if (holder == NULL) return -1;
-    unsigned char *storage = pyxbuf__holder_storage(holder);
-    char *format = (char *)storage + spill;
-    memcpy(format, fmt, fmt_len + 1);
+    PyObject *holder;
+    unsigned char *storage = NULL;
+    const char *format = fmt;
+    if (spill == 0) {
+        holder = Py_NewRef(entry->holder);
+    } else {
+        size_t fmt_len = strlen(fmt) + 1;
+        if ((holder = pyxbuf__holder_new(spill + fmt_len, NULL)) == NULL) return -1;
+        storage = pyxbuf__holder_storage(holder);
+        format = memcpy((char *)storage + spill, fmt, fmt_len);
+    }
     Py_ssize_t *dims = pyxbuf__view_dims(view, ndim, (Py_ssize_t *)storage);
     memcpy(dims, shape, (size_t)ndim * sizeof(Py_ssize_t));
     memcpy(dims + ndim, strides, (size_t)ndim * sizeof(Py_ssize_t));

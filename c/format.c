@@ -199,6 +199,9 @@ static size_t registry_len, registry_cap;
 /* registry_len, readable without the lock: while it is 0 a lookup needs only
  * the built-in table. */
 static atomic_size_t registry_used;
+/* Bumped by every registration and removal: caches of registry answers
+ * (array_interface.c's dtype table) compare it. */
+atomic_uint_fast64_t pyxbuf__dtype_registry_generation;
 
 /* ml_dtypes' types, known to every consumer: ml_dtypes stores each sub-byte
  * type in one byte. */
@@ -329,6 +332,7 @@ int pyxbuf_dtype_register(const pyxbuf_dtype_spec *spec) {
     }
     registry[registry_len++] = e;
     atomic_store_explicit(&registry_used, registry_len, memory_order_release);
+    atomic_fetch_add(&pyxbuf__dtype_registry_generation, 1);
     pthread_mutex_unlock(&registry_lock);
     return PYXBUF_OK;
 }
@@ -341,6 +345,7 @@ int pyxbuf_dtype_unregister(const char *key) {
         free(registry[i].key);
         registry[i] = registry[--registry_len];
         atomic_store_explicit(&registry_used, registry_len, memory_order_release);
+        atomic_fetch_add(&pyxbuf__dtype_registry_generation, 1);
     }
     pthread_mutex_unlock(&registry_lock);
     return i >= 0 ? PYXBUF_OK : PYXBUF_EINVAL;
@@ -372,10 +377,18 @@ static void format_reset(pyxbuf_format *f, const char *source) {
     f->heap_dims = NULL;
 }
 
+/* With nothing on the heap (every single item, most formats), emptying is
+ * two stores: no nodes, no dimensions. The rest is reset only after a free. */
 void pyxbuf_format_clear(pyxbuf_format *f) {
     if (f == NULL) return;
-    if (f->heap_nodes) free(f->heap_nodes);
-    if (f->heap_dims) free(f->heap_dims);
+    if (PYXBUF_LIKELY(f->heap_nodes == NULL && f->heap_dims == NULL)) {
+        f->nnodes = 0;
+        f->ndims = 0;
+        f->flags = 0;
+        return;
+    }
+    free(f->heap_nodes);
+    free(f->heap_dims);
     format_reset(f, NULL);
 }
 
@@ -1244,44 +1257,101 @@ static void parser_init(parser *p, const char *fmt, size_t len, pyxbuf_format *o
     p->opaque_len = 0;
 }
 
-/* "f", "<d", "Zf", "B": one scalar, laid out without the parser. Returns
- * false when `fmt` is anything else. */
-static bool single_scalar(const char *fmt, int *mode, int *code, int32_t *flags, int64_t *size,
-                          int64_t *align) {
-    const char *s = fmt;
-    *mode = '@';
-    *flags = 0;
-    if (is_order((unsigned char)*s)) *mode = *s++;
-    if (*s == 'Z') {
-        *flags = PYXBUF_FMTN_COMPLEX;
-        s++;
+/* What the order characters mean for one scalar: '@' native sizes and
+ * alignment, '^' native sizes unaligned, the rest standard sizes unaligned. */
+#define ORD_GIVEN 0x1
+#define ORD_NATIVE_SIZE 0x2
+#define ORD_ALIGNED 0x4
+static const uint8_t ORDERS[128] = {
+    ['@'] = ORD_GIVEN | ORD_NATIVE_SIZE | ORD_ALIGNED, ['^'] = ORD_GIVEN | ORD_NATIVE_SIZE,
+    ['='] = ORD_GIVEN, ['<'] = ORD_GIVEN, ['>'] = ORD_GIVEN, ['!'] = ORD_GIVEN,
+};
+
+typedef struct single {
+    int32_t mode, code, flags;
+    int64_t size, align;
+} single;
+
+/* A format of exactly one scalar with an optional order character and 'Z'
+ * ("f", "<d", "Zf", "=D"): its node's contents, from the code table alone.
+ * The common case of every consumer; the parser does the rest. Reads no byte
+ * past the NUL (each test stops at the first that is not a code). */
+static inline bool single_scalar(const char *fmt, single *one) {
+    const unsigned char *s = (const unsigned char *)fmt;
+    unsigned c = s[0];
+    unsigned ord = ORD_NATIVE_SIZE | ORD_ALIGNED;
+    int32_t mode = '@', flags = 0;
+    if (c < 128 && ORDERS[c]) {
+        ord = ORDERS[c];
+        mode = (int32_t)c;
+        c = *++s;
     }
-    *code = (unsigned char)*s;
-    const code_info *ci = code_info_of(*code);
-    if (ci == NULL || *code == 'x' || s[1] != '\0' || (*flags && !(ci->flags & CI_COMPLEX)))
+    if (c == 'Z') {
+        flags = PYXBUF_FMTN_COMPLEX;
+        c = *++s;
+    }
+    if (c >= 128) return false;
+    const code_info *ci = &CODES[c];
+    if (!(ci->flags & CI_VALID) || c == 'x' || s[1] != '\0' ||
+        (flags && !(ci->flags & CI_COMPLEX)))
         return false;
+    int64_t size = (ord & ORD_NATIVE_SIZE) || (ci->flags & CI_NATIVE_ONLY) ? ci->native_size
+                                                                           : ci->std_size;
     if (ci->flags & CI_COMPLEX_ALIAS) {
-        *flags = PYXBUF_FMTN_COMPLEX;
-        *code = complex_component(*code);
+        flags = PYXBUF_FMTN_COMPLEX;
+        c = (unsigned)complex_component((int)c);
     }
-    scalar_layout(*code, *mode, *flags, size, align);
-    if (*mode != '@') *align = 1;
+    one->mode = mode;
+    one->code = (int32_t)c;
+    one->flags = flags;
+    one->size = flags ? 2 * size : size;
+    one->align = ord & ORD_ALIGNED ? ci->native_align : 1;
     return true;
 }
 
-/* The fast path of pyxbuf_format_parse: root and one node, written directly. */
-static int parse_single(const char *fmt, pyxbuf_format *out) {
-    int mode, code;
-    int32_t flags;
-    int64_t size, align;
-    if (!single_scalar(fmt, &mode, &code, &flags, &size, &align)) return 1;
-    format_reset(out, fmt);
-    out->itemsize = size;
-    out->alignment = align;
+/* One node of a single scalar's descriptor, every field written: explicit
+ * stores (a struct copy or compound literal becomes `rep stos`, which costs
+ * one instruction per word). */
+static inline void single_node(pyxbuf_format_node *n, int32_t kind, int32_t code, int32_t order,
+                               int32_t flags, int32_t parent, int32_t child, int64_t align,
+                               int64_t size) {
+    n->kind = kind;
+    n->code = code;
+    n->byte_order = order;
+    n->flags = flags;
+    n->parent = parent;
+    n->next = -1;
+    n->first_child = child;
+    n->nchildren = child > 0 ? 1 : 0;
+    n->ndim = 0;
+    n->dims_start = 0;
+    n->alignment = align;
+    n->repeat = 1;
+    n->offset = 0;
+    n->itemsize = size;
+    n->nbytes = size;
+    /* name .. alternatives: NULLs and zero lengths, in wide stores. */
+    memset(&n->name, 0, sizeof *n - offsetof(pyxbuf_format_node, name));
+}
+
+/* The fast path of pyxbuf_format_parse: header and both nodes, no parser. */
+static inline int parse_single(const char *fmt, pyxbuf_format *out) {
+    single one;
+    if (!single_scalar(fmt, &one)) return 1;
+    out->source = fmt;
+    out->itemsize = one.size;
+    out->alignment = one.align;
     out->nnodes = 2;
+    out->ndims = 0;
     out->flags = PYXBUF_FMTF_SINGLE_SCALAR;
-    node_set(&out->inline_nodes[0], PYXBUF_FMT_ROOT, 0, '@', 0, -1, 1, 1, align, size);
-    node_set(&out->inline_nodes[1], PYXBUF_FMT_SCALAR, code, mode, flags, 0, -1, 0, align, size);
+    out->node_capacity = PYXBUF_FORMAT_INLINE_NODES;
+    out->dims_capacity = PYXBUF_FORMAT_INLINE_DIMS;
+    out->reserved0 = 0;
+    out->heap_nodes = NULL;
+    out->heap_dims = NULL;
+    single_node(&out->inline_nodes[0], PYXBUF_FMT_ROOT, 0, '@', 0, -1, 1, one.align, one.size);
+    single_node(&out->inline_nodes[1], PYXBUF_FMT_SCALAR, one.code, one.mode, one.flags, 0, -1,
+                one.align, one.size);
     return 0;
 }
 
@@ -1311,11 +1381,19 @@ static int parse_root(parser *p, int64_t *itemsize, int64_t *alignment) {
     return 0;
 }
 
+static int parse_general(const char *fmt, pyxbuf_format *out, pyxbuf_error *err);
+
 int pyxbuf_format_parse(const char *fmt, pyxbuf_format *out, pyxbuf_error *err) {
     if (out == NULL)
         return pyxbuf__error(err, PYXBUF_EINVAL, -1, "pyxbuf_format_parse: out is NULL");
     if (fmt == NULL) fmt = "B";
     if (PYXBUF_LIKELY(parse_single(fmt, out) == 0)) return PYXBUF_OK;
+    return parse_general(fmt, out, err);
+}
+
+/* pyxbuf_format_parse past one scalar: out of line, so the fast path sets up
+ * no parser frame. */
+static PYXBUF_NOINLINE int parse_general(const char *fmt, pyxbuf_format *out, pyxbuf_error *err) {
     format_reset(out, fmt);
     parser p;
     parser_init(&p, fmt, strlen(fmt), out, err);
@@ -1339,19 +1417,28 @@ static int fail_opaque(parser *p) {
                 semi ? " (nor any of its alternatives)" : "", POS(p, p->opaque_at));
 }
 
+static int itemsize_parsed(const char *fmt, int64_t *itemsize, int64_t *alignment,
+                           pyxbuf_error *err);
+
 int pyxbuf_format_itemsize(const char *fmt, int64_t *itemsize, int64_t *alignment,
                            pyxbuf_error *err) {
     if (fmt == NULL) fmt = "B";
     if (itemsize == NULL)
         return pyxbuf__error(err, PYXBUF_EINVAL, -1, "pyxbuf_format_itemsize: itemsize is NULL");
-    int mode, code;
-    int32_t flags;
-    int64_t size, align;
-    if (single_scalar(fmt, &mode, &code, &flags, &size, &align)) {
-        *itemsize = size;
-        if (alignment) *alignment = align;
+    single one;
+    if (PYXBUF_LIKELY(single_scalar(fmt, &one))) {
+        *itemsize = one.size;
+        if (alignment) *alignment = one.align;
         return PYXBUF_OK;
     }
+    return itemsize_parsed(fmt, itemsize, alignment, err);
+}
+
+/* pyxbuf_format_itemsize of anything but one scalar: out of line, so the
+ * fast path keeps no frame for the parser. */
+static PYXBUF_NOINLINE int itemsize_parsed(const char *fmt, int64_t *itemsize,
+                                           int64_t *alignment, pyxbuf_error *err) {
+    int64_t size, align;
     parser p;
     parser_init(&p, fmt, strlen(fmt), NULL, err);
     int rc = parse_root(&p, &size, &align);

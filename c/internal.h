@@ -5,6 +5,8 @@
 
 #include "pyxbuf.h"
 
+#include <stdatomic.h>
+
 #if defined(__GNUC__)
 #define PYXBUF_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #define PYXBUF_LIKELY(x) __builtin_expect(!!(x), 1)
@@ -105,6 +107,9 @@ PyObject *pyxbuf__exporter_dlpack_device(PyObject *self, PyObject *unused);
  * names what each backend said. */
 int pyxbuf__backend_find_pointer(const void *ptr, pyxbuf_device *device, pyxbuf_backend *backend,
                                  pyxbuf_error *err);
+
+/* format.c: changes with every pyxbuf_dtype_register/unregister. */
+extern atomic_uint_fast64_t pyxbuf__dtype_registry_generation;
 
 /* The cooperative borrow registry (borrow.c) for views whose producer knows
  * nothing of borrows: grants PYXBUF_EXT_TRACKED with SHARED or EXCLUSIVE, or

@@ -494,15 +494,36 @@ static int acquire_native(PyObject *obj, pyxbuf_view *view, int32_t flags, int32
     return validate_extended(view, obj, passed);
 }
 
+/* acquire_classic's answer when the producer refused: its exception is set
+ * without pyxbuf's context, which is formatted only if no bridge answers (the
+ * message costs more than a bridge's whole acquisition: ~10k instructions). */
+#define CLASSIC_REFUSED (-2)
+
+static int acquire_by_bridges(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
+                              const char *pending_path, int32_t pending_flags);
+static int classic_cannot_describe(PyObject *obj, int32_t flags, int raw);
+
 static int acquire_classic(PyObject *obj, pyxbuf_view *view, int32_t flags) {
     int32_t passed = flags & PYXBUF_CLASSIC_FLAGS;
     if (PyObject_GetBuffer(obj, &view->base, passed) < 0) {
         reset_view(view, flags);
-        add_context(obj, "classic", passed);
-        return -1;
+        return CLASSIC_REFUSED; /* the producer's exception, context not yet added */
     }
     view->path = PYXBUF_PATH_CLASSIC;
     return validate_classic(view, obj, passed);
+}
+
+/* After the classic buffer failed (`rc` from acquire_classic, or -1 from the
+ * fast path's producer call, both CLASSIC_REFUSED then): a bridge answers, or
+ * the error stands with its context. 1 = a bridge acquired; -1 = failed. */
+static int after_classic_failed(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
+                                int rc) {
+    int32_t passed = flags & PYXBUF_CLASSIC_FLAGS;
+    const char *pending = rc == CLASSIC_REFUSED ? "classic" : NULL;
+    if (classic_cannot_describe(obj, flags, pending != NULL))
+        return acquire_by_bridges(obj, view, flags, stream, pending, passed) == 1 ? 1 : -1;
+    if (pending != NULL) add_context(obj, pending, passed);
+    return -1;
 }
 
 /* The bridges, in DESIGN.md's order. Each is tried when the object has no
@@ -522,9 +543,21 @@ static const bridge bridges[] = {
 /* 1 = a bridge acquired the view; 0 = none applies and no error is pending;
  * -1 = error. An error already pending (the classic path's) is the one kept
  * when no bridge succeeds: it is the consumer's most direct answer. */
-static int acquire_by_bridges(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream) {
+/* Tries the bridges in order. The first refusal is the one reported, and its
+ * context ("<path> buffer of '<type>' refused ...") is formatted only when no
+ * bridge answers: `pending_path`/`pending_flags` name the refusal already set
+ * on entry (NULL when it needs no context or none is set). 1 = acquired; 0 =
+ * no bridge applies and no error; -1 = failed, exception set. */
+static int acquire_by_bridges(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
+                              const char *pending_path, int32_t pending_flags) {
     PyObject *type = NULL, *value = NULL, *tb = NULL;
-    if (PyErr_Occurred()) PyErr_Fetch(&type, &value, &tb);
+    const char *path = NULL;
+    int32_t path_flags = 0;
+    if (PyErr_Occurred()) {
+        PyErr_Fetch(&type, &value, &tb);
+        path = pending_path;
+        path_flags = pending_flags;
+    }
     for (size_t i = 0; i < sizeof bridges / sizeof *bridges; i++) {
         reset_view(view, flags);
         int rc = bridges[i].acquire(obj, view, flags, stream);
@@ -536,14 +569,21 @@ static int acquire_by_bridges(PyObject *obj, pyxbuf_view *view, int32_t flags, i
         }
         if (rc == 0) continue;
         reset_view(view, flags);
-        add_context(obj, bridges[i].path, flags);
-        if (type == NULL)
-            PyErr_Fetch(&type, &value, &tb);
-        else
+        if (type != NULL) {
             PyErr_Clear();
+            continue;
+        }
+        if (!PyErr_Occurred()) { /* a broken bridge: say so now */
+            add_context(obj, bridges[i].path, flags);
+        } else {
+            path = bridges[i].path;
+            path_flags = flags;
+        }
+        PyErr_Fetch(&type, &value, &tb);
     }
     if (type == NULL) return 0;
     PyErr_Restore(type, value, tb);
+    if (path != NULL) add_context(obj, path, path_flags);
     return -1;
 }
 
@@ -553,8 +593,13 @@ static int acquire_by_bridges(PyObject *obj, pyxbuf_view *view, int32_t flags, i
  * writable: a bridge must not hand out writable access the producer refused
  * (JAX arrays are immutable, yet their DLPack capsules carry no read-only
  * flag). Not for errors other than refusals (MemoryError, KeyboardInterrupt). */
-static int classic_cannot_describe(PyObject *obj, int32_t flags) {
-    if (!PyErr_ExceptionMatches(PyExc_BufferError)) return 0;
+static int classic_cannot_describe(PyObject *obj, int32_t flags, int raw) {
+    /* A raw producer error counts as a refusal when add_context would make
+     * it a BufferError (ValueError, TypeError, BufferError). */
+    if (!PyErr_ExceptionMatches(PyExc_BufferError) &&
+        !(raw && (PyErr_ExceptionMatches(PyExc_ValueError) ||
+                  PyErr_ExceptionMatches(PyExc_TypeError))))
+        return 0;
     if (!(flags & PyBUF_WRITABLE)) return 1;
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
@@ -668,8 +713,7 @@ static PYXBUF_COLD int classic_fast_failed(PyObject *obj, pyxbuf_view *view, int
     int32_t passed = flags & PYXBUF_CLASSIC_FLAGS;
     if (rc < 0) {
         reset_view(view, flags);
-        add_context(obj, "classic", passed);
-        return -1;
+        return -1; /* CLASSIC_REFUSED: get_view_slow adds the context if it stands */
     }
     view->owner = NULL;
     view->bridge_data = NULL;
@@ -715,8 +759,7 @@ static PYXBUF_COLD int get_view_slow(PyObject *obj, pyxbuf_view *view, int32_t f
                                      int64_t stream, int fast) {
     if (fast == -2) return -1;
     if (fast == -1) {
-        if (!classic_cannot_describe(obj, flags) || acquire_by_bridges(obj, view, flags, stream) != 1)
-            return -1;
+        if (after_classic_failed(obj, view, flags, stream, CLASSIC_REFUSED) != 1) return -1;
         view->state = PYXBUF__STATE_ACQUIRED;
         return track_if_asked(obj, view, flags);
     }
@@ -745,10 +788,10 @@ static PYXBUF_COLD int get_view_slow(PyObject *obj, pyxbuf_view *view, int32_t f
     } else if (PYXBUF_LIKELY(PyObject_CheckBuffer(obj))) {
         /* The fast path: the classic buffer answers most CPU arrays. */
         rc = acquire_classic(obj, view, flags);
-        if (PYXBUF_UNLIKELY(rc < 0) && classic_cannot_describe(obj, flags))
-            rc = acquire_by_bridges(obj, view, flags, stream) == 1 ? 0 : -1;
+        if (PYXBUF_UNLIKELY(rc < 0))
+            rc = after_classic_failed(obj, view, flags, stream, rc) == 1 ? 0 : -1;
     } else {
-        rc = acquire_by_bridges(obj, view, flags, stream);
+        rc = acquire_by_bridges(obj, view, flags, stream, NULL, 0);
         if (rc == 0) return refuse_no_protocol(obj);
         rc = rc == 1 ? 0 : -1;
     }

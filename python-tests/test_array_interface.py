@@ -237,6 +237,32 @@ def test_a_registered_third_party_user_dtype():
         t.dtype_unregister("mypkg$quarter")
 
 
+def test_the_dtype_table_sees_registry_changes():
+    # The same dtype object before, while and after its type is registered:
+    # what pyxbuf remembers of a dtype holds only until the registry changes.
+    a = FakeArray(FakeDType("mypkg", "eighth", 2))
+    with pytest.raises(BufferError, match=r"registry does not know"):
+        t.bridge_view(a, RO)
+    t.dtype_register("mypkg$eighth", itemsize=2, alignment=2)
+    try:
+        assert t.bridge_view(a, RO)["format"] == "[mypkg$eighth]"
+        assert t.bridge_view(a, RO)["format"] == "[mypkg$eighth]"  # from the table
+    finally:
+        t.dtype_unregister("mypkg$eighth")
+    with pytest.raises(BufferError, match=r"registry does not know"):
+        t.bridge_view(a, RO)
+
+
+def test_views_outlive_the_dtype_table_entry_of_their_format():
+    # More dtypes than the table holds: entries are replaced while views of
+    # the first arrays are alive, and their formats stay readable.
+    arrays = [FakeArray(FakeDType("ml_dtypes", "bfloat16", 2)) for _ in range(40)]
+    views = [t.acquire(x, RO) for x in arrays]
+    assert all(v.info()["format"] == "[ml_dtypes$bfloat16]" for v in views)
+    for v in views:
+        v.release()
+
+
 def test_an_unregistered_user_dtype_is_refused_with_the_key_to_register():
     a = FakeArray(FakeDType("mypkg", "quarter", 2))
     with pytest.raises(BufferError, match=r"custom type 'mypkg\$quarter', whose size pyxbuf's "
@@ -325,6 +351,10 @@ def test_refcounts_unchanged_after_10000_cycles():
     ro = sample("bfloat16")
     ro.flags.writeable = False
     objs = (a, a.dtype, type(a.dtype), deep, ro)
+    # The first sight of a dtype puts it in pyxbuf's dtype table, which keeps
+    # one reference to it; after that nothing may change.
+    t.cycle(a, RO, 1)
+    t.cycle(deep, RO, 1)
     before = [sys.getrefcount(o) for o in objs]
     t.cycle(a, RO, 10_000)
     t.cycle(deep, RO, 10_000)
