@@ -252,7 +252,9 @@ static int check_typestr(PyObject *dict, const dtype_entry *e, const char **form
     return 0;
 }
 
-/* The entry for u's dtype: the table's, or a new one put in the table. */
+/* The entry for u's dtype: the table's, or a new one put in the table. The
+ * table is searched again although find_user_dtype searched it: the getattr
+ * of __array_interface__ in between may run Python that changes it. */
 static const dtype_entry *dtype_entry_of(const names *n, const user_dtype *u) {
     const dtype_entry *hit = dtype_cache_find(u->dtype);
     if (hit != NULL) return hit;

@@ -586,10 +586,12 @@ static void item_init(item *it, const char *start) {
     it->name_len = it->alts_len = it->custom_len = it->custom_id_len = 0;
 }
 
-/* A node with no name, shape or custom type; every field written. */
-static void node_set(pyxbuf_format_node *n, int32_t kind, int32_t code, int32_t order,
-                     int32_t flags, int32_t parent, int32_t first_child, int32_t nchildren,
-                     int64_t align, int64_t size) {
+/* A node with no name, shape or custom type; every field written (explicit
+ * stores: a compound literal or struct copy compiles to `rep stos`, which
+ * costs one instruction per word on the single-item fast path). */
+static inline void node_set(pyxbuf_format_node *n, int32_t kind, int32_t code, int32_t order,
+                            int32_t flags, int32_t parent, int32_t first_child, int32_t nchildren,
+                            int64_t align, int64_t size) {
     n->kind = kind;
     n->code = code;
     n->byte_order = order;
@@ -603,8 +605,8 @@ static void node_set(pyxbuf_format_node *n, int32_t kind, int32_t code, int32_t 
     n->repeat = 1;
     n->offset = 0;
     n->itemsize = n->nbytes = size;
-    n->name = n->custom = n->alternatives = NULL;
-    n->name_len = n->custom_id_len = n->custom_len = n->alternatives_len = 0;
+    /* name .. alternatives: NULLs and zero lengths, in wide stores. */
+    memset(&n->name, 0, sizeof *n - offsetof(pyxbuf_format_node, name));
 }
 
 /* Members being laid out: a root, a struct, or a custom type's payload. */
@@ -1309,31 +1311,6 @@ static inline bool single_scalar(const char *fmt, single *one) {
     return true;
 }
 
-/* One node of a single scalar's descriptor, every field written: explicit
- * stores (a struct copy or compound literal becomes `rep stos`, which costs
- * one instruction per word). */
-static inline void single_node(pyxbuf_format_node *n, int32_t kind, int32_t code, int32_t order,
-                               int32_t flags, int32_t parent, int32_t child, int64_t align,
-                               int64_t size) {
-    n->kind = kind;
-    n->code = code;
-    n->byte_order = order;
-    n->flags = flags;
-    n->parent = parent;
-    n->next = -1;
-    n->first_child = child;
-    n->nchildren = child > 0 ? 1 : 0;
-    n->ndim = 0;
-    n->dims_start = 0;
-    n->alignment = align;
-    n->repeat = 1;
-    n->offset = 0;
-    n->itemsize = size;
-    n->nbytes = size;
-    /* name .. alternatives: NULLs and zero lengths, in wide stores. */
-    memset(&n->name, 0, sizeof *n - offsetof(pyxbuf_format_node, name));
-}
-
 /* The fast path of pyxbuf_format_parse: header and both nodes, no parser. */
 static inline int parse_single(const char *fmt, pyxbuf_format *out) {
     single one;
@@ -1349,9 +1326,9 @@ static inline int parse_single(const char *fmt, pyxbuf_format *out) {
     out->reserved0 = 0;
     out->heap_nodes = NULL;
     out->heap_dims = NULL;
-    single_node(&out->inline_nodes[0], PYXBUF_FMT_ROOT, 0, '@', 0, -1, 1, one.align, one.size);
-    single_node(&out->inline_nodes[1], PYXBUF_FMT_SCALAR, one.code, one.mode, one.flags, 0, -1,
-                one.align, one.size);
+    node_set(&out->inline_nodes[0], PYXBUF_FMT_ROOT, 0, '@', 0, -1, 1, 1, one.align, one.size);
+    node_set(&out->inline_nodes[1], PYXBUF_FMT_SCALAR, one.code, one.mode, one.flags, 0, -1, 0,
+             one.align, one.size);
     return 0;
 }
 
