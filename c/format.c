@@ -72,41 +72,46 @@ typedef struct code_info {
     uint8_t flags;
 } code_info;
 
-/* Native sizes come from this compiler, as the struct module's do. */
-#define NAT(t) (uint8_t)sizeof(t), (uint8_t)_Alignof(t)
-static const code_info CODES[128] = {
-    ['x'] = {1, 1, 1, CI_VALID | CI_STRUCT},
-    ['c'] = {NAT(char), 1, CI_VALID | CI_STRUCT},
-    ['b'] = {NAT(signed char), 1, CI_VALID | CI_STRUCT},
-    ['B'] = {NAT(unsigned char), 1, CI_VALID | CI_STRUCT},
-    ['?'] = {NAT(_Bool), 1, CI_VALID | CI_STRUCT},
-    ['h'] = {NAT(short), 2, CI_VALID | CI_STRUCT},
-    ['H'] = {NAT(unsigned short), 2, CI_VALID | CI_STRUCT},
-    ['i'] = {NAT(int), 4, CI_VALID | CI_STRUCT},
-    ['I'] = {NAT(unsigned int), 4, CI_VALID | CI_STRUCT},
-    ['l'] = {NAT(long), 4, CI_VALID | CI_STRUCT},
-    ['L'] = {NAT(unsigned long), 4, CI_VALID | CI_STRUCT},
-    ['q'] = {NAT(long long), 8, CI_VALID | CI_STRUCT},
-    ['Q'] = {NAT(unsigned long long), 8, CI_VALID | CI_STRUCT},
-    ['n'] = {NAT(Py_ssize_t), 0, CI_VALID | CI_STRUCT | CI_NATIVE_ONLY},
-    ['N'] = {NAT(size_t), 0, CI_VALID | CI_STRUCT | CI_NATIVE_ONLY},
-    /* struct aligns a native half float like a short */
-    ['e'] = {2, (uint8_t)_Alignof(short), 2, CI_VALID | CI_STRUCT},
-    ['f'] = {NAT(float), 4, CI_VALID | CI_STRUCT | CI_COMPLEX},
-    ['d'] = {NAT(double), 8, CI_VALID | CI_STRUCT | CI_COMPLEX},
-    ['s'] = {1, 1, 1, CI_VALID | CI_STRUCT | CI_STRING},
-    ['p'] = {1, 1, 1, CI_VALID | CI_STRUCT | CI_STRING},
-    ['P'] = {NAT(void *), 0, CI_VALID | CI_STRUCT | CI_NATIVE_ONLY},
-    ['g'] = {NAT(long double), 0, CI_VALID | CI_NATIVE_ONLY | CI_COMPLEX},
-    ['O'] = {NAT(PyObject *), 0, CI_VALID | CI_NATIVE_ONLY},
-    ['w'] = {NAT(Py_UCS4), 4, CI_VALID},
-    ['u'] = {NAT(Py_UCS2), 2, CI_VALID},
-    /* struct's complex codes (CPython 3.14; ctypes 3.14 also writes 'G'). They
-     * parse to the node of "Zf" / "Zd" / "Zg": one item, two components. */
-    ['F'] = {NAT(float), 4, CI_VALID | CI_STRUCT | CI_COMPLEX_ALIAS},
-    ['D'] = {NAT(double), 8, CI_VALID | CI_STRUCT | CI_COMPLEX_ALIAS},
-    ['G'] = {NAT(long double), 0, CI_VALID | CI_NATIVE_ONLY | CI_COMPLEX_ALIAS},
-};
+/* Every code: X(arg, name, char, native size, native alignment, standard
+ * size, flags). One list feeds the code table, the slot numbers and the
+ * shared single-scalar nodes, so they cannot disagree. Native sizes come
+ * from this compiler, as the struct module's do. */
+#define CODE_LIST(X, arg)                                                                          \
+    X(arg, x, 'x', 1, 1, 1, CI_STRUCT)                                                             \
+    X(arg, c, 'c', sizeof(char), _Alignof(char), 1, CI_STRUCT)                                     \
+    X(arg, b, 'b', sizeof(signed char), _Alignof(signed char), 1, CI_STRUCT)                       \
+    X(arg, B, 'B', sizeof(unsigned char), _Alignof(unsigned char), 1, CI_STRUCT)                   \
+    X(arg, qmark, '?', sizeof(_Bool), _Alignof(_Bool), 1, CI_STRUCT)                               \
+    X(arg, h, 'h', sizeof(short), _Alignof(short), 2, CI_STRUCT)                                   \
+    X(arg, H, 'H', sizeof(unsigned short), _Alignof(unsigned short), 2, CI_STRUCT)                 \
+    X(arg, i, 'i', sizeof(int), _Alignof(int), 4, CI_STRUCT)                                       \
+    X(arg, I, 'I', sizeof(unsigned int), _Alignof(unsigned int), 4, CI_STRUCT)                     \
+    X(arg, l, 'l', sizeof(long), _Alignof(long), 4, CI_STRUCT)                                     \
+    X(arg, L, 'L', sizeof(unsigned long), _Alignof(unsigned long), 4, CI_STRUCT)                   \
+    X(arg, q, 'q', sizeof(long long), _Alignof(long long), 8, CI_STRUCT)                           \
+    X(arg, Q, 'Q', sizeof(unsigned long long), _Alignof(unsigned long long), 8, CI_STRUCT)         \
+    X(arg, n, 'n', sizeof(Py_ssize_t), _Alignof(Py_ssize_t), 0, CI_STRUCT | CI_NATIVE_ONLY)        \
+    X(arg, N, 'N', sizeof(size_t), _Alignof(size_t), 0, CI_STRUCT | CI_NATIVE_ONLY)                \
+    /* struct aligns a native half float like a short */                                           \
+    X(arg, e, 'e', 2, _Alignof(short), 2, CI_STRUCT)                                               \
+    X(arg, f, 'f', sizeof(float), _Alignof(float), 4, CI_STRUCT | CI_COMPLEX)                      \
+    X(arg, d, 'd', sizeof(double), _Alignof(double), 8, CI_STRUCT | CI_COMPLEX)                    \
+    X(arg, s, 's', 1, 1, 1, CI_STRUCT | CI_STRING)                                                 \
+    X(arg, p, 'p', 1, 1, 1, CI_STRUCT | CI_STRING)                                                 \
+    X(arg, P, 'P', sizeof(void *), _Alignof(void *), 0, CI_STRUCT | CI_NATIVE_ONLY)                \
+    X(arg, g, 'g', sizeof(long double), _Alignof(long double), 0, CI_NATIVE_ONLY | CI_COMPLEX)     \
+    X(arg, O, 'O', sizeof(PyObject *), _Alignof(PyObject *), 0, CI_NATIVE_ONLY)                    \
+    X(arg, w, 'w', sizeof(Py_UCS4), _Alignof(Py_UCS4), 4, 0)                                       \
+    X(arg, u, 'u', sizeof(Py_UCS2), _Alignof(Py_UCS2), 2, 0)                                       \
+    /* struct's complex codes (CPython 3.14; ctypes 3.14 also writes 'G'). They                    \
+     * parse to the node of "Zf" / "Zd" / "Zg": one item, two components. */                       \
+    X(arg, F, 'F', sizeof(float), _Alignof(float), 4, CI_STRUCT | CI_COMPLEX_ALIAS)                \
+    X(arg, D, 'D', sizeof(double), _Alignof(double), 8, CI_STRUCT | CI_COMPLEX_ALIAS)              \
+    X(arg, G, 'G', sizeof(long double), _Alignof(long double), 0, CI_NATIVE_ONLY | CI_COMPLEX_ALIAS)
+
+#define CODE_ENTRY(arg, name, ch, nsize, nalign, ssize, fl) \
+    [ch] = {(uint8_t)(nsize), (uint8_t)(nalign), (uint8_t)(ssize), CI_VALID | (fl)},
+static const code_info CODES[128] = {CODE_LIST(CODE_ENTRY, 0)};
 
 /* The component code of a complex alias ('F' -> 'f'), else `c`. */
 static int complex_component(int c) {
@@ -377,23 +382,41 @@ static void format_reset(pyxbuf_format *f, const char *source) {
     f->heap_dims = NULL;
 }
 
-/* With nothing on the heap (every single item, most formats), emptying is
- * two stores: no nodes, no dimensions. The rest is reset only after a free. */
-void pyxbuf_format_clear(pyxbuf_format *f) {
-    if (f == NULL) return;
-    if (PYXBUF_LIKELY(f->heap_nodes == NULL && f->heap_dims == NULL)) {
-        f->nnodes = 0;
-        f->ndims = 0;
-        f->flags = 0;
-        return;
-    }
-    free(f->heap_nodes);
+/* pyxbuf_format_clear of a format with memory of its own: out of line, so
+ * the common case needs no frame. */
+static PYXBUF_NOINLINE void clear_heap(pyxbuf_format *f) {
+    if (f->node_capacity > 0) free(f->heap_nodes);
     free(f->heap_dims);
     format_reset(f, NULL);
 }
 
+/* With nothing on the heap (every single item, most formats), emptying is
+ * a few stores: no nodes, no dimensions, the inline nodes again. The rest is
+ * reset only after a free. */
+void pyxbuf_format_clear(pyxbuf_format *f) {
+    if (f == NULL) return;
+    if (PYXBUF_UNLIKELY(f->heap_dims != NULL || (f->heap_nodes != NULL && f->node_capacity > 0))) {
+        clear_heap(f);
+        return;
+    }
+    f->nnodes = 0;
+    f->ndims = 0;
+    f->flags = 0;
+    f->node_capacity = PYXBUF_FORMAT_INLINE_NODES;
+    f->heap_nodes = NULL;
+}
+
+/* A parsed single scalar shares the library's read-only nodes (node_capacity
+ * 0): the builder copies them inline before it changes anything. */
+static void unshare_nodes(pyxbuf_format *f) {
+    memcpy(f->inline_nodes, f->heap_nodes, (size_t)f->nnodes * sizeof *f->heap_nodes);
+    f->heap_nodes = NULL;
+    f->node_capacity = PYXBUF_FORMAT_INLINE_NODES;
+}
+
 /* Index of a new node, or -1 when out of memory. */
 static int32_t node_alloc(pyxbuf_format *f) {
+    if (f->node_capacity == 0 && f->heap_nodes != NULL) unshare_nodes(f);
     if (f->nnodes == f->node_capacity) {
         if (f->node_capacity > INT32_MAX / 2) return -1;
         int32_t cap = f->node_capacity * 2 < 16 ? 16 : f->node_capacity * 2;
@@ -1259,76 +1282,80 @@ static void parser_init(parser *p, const char *fmt, size_t len, pyxbuf_format *o
     p->opaque_len = 0;
 }
 
-/* What the order characters mean for one scalar: '@' native sizes and
- * alignment, '^' native sizes unaligned, the rest standard sizes unaligned. */
-#define ORD_GIVEN 0x1
-#define ORD_NATIVE_SIZE 0x2
-#define ORD_ALIGNED 0x4
-static const uint8_t ORDERS[128] = {
-    ['@'] = ORD_GIVEN | ORD_NATIVE_SIZE | ORD_ALIGNED, ['^'] = ORD_GIVEN | ORD_NATIVE_SIZE,
-    ['='] = ORD_GIVEN, ['<'] = ORD_GIVEN, ['>'] = ORD_GIVEN, ['!'] = ORD_GIVEN,
-};
+/* Single scalars ("f", "<d", "Zf", "=D") are the common case of every
+ * consumer. Their descriptors point at nodes built at compile time, one
+ * root-and-scalar pair per byte-order mode and code, so parsing one writes
+ * only the descriptor's header. */
+#define SLOT_NAME(arg, name, ch, nsize, nalign, ssize, fl) SLOT_##name,
+enum { CODE_LIST(SLOT_NAME, 0) NSLOTS };
+#define MODE_LIST(X) X('@') X('^') X('=') X('<') X('>') X('!')
+enum { NMODES = 6 };
 
-typedef struct single {
-    int32_t mode, code, flags;
-    int64_t size, align;
-} single;
+/* Where a format's pair is, as byte offsets into SINGLES (the hot path adds
+ * them, no multiplying): of each code that can stand alone ('x', slot 0,
+ * cannot: 0 means no), of the complex alias that is the same item as 'Z' and
+ * a code, and of each mode (its order character, plus 1 to say the format
+ * starts with one; no character means '@'). */
+#define PAIR_BYTES (2 * sizeof(pyxbuf_format_node))
+#define MODE_BYTES (NSLOTS * PAIR_BYTES)
+_Static_assert(NMODES * MODE_BYTES < 65536, "single-scalar offsets fit 16 bits");
+#define CODE_AT_OF(arg, name, ch, nsize, nalign, ssize, fl) \
+    [ch] = (uint16_t)(SLOT_##name * PAIR_BYTES),
+static const uint16_t CODE_AT[256] = {CODE_LIST(CODE_AT_OF, 0)};
+static const uint16_t COMPLEX_AT[256] = {['f'] = SLOT_F * PAIR_BYTES,
+                                         ['d'] = SLOT_D * PAIR_BYTES,
+                                         ['g'] = SLOT_G * PAIR_BYTES};
+static const uint16_t MODE_AT[256] = { /* in MODE_LIST's order */
+    ['@'] = 0 * MODE_BYTES + 1, ['^'] = 1 * MODE_BYTES + 1, ['='] = 2 * MODE_BYTES + 1,
+    ['<'] = 3 * MODE_BYTES + 1, ['>'] = 4 * MODE_BYTES + 1, ['!'] = 5 * MODE_BYTES + 1};
 
-/* A format of exactly one scalar with an optional order character and 'Z'
- * ("f", "<d", "Zf", "=D"): its node's contents, from the code table alone.
- * The common case of every consumer; the parser does the rest. Reads no byte
- * past the NUL (each test stops at the first that is not a code). */
-static inline bool single_scalar(const char *fmt, single *one) {
+/* The struct module's rules: '@' native sizes and alignment, '^' native
+ * sizes unaligned, the rest standard sizes unaligned; codes with no standard
+ * size keep their native one; 'F' is two floats. */
+#define SINGLE_SIZE1(m, nsize, ssize, fl) \
+    ((m) == '@' || (m) == '^' || ((fl) & CI_NATIVE_ONLY) ? (int64_t)(nsize) : (int64_t)(ssize))
+#define SINGLE_SIZE(m, nsize, ssize, fl) \
+    (SINGLE_SIZE1(m, nsize, ssize, fl) * (((fl) & CI_COMPLEX_ALIAS) ? 2 : 1))
+#define SINGLE_ALIGN(m, nalign) ((m) == '@' ? (int64_t)(nalign) : 1)
+#define SINGLE_CODE(ch) ((ch) == 'F' ? 'f' : (ch) == 'D' ? 'd' : (ch) == 'G' ? 'g' : (ch))
+#define SINGLE_PAIR(m, name, ch, nsize, nalign, ssize, fl)                                  \
+    {{.kind = PYXBUF_FMT_ROOT, .byte_order = '@', .parent = -1, .next = -1,                 \
+      .first_child = 1, .nchildren = 1, .alignment = SINGLE_ALIGN(m, nalign), .repeat = 1, \
+      .itemsize = SINGLE_SIZE(m, nsize, ssize, fl), .nbytes = SINGLE_SIZE(m, nsize, ssize, fl)}, \
+     {.kind = PYXBUF_FMT_SCALAR, .code = SINGLE_CODE(ch), .byte_order = (m),                  \
+      .flags = ((fl) & CI_COMPLEX_ALIAS) ? PYXBUF_FMTN_COMPLEX : 0, .parent = 0, .next = -1,  \
+      .first_child = -1, .alignment = SINGLE_ALIGN(m, nalign), .repeat = 1,                 \
+      .itemsize = SINGLE_SIZE(m, nsize, ssize, fl), .nbytes = SINGLE_SIZE(m, nsize, ssize, fl)}},
+#define SINGLE_MODE(m) {CODE_LIST(SINGLE_PAIR, m)},
+static const pyxbuf_format_node SINGLES[NMODES][NSLOTS][2] = {MODE_LIST(SINGLE_MODE)};
+
+/* The shared nodes of `fmt` when it is exactly one scalar with an optional
+ * order character and 'Z', else NULL (the parser does the rest). Reads no
+ * byte past the NUL: s[1] is read only once s[0] is a code. */
+static inline const pyxbuf_format_node *single_nodes(const char *fmt) {
     const unsigned char *s = (const unsigned char *)fmt;
-    unsigned c = s[0];
-    unsigned ord = ORD_NATIVE_SIZE | ORD_ALIGNED;
-    int32_t mode = '@', flags = 0;
-    if (c < 128 && ORDERS[c]) {
-        ord = ORDERS[c];
-        mode = (int32_t)c;
-        c = *++s;
-    }
-    if (c == 'Z') {
-        flags = PYXBUF_FMTN_COMPLEX;
-        c = *++s;
-    }
-    if (c >= 128) return false;
-    const code_info *ci = &CODES[c];
-    if (!(ci->flags & CI_VALID) || c == 'x' || s[1] != '\0' ||
-        (flags && !(ci->flags & CI_COMPLEX)))
-        return false;
-    int64_t size = (ord & ORD_NATIVE_SIZE) || (ci->flags & CI_NATIVE_ONLY) ? ci->native_size
-                                                                           : ci->std_size;
-    if (ci->flags & CI_COMPLEX_ALIAS) {
-        flags = PYXBUF_FMTN_COMPLEX;
-        c = (unsigned)complex_component((int)c);
-    }
-    one->mode = mode;
-    one->code = (int32_t)c;
-    one->flags = flags;
-    one->size = flags ? 2 * size : size;
-    one->align = ord & ORD_ALIGNED ? ci->native_align : 1;
-    return true;
+    unsigned mode = MODE_AT[s[0]];
+    s += mode & 1;
+    unsigned code = s[0] == 'Z' ? COMPLEX_AT[*++s] : CODE_AT[s[0]];
+    if (code == 0 || s[1] != '\0') return NULL;
+    return (const pyxbuf_format_node *)((const char *)SINGLES + (mode & ~1u) + code);
 }
 
-/* The fast path of pyxbuf_format_parse: header and both nodes, no parser. */
+/* The fast path of pyxbuf_format_parse: the header only. */
 static inline int parse_single(const char *fmt, pyxbuf_format *out) {
-    single one;
-    if (!single_scalar(fmt, &one)) return 1;
+    const pyxbuf_format_node *nodes = single_nodes(fmt);
+    if (nodes == NULL) return 1;
     out->source = fmt;
-    out->itemsize = one.size;
-    out->alignment = one.align;
+    out->itemsize = nodes[0].itemsize;
+    out->alignment = nodes[0].alignment;
     out->nnodes = 2;
     out->ndims = 0;
     out->flags = PYXBUF_FMTF_SINGLE_SCALAR;
-    out->node_capacity = PYXBUF_FORMAT_INLINE_NODES;
+    out->node_capacity = 0; /* shared: never written, never freed */
     out->dims_capacity = PYXBUF_FORMAT_INLINE_DIMS;
     out->reserved0 = 0;
-    out->heap_nodes = NULL;
+    out->heap_nodes = (pyxbuf_format_node *)nodes;
     out->heap_dims = NULL;
-    node_set(&out->inline_nodes[0], PYXBUF_FMT_ROOT, 0, '@', 0, -1, 1, 1, one.align, one.size);
-    node_set(&out->inline_nodes[1], PYXBUF_FMT_SCALAR, one.code, one.mode, one.flags, 0, -1, 0,
-             one.align, one.size);
     return 0;
 }
 
@@ -1402,10 +1429,10 @@ int pyxbuf_format_itemsize(const char *fmt, int64_t *itemsize, int64_t *alignmen
     if (fmt == NULL) fmt = "B";
     if (itemsize == NULL)
         return pyxbuf__error(err, PYXBUF_EINVAL, -1, "pyxbuf_format_itemsize: itemsize is NULL");
-    single one;
-    if (PYXBUF_LIKELY(single_scalar(fmt, &one))) {
-        *itemsize = one.size;
-        if (alignment) *alignment = one.align;
+    const pyxbuf_format_node *nodes = single_nodes(fmt);
+    if (PYXBUF_LIKELY(nodes != NULL)) {
+        *itemsize = nodes[0].itemsize;
+        if (alignment) *alignment = nodes[0].alignment;
         return PYXBUF_OK;
     }
     return itemsize_parsed(fmt, itemsize, alignment, err);

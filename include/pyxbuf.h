@@ -604,10 +604,13 @@ typedef struct pyxbuf_format {
     int32_t nnodes;
     int32_t ndims;
     int32_t flags;        /* PYXBUF_FMTF_* summary */
-    int32_t node_capacity;
+    int32_t node_capacity; /* 0: heap_nodes are the library's shared nodes */
     int32_t dims_capacity;
     int32_t reserved0;
-    pyxbuf_format_node *heap_nodes; /* NULL while the inline nodes suffice */
+    /* NULL while the inline nodes suffice; else memory this descriptor owns,
+     * or (node_capacity 0) the library's read-only nodes of a single scalar,
+     * shared by every descriptor of that format: never write through it. */
+    pyxbuf_format_node *heap_nodes;
     int64_t *heap_dims;             /* NULL while the inline dims suffice */
     pyxbuf_format_node inline_nodes[PYXBUF_FORMAT_INLINE_NODES];
     int64_t inline_dims[PYXBUF_FORMAT_INLINE_DIMS];
@@ -619,7 +622,9 @@ typedef struct pyxbuf_format {
 #define PYXBUF_FMTF_HAS_CUSTOM 0x4
 #define PYXBUF_FMTF_HAS_OPAQUE 0x8 /* itemsize is -1 */
 
-/* The nodes of `f` (inline or heap storage). */
+/* The nodes of `f` (inline, heap or shared storage). Read-only: a parsed
+ * format changes only through the builder calls below, which copy shared
+ * nodes before they write. */
 PYXBUF_API pyxbuf_format_node *pyxbuf_format_nodes(const pyxbuf_format *f);
 /* The sub-array dimensions of `f` (index with node->dims_start). */
 PYXBUF_API int64_t *pyxbuf_format_dims(const pyxbuf_format *f);

@@ -174,7 +174,8 @@ TEST_CASE(single_items_do_not_allocate) {
     for (size_t i = 0; i < sizeof fmts / sizeof *fmts; i++) {
         pyxbuf_format f;
         if (parse_ok(fmts[i], &f) != 0) continue;
-        CHECK(f.heap_nodes == NULL);
+        /* no nodes of its own on the heap: inline, or the shared ones */
+        CHECK(f.heap_nodes == NULL || f.node_capacity == 0);
         CHECK(f.heap_dims == NULL);
         CHECK(f.source == fmts[i]);
         pyxbuf_format_clear(&f);
@@ -193,9 +194,109 @@ TEST_CASE(single_items_do_not_allocate) {
     }
     /* A relocated copy of a heap-free format reads the same. */
     pyxbuf_format moved = f;
-    CHECK(pyxbuf_format_nodes(&moved) == moved.inline_nodes);
+    CHECK(pyxbuf_format_nodes(&moved) == pyxbuf_format_nodes(&f));
     CHECK_INT_EQ(node(&moved, 1)->code, 'd');
     pyxbuf_format_clear(&moved);
+    CHECK(moved.heap_nodes == NULL && moved.nnodes == 0);
+    CHECK(pyxbuf_format_nodes(&moved) == moved.inline_nodes);
+    if (parse_ok(" f", &f) == 0) { /* the parser's own path: inline nodes */
+        moved = f;
+        CHECK(pyxbuf_format_nodes(&moved) == moved.inline_nodes);
+        CHECK_INT_EQ(node(&moved, 1)->code, 'f');
+        pyxbuf_format_clear(&moved);
+    }
+}
+
+/* Compares every field of two nodes; says which differs. */
+static void check_same_node(const char *fmt, int32_t i, const pyxbuf_format_node *a,
+                            const pyxbuf_format_node *b) {
+#define SAME(field)                                                                    \
+    if (a->field != b->field) {                                                         \
+        fprintf(stderr, "format '%s' node %d: " #field " %lld (shared) vs %lld (parser)\n", \
+                fmt, (int)i, (long long)a->field, (long long)b->field);              \
+        CHECK(a->field == b->field);                                                    \
+    }
+    SAME(kind) SAME(code) SAME(byte_order) SAME(flags) SAME(parent) SAME(next)
+    SAME(first_child) SAME(nchildren) SAME(ndim) SAME(dims_start) SAME(alignment)
+    SAME(repeat) SAME(offset) SAME(itemsize) SAME(nbytes) SAME(name_len)
+    SAME(custom_id_len) SAME(custom_len) SAME(alternatives_len)
+#undef SAME
+    CHECK(a->name == NULL && b->name == NULL && a->custom == NULL && b->custom == NULL &&
+          a->alternatives == NULL && b->alternatives == NULL);
+}
+
+/* The shared single-scalar nodes are exactly what the general parser builds
+ * for the same item, in every mode, for every code, with and without 'Z'. */
+TEST_CASE(single_scalars_share_what_the_parser_builds) {
+    const char *modes[] = {"", "@", "^", "=", "<", ">", "!"};
+    const char *codes = "cbB?hHiIlLqQnNefdspPgOwuFDG";
+    int shared = 0;
+    for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
+        for (const char *c = codes; *c; c++) {
+            for (int z = 0; z < 2; z++) {
+                if (z && !strchr("fdg", *c)) continue;
+                char fmt[8], spaced[9];
+                snprintf(fmt, sizeof fmt, "%s%s%c", modes[m], z ? "Z" : "", *c);
+                snprintf(spaced, sizeof spaced, "%s ", fmt); /* defeats the fast path */
+                pyxbuf_format fast, general;
+                if (parse_ok(fmt, &fast) != 0) continue;
+                if (parse_ok(spaced, &general) != 0) {
+                    pyxbuf_format_clear(&fast);
+                    continue;
+                }
+                shared += fast.node_capacity == 0;
+                CHECK(general.node_capacity > 0 && general.heap_nodes == NULL);
+                CHECK_INT_EQ(fast.nnodes, general.nnodes);
+                CHECK_INT_EQ(fast.itemsize, general.itemsize);
+                CHECK_INT_EQ(fast.alignment, general.alignment);
+                CHECK_INT_EQ(fast.flags, general.flags);
+                for (int32_t i = 0; i < fast.nnodes && i < general.nnodes; i++)
+                    check_same_node(fmt, i, node(&fast, i), node(&general, i));
+                int64_t size = 0, align = 0;
+                CHECK_INT_EQ(pyxbuf_format_itemsize(fmt, &size, &align, NULL), 0);
+                CHECK_INT_EQ(size, general.itemsize);
+                CHECK_INT_EQ(align, general.alignment);
+                pyxbuf_format_clear(&fast);
+                pyxbuf_format_clear(&general);
+            }
+        }
+    }
+    CHECK_INT_EQ(shared, 7 * 27 + 7 * 3); /* every one took the shared nodes */
+    /* Not single scalars: padding alone, two codes, a bare prefix or 'Z'. */
+    const char *others[] = {"x", "ff", "<", "Z", "Zi", "<<f", "ZZf", "f:a:"};
+    for (size_t i = 0; i < sizeof others / sizeof *others; i++) {
+        pyxbuf_format f;
+        if (pyxbuf_format_parse(others[i], &f, NULL) == 0) {
+            CHECK(f.node_capacity > 0);
+            pyxbuf_format_clear(&f);
+        }
+    }
+}
+
+/* The builder copies shared nodes before it writes: adding to a parsed
+ * single scalar leaves every other descriptor of it as it was. */
+TEST_CASE(builder_on_a_parsed_single_scalar_copies_first) {
+    pyxbuf_format a, b;
+    if (parse_ok("<d", &a) != 0 || parse_ok("<d", &b) != 0) return;
+    CHECK(pyxbuf_format_nodes(&a) == pyxbuf_format_nodes(&b));
+    CHECK(pyxbuf_format_add_scalar(&a, 0, 'i', 0, 0, 1, 0, NULL, "n") == 2);
+    CHECK(pyxbuf_format_nodes(&a) != pyxbuf_format_nodes(&b));
+    CHECK_INT_EQ(a.nnodes, 3);
+    CHECK_INT_EQ(node(&a, 0)->nchildren, 2);
+    CHECK_INT_EQ(node(&b, 0)->nchildren, 1);
+    CHECK_INT_EQ(node(&b, 1)->next, -1);
+    CHECK_INT_EQ(pyxbuf_format_finish(&a, NULL), 0);
+    char buf[64];
+    CHECK_INT_EQ(pyxbuf_format_write(&a, buf, sizeof buf, NULL, NULL), 0);
+    CHECK_STR_EQ(buf, "<d@i:n:"); /* 0 is the root's mode, '@' */
+    CHECK_INT_EQ(a.itemsize, 12);
+    pyxbuf_format_clear(&a);
+    pyxbuf_format_clear(&b);
+    pyxbuf_format c;
+    if (parse_ok("<d", &c) != 0) return;
+    CHECK_INT_EQ(node(&c, 0)->nchildren, 1);
+    CHECK_INT_EQ(c.itemsize, 8);
+    pyxbuf_format_clear(&c);
 }
 
 TEST_CASE(struct_nodes) {
@@ -807,6 +908,8 @@ TEST_CASE(clear_frees_and_empties) {
 }
 
 TEST_MAIN(TEST_ENTRY(valid_formats), TEST_ENTRY(single_items_do_not_allocate),
+          TEST_ENTRY(single_scalars_share_what_the_parser_builds),
+          TEST_ENTRY(builder_on_a_parsed_single_scalar_copies_first),
           TEST_ENTRY(struct_nodes), TEST_ENTRY(subarray_nodes), TEST_ENTRY(strings_count_length),
           TEST_ENTRY(custom_nodes), TEST_ENTRY(opaque_itemsize_error),
           TEST_ENTRY(malformed_formats), TEST_ENTRY(long_format_messages_are_truncated),

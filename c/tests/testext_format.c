@@ -141,7 +141,8 @@ static PyObject *format_dict(const pyxbuf_format *f) {
     if (d == NULL || set_item(d, "itemsize", PyLong_FromLongLong((long long)f->itemsize)) < 0 ||
         set_item(d, "alignment", PyLong_FromLongLong((long long)f->alignment)) < 0 ||
         set_item(d, "flags", PyLong_FromLong((long)f->flags)) < 0 ||
-        set_item(d, "heap", PyBool_FromLong(f->heap_nodes != NULL || f->heap_dims != NULL)) < 0 ||
+        set_item(d, "heap", PyBool_FromLong((f->heap_nodes != NULL && f->node_capacity > 0) ||
+                                                          f->heap_dims != NULL)) < 0 ||
         set_item(d, "nodes", nodes) < 0) {
         Py_XDECREF(d);
         return NULL;

@@ -832,10 +832,13 @@ pub struct pyxbuf_format {
     pub ndims: i32,
     /// PYXBUF_FMTF_* summary
     pub flags: i32,
+    /// 0: heap_nodes are the library's shared nodes
     pub node_capacity: i32,
     pub dims_capacity: i32,
     pub reserved0: i32,
-    /// NULL while the inline nodes suffice
+    /** NULL while the inline nodes suffice; else memory this descriptor owns,
+ or (node_capacity 0) the library's read-only nodes of a single scalar,
+ shared by every descriptor of that format: never write through it.*/
     pub heap_nodes: *mut pyxbuf_format_node,
     /// NULL while the inline dims suffice
     pub heap_dims: *mut i64,
@@ -1227,7 +1230,9 @@ unsafe extern "C" {
     pub fn pyxbuf_exporter_data(obj: *mut PyObject) -> *mut ::std::os::raw::c_void;
     /// The exporter type (created on first use). Borrowed reference.
     pub fn pyxbuf_exporter_type() -> *mut PyTypeObject;
-    /// The nodes of `f` (inline or heap storage).
+    /** The nodes of `f` (inline, heap or shared storage). Read-only: a parsed
+ format changes only through the builder calls below, which copy shared
+ nodes before they write.*/
     pub fn pyxbuf_format_nodes(f: *const pyxbuf_format) -> *mut pyxbuf_format_node;
     /// The sub-array dimensions of `f` (index with node->dims_start).
     pub fn pyxbuf_format_dims(f: *const pyxbuf_format) -> *mut i64;
