@@ -123,9 +123,9 @@ static const code_info *code_info_of(int c) {
     return &CODES[c];
 }
 
-static bool is_order(int c) {
-    return c == '@' || c == '=' || c == '<' || c == '>' || c == '!' || c == '^';
-}
+static const bool ORDER_CHAR[256] = {['@'] = 1, ['='] = 1, ['<'] = 1,
+                                     ['>'] = 1, ['!'] = 1, ['^'] = 1};
+static bool is_order(int c) { return c >= 0 && c < 256 && ORDER_CHAR[c]; }
 
 static bool is_ws(int c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
@@ -414,24 +414,33 @@ static void unshare_nodes(pyxbuf_format *f) {
     f->node_capacity = PYXBUF_FORMAT_INLINE_NODES;
 }
 
-/* Index of a new node, or -1 when out of memory. */
-static int32_t node_alloc(pyxbuf_format *f) {
-    if (f->node_capacity == 0 && f->heap_nodes != NULL) unshare_nodes(f);
-    if (f->nnodes == f->node_capacity) {
-        if (f->node_capacity > INT32_MAX / 2) return -1;
-        int32_t cap = f->node_capacity * 2 < 16 ? 16 : f->node_capacity * 2;
-        pyxbuf_format_node *n;
-        if (f->heap_nodes == NULL) {
-            n = malloc((size_t)cap * sizeof *n);
-            if (n) memcpy(n, f->inline_nodes, sizeof f->inline_nodes);
-        } else {
-            n = realloc(f->heap_nodes, (size_t)cap * sizeof *n);
-        }
-        if (n == NULL) return -1;
-        f->heap_nodes = n;
-        f->node_capacity = cap;
+/* node_alloc past the capacity: out of line, it is rare. */
+static PYXBUF_NOINLINE int32_t node_grow(pyxbuf_format *f) {
+    if (f->node_capacity == 0 && f->heap_nodes != NULL) {
+        unshare_nodes(f);
+        return f->nnodes++;
     }
+    if (f->node_capacity > INT32_MAX / 2) return -1;
+    /* 8 first: 960 bytes, which glibc serves from its per-thread cache (up
+     * to 1032 bytes), unlike the general allocator for 16. */
+    int32_t cap = f->node_capacity * 2 < 8 ? 8 : f->node_capacity * 2;
+    pyxbuf_format_node *n;
+    if (f->heap_nodes == NULL) {
+        n = malloc((size_t)cap * sizeof *n);
+        if (n) memcpy(n, f->inline_nodes, (size_t)f->nnodes * sizeof *n);
+    } else {
+        n = realloc(f->heap_nodes, (size_t)cap * sizeof *n);
+    }
+    if (n == NULL) return -1;
+    f->heap_nodes = n;
+    f->node_capacity = cap;
     return f->nnodes++;
+}
+
+/* Index of a new node, or -1 when out of memory. */
+static inline int32_t node_alloc(pyxbuf_format *f) {
+    if (PYXBUF_LIKELY(f->nnodes < f->node_capacity)) return f->nnodes++;
+    return node_grow(f);
 }
 
 static bool dim_push(pyxbuf_format *f, int64_t d) {
@@ -666,7 +675,7 @@ static bool merge_padding(parser *p, seq *q, const item *it) {
 }
 
 /* Place `it` after what `q` holds and record its node. */
-static int emit_item(parser *p, seq *q, item *it) {
+static PYXBUF_ALWAYS_INLINE int emit_item(parser *p, seq *q, item *it) {
     /* A struct aligns as its members do, whatever mode its "T{" found. */
     bool aligned = it->mode == '@' ||
                    (it->kind == PYXBUF_FMT_STRUCT && !(it->flags & PYXBUF_FMTN_POINTER));
@@ -693,32 +702,31 @@ static int emit_item(parser *p, seq *q, item *it) {
 
     int32_t idx = it->node;
     if (idx < 0 && (idx = node_alloc(p->out)) < 0) return fail_nomem(p);
-    pyxbuf_format_node *n = node_at(p, idx);
-    *n = (pyxbuf_format_node){
-        .kind = it->kind,
-        .code = it->code,
-        .byte_order = it->mode,
-        .flags = it->flags,
-        .parent = q->parent,
-        .next = -1,
-        .first_child = it->first_child,
-        .nchildren = it->nchildren,
-        .ndim = it->ndim,
-        .dims_start = it->dims_start,
-        .alignment = align,
-        .repeat = it->repeat,
-        .offset = offset,
-        .itemsize = it->size,
-        .nbytes = nbytes,
-        .name = it->name,
-        .name_len = it->name_len,
-        .custom_id_len = it->custom_id_len,
-        .custom = it->custom,
-        .custom_len = it->custom_len,
-        .alternatives_len = it->alts_len,
-        .alternatives = it->alts,
-    };
-    if (q->last >= 0) node_at(p, q->last)->next = idx;
+    pyxbuf_format_node *nodes = pyxbuf_format_nodes(p->out), *n = &nodes[idx];
+    /* Field by field: a compound literal is built on the stack and copied. */
+    n->kind = it->kind;
+    n->code = it->code;
+    n->byte_order = it->mode;
+    n->flags = it->flags;
+    n->parent = q->parent;
+    n->next = -1;
+    n->first_child = it->first_child;
+    n->nchildren = it->nchildren;
+    n->ndim = it->ndim;
+    n->dims_start = it->dims_start;
+    n->alignment = align;
+    n->repeat = it->repeat;
+    n->offset = offset;
+    n->itemsize = it->size;
+    n->nbytes = nbytes;
+    n->name = it->name;
+    n->name_len = it->name_len;
+    n->custom_id_len = it->custom_id_len;
+    n->custom = it->custom;
+    n->custom_len = it->custom_len;
+    n->alternatives_len = it->alts_len;
+    n->alternatives = it->alts;
+    if (q->last >= 0) nodes[q->last].next = idx;
     else q->first = idx;
     q->last = idx;
     q->count++;
@@ -972,10 +980,9 @@ static int parse_dims(parser *p, item *it) {
     return 0;
 }
 
-/* An optional prefix slot: sets the mode. */
-static int prefix_slot(parser *p) {
+/* A byte-order prefix at p->s: sets the mode. */
+static PYXBUF_NOINLINE int prefix_at(parser *p) {
     int c = peek(p);
-    if (!is_order(c)) return 0;
     if (p->struct_only && p->s != p->seq_start)
         return fail(p, PYXBUF_EFORMAT, p->s,
                     "byte-order prefix '%c' at position %lld inside a struct$ payload: the "
@@ -996,6 +1003,9 @@ static int prefix_slot(parser *p) {
                     c, d, POS(p, p->s));
     return 0;
 }
+
+/* An optional prefix slot: sets the mode. */
+static inline int prefix_slot(parser *p) { return is_order(peek(p)) ? prefix_at(p) : 0; }
 
 /* The error for a character where a type code should be. */
 static int bad_code(parser *p, const item *it, bool had_count, bool had_prefix) {

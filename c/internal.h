@@ -15,9 +15,12 @@
 #define PYXBUF_COLD __attribute__((noinline, cold))
 /* Taken often enough to stay warm, but kept out of a hot caller's frame. */
 #define PYXBUF_NOINLINE __attribute__((noinline))
+/* A small step of a hot loop whose call would cost more than its body. */
+#define PYXBUF_ALWAYS_INLINE inline __attribute__((always_inline))
 #else
 #define PYXBUF_COLD
 #define PYXBUF_NOINLINE
+#define PYXBUF_ALWAYS_INLINE inline
 #define PYXBUF_PRINTF(f, a)
 #define PYXBUF_LIKELY(x) (x)
 #define PYXBUF_UNLIKELY(x) (x)
