@@ -403,6 +403,16 @@ static void call_deleter(void *tensor, int versioned) {
     PyErr_Restore(type, value, tb);
 }
 
+void pyxbuf__dlpack_release_bare(void *tensor) {
+    DLManagedTensorVersioned *t = tensor;
+    if (PYXBUF_UNLIKELY(PyErr_Occurred() != NULL)) {
+        call_deleter(t, 1); /* keeps the pending exception out of its way */
+        return;
+    }
+    if (t->deleter != NULL) t->deleter(t);
+    if (PYXBUF_UNLIKELY(PyErr_Occurred() != NULL)) PyErr_WriteUnraisable(NULL);
+}
+
 static void hold_finalize(void *storage) {
     dl_hold *h = storage;
     if (h->info.sync_event != NULL) {
@@ -480,7 +490,8 @@ static int mul_ok(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *r) {
 #endif
 }
 
-/* Fill the view from the tensor the holder owns. -1 with BufferError. */
+/* Fill the view from the tensor `h` describes: the holder owns it, or with
+ * no holder (NULL) the view does (bridge_data). -1 with BufferError. */
 static int describe(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
                     PyObject *holder, dl_hold *h) {
     DLTensor *t;
@@ -571,8 +582,50 @@ static int describe(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t str
     }
     view->path = h->path;
     view->owner = holder;
-    view->bridge_data = h;
+    view->bridge_data = holder != NULL ? (void *)h : h->tensor;
     return 0;
+}
+
+/* A host tensor of DLPack major version 1 with at most PYXBUF_INLINE_NDIM
+ * dimensions needs no holder: its shape fits the view and nothing about it
+ * outlives the call but the tensor itself (see pyxbuf__dlpack_release_bare). */
+static int can_go_bare(const DLManagedTensorVersioned *m) {
+    return m->version.major == DL_MAJOR && m->dl_tensor.ndim >= 0 &&
+           m->dl_tensor.ndim <= PYXBUF_INLINE_NDIM &&
+           host_device_type(m->dl_tensor.device.device_type);
+}
+
+/* Describes `tensor` into the view and takes it over: 1 = acquired, -1 =
+ * failed (its deleter has run). `*held` is the holder's storage when one was
+ * needed (device tensors, many dimensions, legacy or foreign versions), else
+ * NULL. */
+static int adopt_tensor(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
+                        void *tensor, int versioned, int32_t path, dl_hold **held) {
+    *held = NULL;
+    if (versioned && can_go_bare(tensor)) {
+        dl_hold h; /* describe's scratch: host, so `info` and `dims` stay unused */
+        h.tensor = tensor;
+        h.versioned = 1;
+        h.path = path;
+        h.dl_flags = 0;
+        h.info.size = 0;
+        if (describe(obj, view, flags, stream, NULL, &h) == 0) return 1;
+        call_deleter(tensor, 1);
+        return -1;
+    }
+    dl_hold *h;
+    PyObject *holder = hold_new(tensor, versioned, path, &h);
+    if (holder == NULL) return -1;
+    if (describe(obj, view, flags, stream, holder, h) < 0) {
+        if (view->owner == holder) {
+            view->owner = NULL;
+            Py_CLEAR(view->base.obj);
+        }
+        Py_DECREF(holder); /* calls the deleter */
+        return -1;
+    }
+    *held = h;
+    return 1;
 }
 
 /* ------------------------------------------------------------------------- */
@@ -671,14 +724,11 @@ static int acquire_c(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t st
         return -1;
     }
     dl_hold *h;
-    PyObject *holder = hold_new(m, 1, PYXBUF_PATH_DLPACK_C, &h);
-    if (holder == NULL) return -1;
-    if (describe(obj, view, flags, stream, holder, h) < 0 ||
-        order_after_producer(api, h, stream) < 0) {
-        if (view->owner == holder) {
-            view->owner = NULL;
-            Py_CLEAR(view->base.obj);
-        }
+    if (adopt_tensor(obj, view, flags, stream, m, 1, PYXBUF_PATH_DLPACK_C, &h) < 0) return -1;
+    if (h != NULL && order_after_producer(api, h, stream) < 0) {
+        PyObject *holder = view->owner;
+        view->owner = NULL;
+        Py_CLEAR(view->base.obj);
         Py_DECREF(holder); /* calls the deleter */
         return -1;
     }
@@ -836,13 +886,7 @@ static int acquire_py(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t s
     Py_DECREF(capsule);
     if (tensor == NULL) return -1;
     dl_hold *h;
-    PyObject *holder = hold_new(tensor, versioned, PYXBUF_PATH_DLPACK, &h);
-    if (holder == NULL) return -1;
-    if (describe(obj, view, flags, stream, holder, h) < 0) {
-        Py_DECREF(holder); /* calls the deleter */
-        return -1;
-    }
-    return 1;
+    return adopt_tensor(obj, view, flags, stream, tensor, versioned, PYXBUF_PATH_DLPACK, &h);
 }
 
 int pyxbuf__dlpack_type_speaks(PyTypeObject *type) {
@@ -867,6 +911,14 @@ int pyxbuf__dlpack_view_info(const pyxbuf_view *view, uint64_t *dl_flags, uint32
         (view->path != PYXBUF_PATH_DLPACK && view->path != PYXBUF_PATH_DLPACK_C) ||
         view->bridge_data == NULL)
         return -1;
+    if (view->owner == NULL) { /* bare: the tensor itself */
+        const DLManagedTensorVersioned *m = view->bridge_data;
+        *dl_flags = m->flags;
+        *major = m->version.major;
+        *minor = m->version.minor;
+        *versioned = 1;
+        return 0;
+    }
     const dl_hold *h = view->bridge_data;
     *dl_flags = h->dl_flags;
     *major = h->version.major;

@@ -94,6 +94,11 @@ void pyxbuf__exporter_adopt_event(PyObject *obj, void *event, int64_t stream);
  * stream=None, the producer assumes the default stream). */
 #define PYXBUF__STREAM_UNSET INT64_MIN
 int pyxbuf__dlpack_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream);
+/* A DLPack view of a host tensor with few dimensions has no owner object:
+ * view->owner is NULL and view->bridge_data the DLManagedTensorVersioned
+ * itself, whose deleter this runs at release (the one exception to the
+ * generic release above). */
+void pyxbuf__dlpack_release_bare(void *tensor);
 /* 1 if the DLPack bridge would try `type` (it has __dlpack__ or a C exchange
  * table); answered from the per-type cache, calls nothing. */
 int pyxbuf__dlpack_type_speaks(PyTypeObject *type);

@@ -621,7 +621,10 @@ static PYXBUF_NOINLINE void release_by_bridge(pyxbuf_view *view) {
         return;
     }
     Py_CLEAR(view->base.obj);
-    Py_CLEAR(view->owner);
+    if (view->owner != NULL)
+        Py_CLEAR(view->owner);
+    else if (view->path == PYXBUF_PATH_DLPACK || view->path == PYXBUF_PATH_DLPACK_C)
+        pyxbuf__dlpack_release_bare(view->bridge_data);
 }
 
 static int refuse_no_protocol(PyObject *obj) {
