@@ -556,16 +556,15 @@ static int describe(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t str
     /* As an integer: an offset of 2^63 or more is a negative index to C's
      * pointer arithmetic (undefined), yet a valid address for DLPack. */
     if (data != NULL) data = (char *)((uintptr_t)data + t->byte_offset);
-    pyxbuf_export_desc desc;
-    memset(&desc, 0, sizeof desc);
-    desc.size = (uint32_t)sizeof desc;
-    desc.ndim = ndim;
-    desc.buf = data;
-    desc.format = format;
-    desc.itemsize = itemsize;
-    desc.shape = shape;
-    desc.strides = strides;
-    desc.readonly = (h->dl_flags & DL_FLAG_READ_ONLY) != 0;
+    /* Fields not named (reserved, device) are zero. */
+    pyxbuf_export_desc desc = {.size = (uint32_t)sizeof desc,
+                               .ndim = ndim,
+                               .buf = data,
+                               .format = format,
+                               .itemsize = itemsize,
+                               .shape = shape,
+                               .strides = strides,
+                               .readonly = (h->dl_flags & DL_FLAG_READ_ONLY) != 0};
     if (!host) {
         h->info.size = (uint32_t)sizeof h->info;
         h->info.device_type = type;
