@@ -15,7 +15,7 @@ CMAKE_ARGS ?=
 export PYTHONDONTWRITEBYTECODE := 1
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build test test-c test-python test-rust test-pymodules pymodules demo clean \
+.PHONY: all build build-release-check test test-c test-python test-rust test-pymodules pymodules demo clean \
 	distclean venv libclang bindings asan-build test-asan test-asan-c test-asan-python \
 	clang fuzz fuzz-build \
 	valgrind-build test-valgrind tsan-build test-tsan
@@ -41,6 +41,15 @@ SITE = $(shell $(VPY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib
 
 test-c: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# The optimised builds users install, warning-free under -Werror: -O2 and -Os
+# run analyses (maybe-uninitialized) that the default build does not. CI runs it.
+build-release-check: venv
+	for t in Release MinSizeRel; do \
+	    cmake -S . -B build-$$t -DCMAKE_BUILD_TYPE=$$t -DPYXBUF_WERROR=ON \
+	        -DPython3_EXECUTABLE=$(abspath $(VPY)) && \
+	    cmake --build build-$$t -j $(JOBS) || exit 1; \
+	done
 
 test-python: build pymodules
 	PYTHONPATH=$(abspath $(BUILD))/python $(VPY) -m pytest -q python-tests
@@ -265,7 +274,7 @@ test-tsan: tsan-build
 	    -E '^build\.'
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(VALGRIND_BUILD) $(TSAN_BUILD) target
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(VALGRIND_BUILD) $(TSAN_BUILD) target build-Release build-MinSizeRel
 
 distclean: clean
 	rm -rf $(VENV)

@@ -325,7 +325,7 @@ static int wait_event(const pyxbuf_backend *b, const pyxbuf_view *view, int64_t 
 int pyxbuf_device_wait(const pyxbuf_view *view, int64_t consumer_stream) {
     if (view->device == NULL) return 0;
     pyxbuf_backend b;
-    pyxbuf_device d;
+    pyxbuf_device d = {0, 0}; /* set by view_backend; gcc's -O2 cannot see it */
     pyxbuf_error err;
     int rc = view_backend(view, &b, &d, &err);
     if (rc == 0) {
@@ -649,7 +649,7 @@ int pyxbuf_copy_to_host(const pyxbuf_view *view, void *dst, size_t nbytes) {
         return 0;
     }
     pyxbuf_backend b;
-    pyxbuf_device d;
+    pyxbuf_device d = {0, 0}; /* set by view_backend; gcc's -O2 cannot see it */
     pyxbuf_error err;
     int rc = view_backend(view, &b, &d, &err);
     if (rc == 0) {
