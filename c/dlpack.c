@@ -386,12 +386,7 @@ typedef struct dl_hold {
     Py_ssize_t dims[];       /* spilled shape and strides when ndim > inline */
 } dl_hold;
 
-static void call_deleter(void *tensor, int versioned) {
-    if (tensor == NULL) return;
-    /* The deleter runs arbitrary code (often Py_DECREF): keep a pending
-     * exception (an error path's) out of its way. */
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
+static void run_deleter(void *tensor, int versioned) {
     if (versioned) {
         DLManagedTensorVersioned *t = tensor;
         if (t->deleter != NULL) t->deleter(t);
@@ -399,19 +394,24 @@ static void call_deleter(void *tensor, int versioned) {
         DLManagedTensor *t = tensor;
         if (t->deleter != NULL) t->deleter(t);
     }
-    if (PyErr_Occurred()) PyErr_WriteUnraisable(NULL);
+    if (PYXBUF_UNLIKELY(PyErr_Occurred() != NULL)) PyErr_WriteUnraisable(NULL);
+}
+
+static void call_deleter(void *tensor, int versioned) {
+    if (tensor == NULL) return;
+    if (PYXBUF_LIKELY(PyErr_Occurred() == NULL)) {
+        run_deleter(tensor, versioned);
+        return;
+    }
+    /* The deleter runs arbitrary code (often Py_DECREF): keep a pending
+     * exception (an error path's) out of its way. */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    run_deleter(tensor, versioned);
     PyErr_Restore(type, value, tb);
 }
 
-void pyxbuf__dlpack_release_bare(void *tensor) {
-    DLManagedTensorVersioned *t = tensor;
-    if (PYXBUF_UNLIKELY(PyErr_Occurred() != NULL)) {
-        call_deleter(t, 1); /* keeps the pending exception out of its way */
-        return;
-    }
-    if (t->deleter != NULL) t->deleter(t);
-    if (PYXBUF_UNLIKELY(PyErr_Occurred() != NULL)) PyErr_WriteUnraisable(NULL);
-}
+void pyxbuf__dlpack_release_bare(void *tensor) { call_deleter(tensor, 1); }
 
 static void hold_finalize(void *storage) {
     dl_hold *h = storage;
@@ -615,11 +615,7 @@ static int adopt_tensor(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t
     dl_hold *h;
     PyObject *holder = hold_new(tensor, versioned, path, &h);
     if (holder == NULL) return -1;
-    if (describe(obj, view, flags, stream, holder, h) < 0) {
-        if (view->owner == holder) {
-            view->owner = NULL;
-            Py_CLEAR(view->base.obj);
-        }
+    if (describe(obj, view, flags, stream, holder, h) < 0) { /* view->owner not set */
         Py_DECREF(holder); /* calls the deleter */
         return -1;
     }
@@ -1355,11 +1351,7 @@ static int xc_to_py_object(DLManagedTensorVersioned *tensor, void **out_py_objec
         return -1;
     }
     if (describe(holder, v, PyBUF_RECORDS_RO | PYXBUF_DEVICE, PYXBUF__STREAM_UNSET, holder, h) <
-        0) {
-        if (v->owner == holder) {
-            v->owner = NULL;
-            Py_CLEAR(v->base.obj);
-        }
+        0) { /* v->owner not set */
         free(v);
         Py_DECREF(holder); /* calls the deleter */
         return -1;

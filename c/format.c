@@ -113,19 +113,45 @@ typedef struct code_info {
     [ch] = {(uint8_t)(nsize), (uint8_t)(nalign), (uint8_t)(ssize), CI_VALID | (fl)},
 static const code_info CODES[128] = {CODE_LIST(CODE_ENTRY, 0)};
 
-/* The component code of a complex alias ('F' -> 'f'), else `c`. */
-static int complex_component(int c) {
-    return c == 'F' ? 'f' : c == 'D' ? 'd' : c == 'G' ? 'g' : c;
-}
+/* The struct module's size rule: '@' and '^' use native sizes, the other
+ * modes standard ones, except for codes that have none. */
+#define NATIVE_SIZED(mode, fl) ((mode) == '@' || (mode) == '^' || ((fl) & CI_NATIVE_ONLY))
+/* The component code of a complex alias ('F' -> 'f'), else `ch`. */
+#define COMPONENT_CODE(ch) ((ch) == 'F' ? 'f' : (ch) == 'D' ? 'd' : (ch) == 'G' ? 'g' : (ch))
+
+static int complex_component(int c) { return COMPONENT_CODE(c); }
 
 static const code_info *code_info_of(int c) {
     if (c <= 0 || c >= 128 || !(CODES[c].flags & CI_VALID)) return NULL;
     return &CODES[c];
 }
 
-static const bool ORDER_CHAR[256] = {['@'] = 1, ['='] = 1, ['<'] = 1,
-                                     ['>'] = 1, ['!'] = 1, ['^'] = 1};
-static bool is_order(int c) { return c >= 0 && c < 256 && ORDER_CHAR[c]; }
+/* Single scalars ("f", "<d", "Zf", "=D") are the common case of every
+ * consumer. Their descriptors point at nodes built at compile time (SINGLES,
+ * below), one root-and-scalar pair per byte-order mode and code, so parsing
+ * one writes only the descriptor's header. These tables find the pair as
+ * byte offsets into SINGLES (the hot path adds them, no multiplying): of each
+ * code that can stand alone ('x', slot 0, cannot: 0 means no), of the complex
+ * alias that is the same item as 'Z' and a code, and of each mode (its order
+ * character, plus 1 to say the format starts with one; no character means
+ * '@'). MODE_AT also answers is_order. */
+#define SLOT_NAME(arg, name, ch, nsize, nalign, ssize, fl) SLOT_##name,
+enum { CODE_LIST(SLOT_NAME, 0) NSLOTS };
+#define MODE_LIST(X) X(0, '@') X(1, '^') X(2, '=') X(3, '<') X(4, '>') X(5, '!')
+enum { NMODES = 6 };
+#define PAIR_BYTES (2 * sizeof(pyxbuf_format_node))
+#define MODE_BYTES (NSLOTS * PAIR_BYTES)
+_Static_assert(NMODES * MODE_BYTES < 65536, "single-scalar offsets fit 16 bits");
+#define CODE_AT_OF(arg, name, ch, nsize, nalign, ssize, fl) \
+    [ch] = (uint16_t)(SLOT_##name * PAIR_BYTES),
+static const uint16_t CODE_AT[256] = {CODE_LIST(CODE_AT_OF, 0)};
+static const uint16_t COMPLEX_AT[256] = {['f'] = SLOT_F * PAIR_BYTES,
+                                         ['d'] = SLOT_D * PAIR_BYTES,
+                                         ['g'] = SLOT_G * PAIR_BYTES};
+#define MODE_AT_OF(i, m) [m] = (uint16_t)((i) * MODE_BYTES + 1),
+static const uint16_t MODE_AT[256] = {MODE_LIST(MODE_AT_OF)};
+
+static bool is_order(int c) { return c >= 0 && c < 256 && (MODE_AT[c] & 1); }
 
 static bool is_ws(int c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
@@ -148,8 +174,7 @@ static void scalar_layout(int code, int mode, int32_t flags, int64_t *size, int6
         *align = (int64_t)_Alignof(void *);
         return;
     }
-    bool native = mode == '@' || mode == '^' || (ci->flags & CI_NATIVE_ONLY);
-    *size = native ? ci->native_size : ci->std_size;
+    *size = NATIVE_SIZED(mode, ci->flags) ? ci->native_size : ci->std_size;
     *align = ci->native_align;
     if (flags & PYXBUF_FMTN_COMPLEX) *size *= 2;
 }
@@ -1296,47 +1321,20 @@ static void parser_init(parser *p, const char *fmt, size_t len, pyxbuf_format *o
  * consumer. Their descriptors point at nodes built at compile time, one
  * root-and-scalar pair per byte-order mode and code, so parsing one writes
  * only the descriptor's header. */
-#define SLOT_NAME(arg, name, ch, nsize, nalign, ssize, fl) SLOT_##name,
-enum { CODE_LIST(SLOT_NAME, 0) NSLOTS };
-#define MODE_LIST(X) X('@') X('^') X('=') X('<') X('>') X('!')
-enum { NMODES = 6 };
-
-/* Where a format's pair is, as byte offsets into SINGLES (the hot path adds
- * them, no multiplying): of each code that can stand alone ('x', slot 0,
- * cannot: 0 means no), of the complex alias that is the same item as 'Z' and
- * a code, and of each mode (its order character, plus 1 to say the format
- * starts with one; no character means '@'). */
-#define PAIR_BYTES (2 * sizeof(pyxbuf_format_node))
-#define MODE_BYTES (NSLOTS * PAIR_BYTES)
-_Static_assert(NMODES * MODE_BYTES < 65536, "single-scalar offsets fit 16 bits");
-#define CODE_AT_OF(arg, name, ch, nsize, nalign, ssize, fl) \
-    [ch] = (uint16_t)(SLOT_##name * PAIR_BYTES),
-static const uint16_t CODE_AT[256] = {CODE_LIST(CODE_AT_OF, 0)};
-static const uint16_t COMPLEX_AT[256] = {['f'] = SLOT_F * PAIR_BYTES,
-                                         ['d'] = SLOT_D * PAIR_BYTES,
-                                         ['g'] = SLOT_G * PAIR_BYTES};
-static const uint16_t MODE_AT[256] = { /* in MODE_LIST's order */
-    ['@'] = 0 * MODE_BYTES + 1, ['^'] = 1 * MODE_BYTES + 1, ['='] = 2 * MODE_BYTES + 1,
-    ['<'] = 3 * MODE_BYTES + 1, ['>'] = 4 * MODE_BYTES + 1, ['!'] = 5 * MODE_BYTES + 1};
-
-/* The struct module's rules: '@' native sizes and alignment, '^' native
- * sizes unaligned, the rest standard sizes unaligned; codes with no standard
- * size keep their native one; 'F' is two floats. */
-#define SINGLE_SIZE1(m, nsize, ssize, fl) \
-    ((m) == '@' || (m) == '^' || ((fl) & CI_NATIVE_ONLY) ? (int64_t)(nsize) : (int64_t)(ssize))
-#define SINGLE_SIZE(m, nsize, ssize, fl) \
-    (SINGLE_SIZE1(m, nsize, ssize, fl) * (((fl) & CI_COMPLEX_ALIAS) ? 2 : 1))
+/* One item of the shared pairs: 'F' is two floats; only '@' aligns. */
+#define SINGLE_SIZE(m, nsize, ssize, fl)                                                  \
+    ((NATIVE_SIZED(m, fl) ? (int64_t)(nsize) : (int64_t)(ssize)) *                         \
+     (((fl) & CI_COMPLEX_ALIAS) ? 2 : 1))
 #define SINGLE_ALIGN(m, nalign) ((m) == '@' ? (int64_t)(nalign) : 1)
-#define SINGLE_CODE(ch) ((ch) == 'F' ? 'f' : (ch) == 'D' ? 'd' : (ch) == 'G' ? 'g' : (ch))
 #define SINGLE_PAIR(m, name, ch, nsize, nalign, ssize, fl)                                  \
     {{.kind = PYXBUF_FMT_ROOT, .byte_order = '@', .parent = -1, .next = -1,                 \
       .first_child = 1, .nchildren = 1, .alignment = SINGLE_ALIGN(m, nalign), .repeat = 1, \
       .itemsize = SINGLE_SIZE(m, nsize, ssize, fl), .nbytes = SINGLE_SIZE(m, nsize, ssize, fl)}, \
-     {.kind = PYXBUF_FMT_SCALAR, .code = SINGLE_CODE(ch), .byte_order = (m),                  \
+     {.kind = PYXBUF_FMT_SCALAR, .code = COMPONENT_CODE(ch), .byte_order = (m),                  \
       .flags = ((fl) & CI_COMPLEX_ALIAS) ? PYXBUF_FMTN_COMPLEX : 0, .parent = 0, .next = -1,  \
       .first_child = -1, .alignment = SINGLE_ALIGN(m, nalign), .repeat = 1,                 \
       .itemsize = SINGLE_SIZE(m, nsize, ssize, fl), .nbytes = SINGLE_SIZE(m, nsize, ssize, fl)}},
-#define SINGLE_MODE(m) {CODE_LIST(SINGLE_PAIR, m)},
+#define SINGLE_MODE(i, m) [i] = {CODE_LIST(SINGLE_PAIR, m)},
 static const pyxbuf_format_node SINGLES[NMODES][NSLOTS][2] = {MODE_LIST(SINGLE_MODE)};
 
 /* The shared nodes of `fmt` when it is exactly one scalar with an optional
