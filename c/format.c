@@ -194,9 +194,13 @@ static bool mul_ok(int64_t a, int64_t b, int64_t *r) {
 }
 
 static bool add_ok(int64_t a, int64_t b, int64_t *r) {
+#if defined(__GNUC__)
+    return !__builtin_add_overflow(a, b, r); /* one add and a flag test */
+#else
     if (a > INT64_MAX - b) return false;
     *r = a + b;
     return true;
+#endif
 }
 
 /* Alignments are powers of two (C's are; registry entries are checked). */
@@ -584,7 +588,8 @@ static int fail_nomem(parser *p) {
 }
 
 static void skip_ws(parser *p) {
-    while (p->s < p->end && is_ws((unsigned char)*p->s)) p->s++;
+    /* Every whitespace byte is <= ' ': one compare passes the rest. */
+    while (p->s < p->end && (unsigned char)*p->s <= ' ' && is_ws((unsigned char)*p->s)) p->s++;
 }
 
 static int peek(const parser *p) { return p->s < p->end ? (unsigned char)*p->s : 0; }
@@ -683,11 +688,9 @@ static void seq_init(seq *q, int32_t parent) {
 
 static pyxbuf_format_node *node_at(parser *p, int32_t i) { return &pyxbuf_format_nodes(p->out)[i]; }
 
-/* Padding merges into the previous padding: "xxx" is one 3-byte gap. */
+/* Padding `it` merges into the previous padding: "xxx" is one 3-byte gap. */
 static bool merge_padding(parser *p, seq *q, const item *it) {
-    if (p->out == NULL || q->last < 0 || it->kind != PYXBUF_FMT_PADDING || it->name ||
-        it->ndim || it->flags)
-        return false;
+    if (q->last < 0 || it->name || it->ndim || it->flags) return false;
     pyxbuf_format_node *prev = node_at(p, q->last);
     int64_t repeat;
     /* After an opaque item no offset is checked for overflow, so the sum can
@@ -699,31 +702,48 @@ static bool merge_padding(parser *p, seq *q, const item *it) {
     return true;
 }
 
+/* Places a field of `nbytes` (-1: unknown) aligned to `align` after what
+ * `q` holds: its offset (-1 after an unknown size) into *offset. */
+static PYXBUF_ALWAYS_INLINE int place_field(parser *p, seq *q, int64_t nbytes, int64_t align,
+                                            const char *start, int64_t *offset) {
+    *offset = -1;
+    if (q->offset >= 0) {
+        if (!align_up_ok(q->offset, align, offset))
+            return fail(p, PYXBUF_EOVERFLOW, start,
+                        "the offset of the item at position %lld exceeds 2**63 bytes",
+                        POS(p, start));
+        if (nbytes < 0) q->offset = -1;
+        else if (!add_ok(*offset, nbytes, &q->offset))
+            return fail(p, PYXBUF_EOVERFLOW, start,
+                        "the format is larger than 2**63 bytes at position %lld", POS(p, start));
+    }
+    if (align > q->align) q->align = align;
+    return 0;
+}
+
+/* Makes node `idx` the last member of `q`. */
+static PYXBUF_ALWAYS_INLINE void link_node(seq *q, pyxbuf_format_node *nodes, int32_t idx) {
+    if (q->last >= 0) nodes[q->last].next = idx;
+    else q->first = idx;
+    q->last = idx;
+    q->count++;
+}
+
 /* Place `it` after what `q` holds and record its node. */
 static PYXBUF_ALWAYS_INLINE int emit_item(parser *p, seq *q, item *it) {
     /* A struct aligns as its members do, whatever mode its "T{" found. */
     bool aligned = it->mode == '@' ||
                    (it->kind == PYXBUF_FMT_STRUCT && !(it->flags & PYXBUF_FMTN_POINTER));
     int64_t align = aligned ? it->align : 1; /* an opaque type has align 1 */
-    int64_t nbytes = -1, offset = -1;
+    int64_t nbytes = -1, offset;
     if (it->size >= 0 && (!mul_ok(it->size, it->repeat, &nbytes) ||
                           !mul_ok(nbytes, it->dims_prod, &nbytes)))
         return fail(p, PYXBUF_EOVERFLOW, it->count_at,
                     "the item counted at position %lld is larger than 2**63 bytes",
                     POS(p, it->count_at));
-    if (q->offset >= 0) {
-        if (!align_up_ok(q->offset, align, &offset))
-            return fail(p, PYXBUF_EOVERFLOW, it->start,
-                        "the offset of the item at position %lld exceeds 2**63 bytes",
-                        POS(p, it->start));
-        if (nbytes < 0) q->offset = -1;
-        else if (!add_ok(offset, nbytes, &q->offset))
-            return fail(p, PYXBUF_EOVERFLOW, it->start,
-                        "the format is larger than 2**63 bytes at position %lld",
-                        POS(p, it->start));
-    }
-    if (align > q->align) q->align = align;
-    if (p->out == NULL || merge_padding(p, q, it)) return 0;
+    int rc = place_field(p, q, nbytes, align, it->start, &offset);
+    if (rc < 0) return rc;
+    if (p->out == NULL || (it->kind == PYXBUF_FMT_PADDING && merge_padding(p, q, it))) return 0;
 
     int32_t idx = it->node;
     if (idx < 0 && (idx = node_alloc(p->out)) < 0) return fail_nomem(p);
@@ -751,10 +771,7 @@ static PYXBUF_ALWAYS_INLINE int emit_item(parser *p, seq *q, item *it) {
     n->custom_len = it->custom_len;
     n->alternatives_len = it->alts_len;
     n->alternatives = it->alts;
-    if (q->last >= 0) nodes[q->last].next = idx;
-    else q->first = idx;
-    q->last = idx;
-    q->count++;
+    link_node(q, nodes, idx);
     return 0;
 }
 
@@ -1005,23 +1022,34 @@ static int parse_dims(parser *p, item *it) {
     return 0;
 }
 
-/* A byte-order prefix at p->s: sets the mode. */
-static PYXBUF_NOINLINE int prefix_at(parser *p) {
-    int c = peek(p);
-    if (p->struct_only && p->s != p->seq_start)
-        return fail(p, PYXBUF_EFORMAT, p->s,
+/* What the struct module refuses of the prefix at p->s (struct$ payloads). */
+static PYXBUF_NOINLINE int struct_prefix_check(const parser *p) {
+    if (p->s != p->seq_start)
+        return fail((parser *)p, PYXBUF_EFORMAT, p->s,
                     "byte-order prefix '%c' at position %lld inside a struct$ payload: the "
                     "struct module takes one only at the start",
-                    c, POS(p, p->s));
-    if (p->struct_only && c == '^')
-        return fail(p, PYXBUF_EFORMAT, p->s,
+                    *p->s, POS(p, p->s));
+    if (*p->s == '^')
+        return fail((parser *)p, PYXBUF_EFORMAT, p->s,
                     "'^' at position %lld is not a struct-module prefix (struct$ payload); use "
                     "buffer$ for PEP 3118 syntax",
                     POS(p, p->s));
+    return 0;
+}
+
+/* A byte-order prefix at p->s: sets the mode. `skip_space` skips whitespace
+ * after it (struct allows "< i" at the start of an item); another prefix
+ * after it is refused. */
+static PYXBUF_ALWAYS_INLINE int prefix_at(parser *p, bool skip_space) {
+    if (PYXBUF_UNLIKELY(p->struct_only)) {
+        int rc = struct_prefix_check(p);
+        if (rc < 0) return rc;
+    }
+    int c = (unsigned char)*p->s++;
     p->mode = c;
-    p->s++;
+    if (skip_space) skip_ws(p);
     int d = peek(p);
-    if (is_order(d))
+    if (PYXBUF_UNLIKELY(is_order(d)))
         return fail(p, PYXBUF_EFORMAT, p->s,
                     "two byte-order prefixes in a row ('%c' then '%c') at position %lld: "
                     "keep one",
@@ -1030,7 +1058,7 @@ static PYXBUF_NOINLINE int prefix_at(parser *p) {
 }
 
 /* An optional prefix slot: sets the mode. */
-static inline int prefix_slot(parser *p) { return is_order(peek(p)) ? prefix_at(p) : 0; }
+static inline int prefix_slot(parser *p) { return is_order(peek(p)) ? prefix_at(p, false) : 0; }
 
 /* The error for a character where a type code should be. */
 static int bad_code(parser *p, const item *it, bool had_count, bool had_prefix) {
@@ -1107,8 +1135,8 @@ static int bad_code(parser *p, const item *it, bool had_count, bool had_prefix) 
                 char_desc(c, cb), POS(p, at));
 }
 
-/* ":name:" after an item. */
-static int parse_name(parser *p, item *it) {
+/* ":name:" after an item: the name, then no second one. */
+static PYXBUF_ALWAYS_INLINE int parse_name(parser *p, const char **name_out, int32_t *len_out) {
     const char *open = p->s++;
     const char *name = p->s;
     while (p->s < p->end && *p->s != ':') p->s++;
@@ -1119,9 +1147,12 @@ static int parse_name(parser *p, item *it) {
         return fail(p, PYXBUF_EFORMAT, open, "empty name '::' at position %lld", POS(p, open));
     if (p->s - name > INT32_MAX)
         return fail(p, PYXBUF_EOVERFLOW, open, "name at position %lld is too long", POS(p, open));
-    it->name = name;
-    it->name_len = (int32_t)(p->s - name);
+    *name_out = name;
+    *len_out = (int32_t)(p->s - name);
     p->s++;
+    if (peek(p) == ':')
+        return fail(p, PYXBUF_EFORMAT, p->s,
+                    "second name at position %lld: an item has one name", POS(p, p->s));
     return 0;
 }
 
@@ -1150,21 +1181,58 @@ static int struct_only_check(parser *p, const item *it, int c) {
 
 static int parse_struct_body(parser *p, item *it);
 
-/* One item: prefixes, shape, count, '&', 'Z', the body, a name. */
+/* An item that is one type code (not padding) with an optional name, after
+ * any prefix: "i", "<d:y:". The common item, so it is laid out and stored
+ * straight into its node, without the general item. */
+static PYXBUF_ALWAYS_INLINE int parse_plain(parser *p, seq *q, const char *start, int c) {
+    int32_t flags = (CODES[c].flags & CI_COMPLEX_ALIAS) ? PYXBUF_FMTN_COMPLEX : 0;
+    int64_t size, align, offset;
+    scalar_layout(c, p->mode, flags, &size, &align);
+    if (p->mode != '@') align = 1;
+    p->s++;
+    const char *name = NULL;
+    int32_t name_len = 0;
+    int rc;
+    if (peek(p) == ':' && (rc = parse_name(p, &name, &name_len)) < 0) return rc;
+    if ((rc = place_field(p, q, size, align, start, &offset)) < 0) return rc;
+    if (p->out == NULL) return 0;
+    int32_t idx = node_alloc(p->out);
+    if (idx < 0) return fail_nomem(p);
+    pyxbuf_format_node *nodes = pyxbuf_format_nodes(p->out), *n = &nodes[idx];
+    node_set(n, PYXBUF_FMT_SCALAR, COMPONENT_CODE(c), p->mode, flags, q->parent, -1, 0, align,
+             size);
+    n->offset = offset;
+    n->name = name;
+    n->name_len = name_len;
+    link_node(q, nodes, idx);
+    return 0;
+}
+
+static PYXBUF_NOINLINE int parse_compound(parser *p, seq *q, const char *start,
+                                           bool had_prefix);
+
+/* One item: a prefix, then a plain code or what parse_compound reads. */
 static int parse_item(parser *p, seq *q) {
-    item it;
-    item_init(&it, p->s);
-    bool had_prefix = is_order(peek(p)), had_count = false;
-    int rc = prefix_slot(p);
-    if (rc < 0) return rc;
+    const char *start = p->s;
+    bool had_prefix = is_order(peek(p));
     if (had_prefix) {
-        skip_ws(p); /* struct allows "< i" */
-        if (is_order(peek(p)))
-            return fail(p, PYXBUF_EFORMAT, p->s,
-                        "two byte-order prefixes in a row ('%c' then '%c') at position %lld: "
-                        "keep one",
-                        p->mode, peek(p), POS(p, p->s));
+        int rc = prefix_at(p, true);
+        if (rc < 0) return rc;
     }
+    int c = peek(p);
+    /* CODE_AT is 0 for padding 'x' (which merges) and for non-codes. */
+    if (PYXBUF_LIKELY(CODE_AT[c] != 0 && !p->struct_only)) return parse_plain(p, q, start, c);
+    return parse_compound(p, q, start, had_prefix);
+}
+
+/* The rest of an item: shape, count, '&', 'Z', padding, a struct or a custom
+ * type, a name. */
+static PYXBUF_NOINLINE int parse_compound(parser *p, seq *q, const char *start,
+                                           bool had_prefix) {
+    item it;
+    item_init(&it, start);
+    bool had_count = false;
+    int rc;
     if (peek(p) == '(') {
         if ((rc = parse_dims(p, &it)) < 0) return rc;
         had_prefix |= is_order(peek(p));
@@ -1241,10 +1309,7 @@ static int parse_item(parser *p, seq *q) {
                         "name at position %lld in a struct$ payload: the struct module has no "
                         "names; use buffer$",
                         POS(p, p->s));
-        if ((rc = parse_name(p, &it)) < 0) return rc;
-        if (peek(p) == ':')
-            return fail(p, PYXBUF_EFORMAT, p->s,
-                        "second name at position %lld: an item has one name", POS(p, p->s));
+        if ((rc = parse_name(p, &it.name, &it.name_len)) < 0) return rc;
     }
     return emit_item(p, q, &it);
 }
