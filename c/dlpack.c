@@ -220,12 +220,49 @@ static const char *dtype_code_name(uint8_t code) {
     return code < sizeof names / sizeof *names ? names[code] : "unknown";
 }
 
+/* The buffer format of each standard dtype, by code and by bits (8, 16, 32,
+ * 64, 128 in the columns); NULL where no format describes it. */
+static const char *const STANDARD_FORMATS[kDLBool + 1][5] = {
+    [kDLInt] = {"b", "h", "i", "q", NULL},
+    [kDLUInt] = {"B", "H", "I", "Q", NULL},
+    [kDLFloat] = {NULL, "e", "f", "d", NULL},
+    [kDLComplex] = {NULL, NULL, NULL, "Zf", "Zd"},
+    [kDLBool] = {"?", NULL, NULL, NULL, NULL},
+};
+
+static int bits_column(uint8_t bits) {
+    switch (bits) {
+    case 8: return 0;
+    case 16: return 1;
+    case 32: return 2;
+    case 64: return 3;
+    case 128: return 4;
+    default: return -1;
+    }
+}
+
+static const char *dtype_to_format_slow(DLDataType dt, int padded, Py_ssize_t *itemsize,
+                                        char *why, size_t cap);
+
 /* The format of a DLPack dtype (a static string) and its itemsize, or NULL
  * with `why` filled. `padded`: the producer flagged sub-byte types padded. */
-static const char *dtype_to_format(DLDataType dt, int padded, Py_ssize_t *itemsize, char *why,
-                                   size_t cap) {
-    static const char *const ints[] = {"b", "h", "i", "q"};
-    static const char *const uints[] = {"B", "H", "I", "Q"};
+static inline const char *dtype_to_format(DLDataType dt, int padded, Py_ssize_t *itemsize,
+                                          char *why, size_t cap) {
+    int col = bits_column(dt.bits);
+    const char *format = dt.lanes == 1 && dt.code <= kDLBool && col >= 0
+                             ? STANDARD_FORMATS[dt.code][col]
+                             : NULL;
+    if (PYXBUF_LIKELY(format != NULL)) {
+        *itemsize = dt.bits / 8;
+        return format;
+    }
+    return dtype_to_format_slow(dt, padded, itemsize, why, cap);
+}
+
+/* dtype_to_format past the standard table: custom types and refusals. */
+static PYXBUF_NOINLINE const char *dtype_to_format_slow(DLDataType dt, int padded,
+                                                        Py_ssize_t *itemsize, char *why,
+                                                        size_t cap) {
     const char *code = dtype_code_name(dt.code);
     if (dt.lanes != 1) {
         snprintf(why, cap,
@@ -234,40 +271,17 @@ static const char *dtype_to_format(DLDataType dt, int padded, Py_ssize_t *itemsi
                  code, dt.bits, dt.lanes);
         return NULL;
     }
-    *itemsize = dt.bits / 8;
-    int log = dt.bits == 8 ? 0 : dt.bits == 16 ? 1 : dt.bits == 32 ? 2 : dt.bits == 64 ? 3 : -1;
-    switch (dt.code) {
-    case kDLInt:
-        if (log >= 0) return ints[log];
-        break;
-    case kDLUInt:
-        if (log >= 0) return uints[log];
-        break;
-    case kDLFloat:
-        if (dt.bits == 16) return "e";
-        if (dt.bits == 32) return "f";
-        if (dt.bits == 64) return "d";
-        if (dt.bits == 128) {
-            snprintf(why, cap,
-                     "dtype float128 (%s, 128 bits) is IEEE binary128, which no buffer format "
-                     "describes ('g' is the platform's long double); cast it to float64 first",
-                     code);
-            return NULL;
-        }
-        break;
-    case kDLBool:
-        if (dt.bits == 8) return "?";
-        break;
-    case kDLComplex:
-        if (dt.bits == 64) return "Zf";
-        if (dt.bits == 128) return "Zd";
-        break;
-    case kDLOpaqueHandle:
+    if (dt.code == kDLFloat && dt.bits == 128) {
+        snprintf(why, cap,
+                 "dtype float128 (%s, 128 bits) is IEEE binary128, which no buffer format "
+                 "describes ('g' is the platform's long double); cast it to float64 first",
+                 code);
+        return NULL;
+    }
+    if (dt.code == kDLOpaqueHandle) {
         snprintf(why, cap, "dtype kDLOpaqueHandle (%u bits) has no agreed meaning; pyxbuf "
                  "cannot describe its elements", dt.bits);
         return NULL;
-    default:
-        break;
     }
     for (size_t i = 0; i < N_CUSTOM; i++) {
         if (CUSTOM_DTYPES[i].code != dt.code || CUSTOM_DTYPES[i].bits != dt.bits) continue;
@@ -762,48 +776,71 @@ static PyObject *stream_arg(int64_t stream, int32_t device_type) {
     return PyLong_FromLongLong((long long)stream);
 }
 
-/* Call __dlpack__ with the modern keywords, then without them if the producer
- * predates them. New reference or NULL. */
-static PyObject *call_dlpack(PyObject *obj, PyObject *stream, int writable) {
-    static PyObject *kw_modern = NULL, *kw_copy = NULL, *kw_stream = NULL, *max_version = NULL;
-    PyObject *name = interned(&name_dlpack, "__dlpack__");
-    if (name == NULL) return NULL;
-    if (max_version == NULL) { /* kept for the process */
-        /* All four are built before any is published, max_version (the
-         * flag tested above) last: building may switch threads (see
-         * pyxbuf__publish_once), and publishing kw_modern first once let a
-         * second thread pass a NULL max_version to __dlpack__ and crash
-         * (test_threads.py, test_first_dlpack_calls_race_with_a_finalizer). */
-        PyObject *built[4] = {Py_BuildValue("(ss)", "max_version", "stream"),
-                              Py_BuildValue("(sss)", "max_version", "stream", "copy"),
-                              Py_BuildValue("(s)", "stream"),
-                              Py_BuildValue("(ii)", DL_MAJOR, DL_MINOR)};
-        int complete = built[0] && built[1] && built[2] && built[3];
-        if (complete && max_version == NULL) {
-            kw_modern = built[0];
-            kw_copy = built[1];
-            kw_stream = built[2];
-            max_version = built[3];
-        } else {
-            for (int i = 0; i < 4; i++) Py_XDECREF(built[i]);
-            if (!complete) return NULL;
-        }
+/* The keyword names of the __dlpack__ calls, each a tuple of interned
+ * strings (a producer matches interned names by identity, others by
+ * comparing text), and max_version's value. Kept for the process. */
+enum { KW_MAX, KW_MAX_COPY, KW_MAX_STREAM, KW_MAX_STREAM_COPY, KW_STREAM, KW_COUNT };
+static PyObject *dlpack_kwnames[KW_COUNT], *dlpack_max_version;
+
+static PyObject *kwnames_of(const char *const *names, Py_ssize_t n) {
+    PyObject *t = PyTuple_New(n);
+    for (Py_ssize_t i = 0; t != NULL && i < n; i++) {
+        PyObject *s = PyUnicode_InternFromString(names[i]);
+        if (s == NULL) Py_CLEAR(t);
+        else PyTuple_SET_ITEM(t, i, s);
     }
+    return t;
+}
+
+/* Builds the names once. All are built before any is published, the value
+ * of max_version (the flag tested) last: building may switch threads (see
+ * pyxbuf__publish_once), and publishing a tuple first once let a second
+ * thread pass a NULL max_version to __dlpack__ and crash (test_threads.py,
+ * test_first_dlpack_calls_race_with_a_finalizer). */
+static int dlpack_call_names(void) {
+    if (dlpack_max_version != NULL) return 0;
+    static const char *const names[] = {"max_version", "stream", "copy"};
+    static const char *const stream_copy[] = {"max_version", "copy"};
+    PyObject *built[KW_COUNT + 1] = {
+        [KW_MAX] = kwnames_of(names, 1),
+        [KW_MAX_COPY] = kwnames_of(stream_copy, 2),
+        [KW_MAX_STREAM] = kwnames_of(names, 2),
+        [KW_MAX_STREAM_COPY] = kwnames_of(names, 3),
+        [KW_STREAM] = kwnames_of(names + 1, 1),
+        [KW_COUNT] = Py_BuildValue("(ii)", DL_MAJOR, DL_MINOR),
+    };
+    int complete = 1;
+    for (int i = 0; i <= KW_COUNT; i++) complete &= built[i] != NULL;
+    if (!complete || dlpack_max_version != NULL) {
+        for (int i = 0; i <= KW_COUNT; i++) Py_XDECREF(built[i]);
+        return complete ? 0 : -1;
+    }
+    for (int i = 0; i < KW_COUNT; i++) dlpack_kwnames[i] = built[i];
+    dlpack_max_version = built[KW_COUNT];
+    return 0;
+}
+
+/* Call __dlpack__ with the modern keywords, then without them if the producer
+ * predates them. `stream` None (host memory, or no stream asked for) is not
+ * passed: it is the keyword's default. New reference or NULL. */
+static PyObject *call_dlpack(PyObject *obj, PyObject *stream, int writable) {
+    PyObject *name = interned(&name_dlpack, "__dlpack__");
+    if (name == NULL || dlpack_call_names() < 0) return NULL;
     /* copy=False only for writable requests: writes must reach the producer;
      * a reader may take a copy (the tensor then says IS_COPIED). */
-    PyObject *args[4] = {obj, max_version, stream, Py_False};
+    int with_stream = stream != Py_None;
+    PyObject *args[4] = {obj, dlpack_max_version, with_stream ? stream : Py_False, Py_False};
+    PyObject *kwnames = with_stream ? dlpack_kwnames[writable ? KW_MAX_STREAM_COPY : KW_MAX_STREAM]
+                                    : dlpack_kwnames[writable ? KW_MAX_COPY : KW_MAX];
     PyObject *r = PyObject_VectorcallMethod(name, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                            writable ? kw_copy : kw_modern);
+                                            kwnames);
     if (r != NULL || !PyErr_ExceptionMatches(PyExc_TypeError)) return r;
     /* A producer from before the 2023 Array API: no max_version, no copy. */
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyObject *legacy_args[2] = {obj, stream};
-    if (stream == Py_None)
-        r = PyObject_VectorcallMethod(name, legacy_args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-    else
-        r = PyObject_VectorcallMethod(name, legacy_args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                      kw_stream);
+    r = PyObject_VectorcallMethod(name, legacy_args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                  with_stream ? dlpack_kwnames[KW_STREAM] : NULL);
     if (r != NULL) {
         Py_XDECREF(type);
         Py_XDECREF(value);

@@ -42,9 +42,9 @@ static int is_f_contiguous(int32_t ndim, const Py_ssize_t *shape, const Py_ssize
     return 1;
 }
 
+/* `c`: whether the layout is C-contiguous. */
 static int check_contiguity(PyObject *exporter, int flags, const pyxbuf_export_desc *d,
-                            Py_ssize_t itemsize) {
-    int c = is_c_contiguous(d->ndim, d->shape, d->strides, itemsize);
+                            Py_ssize_t itemsize, int c) {
     const char *need = NULL;
     if ((flags & PyBUF_C_CONTIGUOUS) == PyBUF_C_CONTIGUOUS && !c)
         need = "C-contiguous";
@@ -91,6 +91,47 @@ static int desc_nbytes(const pyxbuf_export_desc *d, Py_ssize_t itemsize, Py_ssiz
         n = dim == 0 ? 0 : n * dim; /* cannot overflow: n <= extent */
     }
     *nbytes = n;
+    return 0;
+}
+/* The layout checks one dimension at a time, each with its own message: what
+ * layout_pass falls back to. Also takes layouts with an empty dimension. */
+static PYXBUF_NOINLINE int careful_layout(PyObject *exporter, const pyxbuf_export_desc *d,
+                                          Py_ssize_t itemsize, Py_ssize_t *nbytes, int *c) {
+    Py_ssize_t lo, hi;
+    if (desc_nbytes(d, itemsize, nbytes) < 0) return -1;
+    if (pyxbuf__checked_span(d->ndim, d->shape, d->strides, itemsize, &lo, &hi) < 0) {
+        PyErr_Format(PyExc_BufferError,
+                     "pyxbuf: the strides of '%.200s' overflow the address space; the producer's "
+                     "layout is invalid",
+                     type_name(exporter));
+        return -1;
+    }
+    *c = is_c_contiguous(d->ndim, d->shape, d->strides, itemsize);
+    return 0;
+}
+
+/* desc_nbytes, pyxbuf__checked_span and is_c_contiguous in one pass, for the
+ * common layout: no empty dimension, nothing overflows. -1 (no exception)
+ * otherwise, and careful_layout says why. */
+static PYXBUF_ALWAYS_INLINE int layout_pass(const pyxbuf_export_desc *d, Py_ssize_t itemsize,
+                                            Py_ssize_t *nbytes, int *c) {
+    Py_ssize_t expected = itemsize, lo = 0, hi = 0, extent, span;
+    int contiguous = 1;
+    if (itemsize <= 0) return -1;
+    for (int32_t i = d->ndim - 1; i >= 0; i--) {
+        Py_ssize_t n = d->shape[i], s = d->strides ? d->strides[i] : expected;
+        if (n <= 0) return -1;
+        if (n != 1 && s != expected) contiguous = 0;
+        if (__builtin_mul_overflow(expected, n, &expected) ||
+            __builtin_mul_overflow(s, n - 1, &extent) ||
+            (extent < 0 ? __builtin_add_overflow(lo, extent, &lo)
+                        : __builtin_add_overflow(hi, extent, &hi)))
+            return -1;
+    }
+    if (__builtin_add_overflow(hi, itemsize, &hi) || __builtin_sub_overflow(hi, lo, &span))
+        return -1;
+    *nbytes = expected; /* every dimension is at least 1 */
+    *c = contiguous;
     return 0;
 }
 
@@ -149,17 +190,14 @@ int pyxbuf_export_fill(Py_buffer *view, PyObject *exporter, int flags,
                      type_name(exporter));
         return -1;
     }
-    Py_ssize_t itemsize = 0, nbytes = 0, lo = 0, hi = 0;
-    if (desc_itemsize(d, &itemsize) < 0 || desc_nbytes(d, itemsize, &nbytes) < 0) return -1;
+    Py_ssize_t itemsize = 0, nbytes = 0;
+    if (desc_itemsize(d, &itemsize) < 0) return -1;
     /* Foreign producers' numbers (the bridges fill views through here): the
      * span must not wrap and the memory must exist. */
-    if (pyxbuf__checked_span(d->ndim, d->shape, d->strides, itemsize, &lo, &hi) < 0) {
-        PyErr_Format(PyExc_BufferError,
-                     "pyxbuf: the strides of '%.200s' overflow the address space; the producer's "
-                     "layout is invalid",
-                     type_name(exporter));
+    int c_contiguous;
+    if (PYXBUF_UNLIKELY(layout_pass(d, itemsize, &nbytes, &c_contiguous) < 0) &&
+        careful_layout(exporter, d, itemsize, &nbytes, &c_contiguous) < 0)
         return -1;
-    }
     if (d->buf == NULL && nbytes > 0) {
         PyErr_Format(PyExc_BufferError,
                      "pyxbuf: '%.200s' describes %zd bytes at a NULL address; the producer's "
@@ -167,7 +205,7 @@ int pyxbuf_export_fill(Py_buffer *view, PyObject *exporter, int flags,
                      type_name(exporter), nbytes);
         return -1;
     }
-    if (check_contiguity(exporter, flags, d, itemsize) < 0) return -1;
+    if (check_contiguity(exporter, flags, d, itemsize, c_contiguous) < 0) return -1;
 
     view->buf = d->buf;
     view->obj = Py_XNewRef(exporter);

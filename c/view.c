@@ -500,7 +500,8 @@ static int acquire_native(PyObject *obj, pyxbuf_view *view, int32_t flags, int32
 #define CLASSIC_REFUSED (-2)
 
 static int acquire_by_bridges(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
-                              const char *pending_path, int32_t pending_flags);
+                              int error_pending, const char *pending_path,
+                              int32_t pending_flags);
 static int classic_cannot_describe(PyObject *obj, int32_t flags, int raw);
 
 static int acquire_classic(PyObject *obj, pyxbuf_view *view, int32_t flags) {
@@ -521,7 +522,7 @@ static int after_classic_failed(PyObject *obj, pyxbuf_view *view, int32_t flags,
     int32_t passed = flags & PYXBUF_CLASSIC_FLAGS;
     const char *pending = rc == CLASSIC_REFUSED ? "classic" : NULL;
     if (classic_cannot_describe(obj, flags, pending != NULL))
-        return acquire_by_bridges(obj, view, flags, stream, pending, passed) == 1 ? 1 : -1;
+        return acquire_by_bridges(obj, view, flags, stream, 1, pending, passed) == 1 ? 1 : -1;
     if (pending != NULL) add_context(obj, pending, passed);
     return -1;
 }
@@ -543,23 +544,24 @@ static const bridge bridges[] = {
 /* 1 = a bridge acquired the view; 0 = none applies and no error is pending;
  * -1 = error. An error already pending (the classic path's) is the one kept
  * when no bridge succeeds: it is the consumer's most direct answer. */
-/* Tries the bridges in order. The first refusal is the one reported, and its
- * context ("<path> buffer of '<type>' refused ...") is formatted only when no
- * bridge answers: `pending_path`/`pending_flags` name the refusal already set
- * on entry (NULL when it needs no context or none is set). 1 = acquired; 0 =
- * no bridge applies and no error; -1 = failed, exception set. */
+/* Tries the bridges in order on a view reset for `flags`. The first refusal
+ * is the one reported, and its context ("<path> buffer of '<type>' refused
+ * ...") is formatted only when no bridge answers: `error_pending` says an
+ * error is set on entry, and `pending_path`/`pending_flags` name it (NULL
+ * when it needs no context). 1 = acquired; 0 = no bridge applies and no
+ * error; -1 = failed, exception set. */
 static int acquire_by_bridges(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
-                              const char *pending_path, int32_t pending_flags) {
+                              int error_pending, const char *pending_path,
+                              int32_t pending_flags) {
     PyObject *type = NULL, *value = NULL, *tb = NULL;
     const char *path = NULL;
     int32_t path_flags = 0;
-    if (PyErr_Occurred()) {
+    if (error_pending) {
         PyErr_Fetch(&type, &value, &tb);
         path = pending_path;
         path_flags = pending_flags;
     }
     for (size_t i = 0; i < sizeof bridges / sizeof *bridges; i++) {
-        reset_view(view, flags);
         int rc = bridges[i].acquire(obj, view, flags, stream);
         if (rc == 1) {
             Py_XDECREF(type);
@@ -567,8 +569,8 @@ static int acquire_by_bridges(PyObject *obj, pyxbuf_view *view, int32_t flags, i
             Py_XDECREF(tb);
             return 1;
         }
+        reset_view(view, flags); /* for the next bridge */
         if (rc == 0) continue;
-        reset_view(view, flags);
         if (type != NULL) {
             PyErr_Clear();
             continue;
@@ -794,7 +796,7 @@ static PYXBUF_COLD int get_view_slow(PyObject *obj, pyxbuf_view *view, int32_t f
         if (PYXBUF_UNLIKELY(rc < 0))
             rc = after_classic_failed(obj, view, flags, stream, rc) == 1 ? 0 : -1;
     } else {
-        rc = acquire_by_bridges(obj, view, flags, stream, NULL, 0);
+        rc = acquire_by_bridges(obj, view, flags, stream, 0, NULL, 0);
         if (rc == 0) return refuse_no_protocol(obj);
         rc = rc == 1 ? 0 : -1;
     }
