@@ -506,8 +506,8 @@ static int mul_ok(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *r) {
 
 /* Fill the view from the tensor `h` describes: the holder owns it, or with
  * no holder (NULL) the view does (bridge_data). -1 with BufferError. */
-static int describe(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
-                    PyObject *holder, dl_hold *h) {
+static PYXBUF_ALWAYS_INLINE int describe(PyObject *obj, pyxbuf_view *view, int32_t flags,
+                                         int64_t stream, PyObject *holder, dl_hold *h) {
     DLTensor *t;
     if (h->versioned) {
         DLManagedTensorVersioned *m = h->tensor;
@@ -588,7 +588,9 @@ static int describe(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t str
         desc.device = PYXBUF_DEVICE_DLPACK;
         desc.device_info = &h->info;
     }
-    if (pyxbuf_export_fill(&view->base, obj, flags, &desc) < 0) return -1;
+    if ((host ? pyxbuf__export_fill_host(&view->base, obj, flags, &desc)
+              : pyxbuf_export_fill(&view->base, obj, flags, &desc)) < 0)
+        return -1;
     if (!host && check_device_pointer(&view->base, type, t->device.device_id) < 0) {
         Py_CLEAR(view->base.obj);
         return -1;
@@ -612,28 +614,27 @@ static int can_go_bare(const DLManagedTensorVersioned *m) {
  * failed (its deleter has run). `*held` is the holder's storage when one was
  * needed (device tensors, many dimensions, legacy or foreign versions), else
  * NULL. */
-static int adopt_tensor(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
-                        void *tensor, int versioned, int32_t path, dl_hold **held) {
-    *held = NULL;
+static PYXBUF_ALWAYS_INLINE int adopt_tensor(PyObject *obj, pyxbuf_view *view, int32_t flags,
+                                             int64_t stream, void *tensor, int versioned,
+                                             int32_t path, dl_hold **held) {
+    dl_hold bare, *h = &bare; /* describe's scratch for a bare tensor: host, so its
+                                 `info` and `dims` stay unused */
+    PyObject *holder = NULL;
     if (versioned && can_go_bare(tensor)) {
-        dl_hold h; /* describe's scratch: host, so `info` and `dims` stay unused */
-        h.tensor = tensor;
-        h.versioned = 1;
-        h.path = path;
-        h.dl_flags = 0;
-        h.info.size = 0;
-        if (describe(obj, view, flags, stream, NULL, &h) == 0) return 1;
-        call_deleter(tensor, 1);
+        bare.tensor = tensor;
+        bare.versioned = 1;
+        bare.path = path;
+        bare.dl_flags = 0;
+        bare.info.size = 0;
+    } else if ((holder = hold_new(tensor, versioned, path, &h)) == NULL) {
         return -1;
     }
-    dl_hold *h;
-    PyObject *holder = hold_new(tensor, versioned, path, &h);
-    if (holder == NULL) return -1;
     if (describe(obj, view, flags, stream, holder, h) < 0) { /* view->owner not set */
-        Py_DECREF(holder); /* calls the deleter */
+        if (holder != NULL) Py_DECREF(holder); /* calls the deleter */
+        else call_deleter(tensor, 1);
         return -1;
     }
-    *held = h;
+    *held = holder != NULL ? h : NULL;
     return 1;
 }
 
@@ -722,8 +723,8 @@ static int order_after_producer(const DLPackExchangeAPI *api, dl_hold *h, int64_
     return 0;
 }
 
-static int acquire_c(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
-                     const DLPackExchangeAPI *api) {
+static PYXBUF_ALWAYS_INLINE int acquire_c(PyObject *obj, pyxbuf_view *view, int32_t flags,
+                                          int64_t stream, const DLPackExchangeAPI *api) {
     DLManagedTensorVersioned *m = NULL;
     if (api->managed_tensor_from_py_object_no_sync(obj, &m) != 0 || m == NULL) {
         if (m != NULL) call_deleter(m, 1);

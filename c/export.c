@@ -94,7 +94,7 @@ static int desc_nbytes(const pyxbuf_export_desc *d, Py_ssize_t itemsize, Py_ssiz
     return 0;
 }
 /* The layout checks one dimension at a time, each with its own message: what
- * layout_pass falls back to. Also takes layouts with an empty dimension. */
+ * pyxbuf__layout_pass falls back to. Also takes layouts with an empty dimension. */
 static PYXBUF_NOINLINE int careful_layout(PyObject *exporter, const pyxbuf_export_desc *d,
                                           Py_ssize_t itemsize, Py_ssize_t *nbytes, int *c) {
     Py_ssize_t lo, hi;
@@ -107,31 +107,6 @@ static PYXBUF_NOINLINE int careful_layout(PyObject *exporter, const pyxbuf_expor
         return -1;
     }
     *c = is_c_contiguous(d->ndim, d->shape, d->strides, itemsize);
-    return 0;
-}
-
-/* desc_nbytes, pyxbuf__checked_span and is_c_contiguous in one pass, for the
- * common layout: no empty dimension, nothing overflows. -1 (no exception)
- * otherwise, and careful_layout says why. */
-static PYXBUF_ALWAYS_INLINE int layout_pass(const pyxbuf_export_desc *d, Py_ssize_t itemsize,
-                                            Py_ssize_t *nbytes, int *c) {
-    Py_ssize_t expected = itemsize, lo = 0, hi = 0, extent, span;
-    int contiguous = 1;
-    if (itemsize <= 0) return -1;
-    for (int32_t i = d->ndim - 1; i >= 0; i--) {
-        Py_ssize_t n = d->shape[i], s = d->strides ? d->strides[i] : expected;
-        if (n <= 0) return -1;
-        if (n != 1 && s != expected) contiguous = 0;
-        if (__builtin_mul_overflow(expected, n, &expected) ||
-            __builtin_mul_overflow(s, n - 1, &extent) ||
-            (extent < 0 ? __builtin_add_overflow(lo, extent, &lo)
-                        : __builtin_add_overflow(hi, extent, &hi)))
-            return -1;
-    }
-    if (__builtin_add_overflow(hi, itemsize, &hi) || __builtin_sub_overflow(hi, lo, &span))
-        return -1;
-    *nbytes = expected; /* every dimension is at least 1 */
-    *c = contiguous;
     return 0;
 }
 
@@ -195,7 +170,7 @@ int pyxbuf_export_fill(Py_buffer *view, PyObject *exporter, int flags,
     /* Foreign producers' numbers (the bridges fill views through here): the
      * span must not wrap and the memory must exist. */
     int c_contiguous;
-    if (PYXBUF_UNLIKELY(layout_pass(d, itemsize, &nbytes, &c_contiguous) < 0) &&
+    if (PYXBUF_UNLIKELY(pyxbuf__layout_pass(d, itemsize, &nbytes, &c_contiguous) < 0) &&
         careful_layout(exporter, d, itemsize, &nbytes, &c_contiguous) < 0)
         return -1;
     if (d->buf == NULL && nbytes > 0) {
@@ -207,19 +182,7 @@ int pyxbuf_export_fill(Py_buffer *view, PyObject *exporter, int flags,
     }
     if (check_contiguity(exporter, flags, d, itemsize, c_contiguous) < 0) return -1;
 
-    view->buf = d->buf;
-    view->obj = Py_XNewRef(exporter);
-    view->len = nbytes;
-    view->itemsize = itemsize;
-    view->readonly = d->readonly ? 1 : 0;
-    view->ndim = (int)d->ndim;
-    view->format = (flags & PyBUF_FORMAT) ? (char *)(d->format ? d->format : "B") : NULL;
-    view->shape = (flags & PyBUF_ND) == PyBUF_ND ? d->shape : NULL;
-    view->strides = NULL;
-    if ((flags & PyBUF_STRIDES) == PyBUF_STRIDES)
-        view->strides = d->strides ? d->strides : (d->ndim == 1 ? &view->itemsize : NULL);
-    view->suboffsets = NULL;
-    view->internal = NULL;
+    pyxbuf__export_store(view, exporter, flags, d, itemsize, nbytes);
     if ((flags & PYXBUF_DEVICE) && is_device_memory(d)) {
         pyxbuf_view *x = (pyxbuf_view *)view;
         x->flags |= PYXBUF_DEVICE;

@@ -182,6 +182,75 @@ int pyxbuf__check_device_span(const pyxbuf_backend *b, const char *buf, Py_ssize
 PyObject *pyxbuf__holder_new(size_t size, void (*finalize)(void *storage));
 void *pyxbuf__holder_storage(PyObject *holder);
 
+/* Filling a view from a pyxbuf_export_desc (export.c). */
+
+/* Bytes, C-contiguity and a sound span of d's layout in one pass, for the
+ * common layout: no empty dimension, nothing overflows, itemsize > 0. -1 (no
+ * exception) otherwise: pyxbuf_export_fill's careful checks then say why. */
+static PYXBUF_ALWAYS_INLINE int pyxbuf__layout_pass(const pyxbuf_export_desc *d,
+                                                    Py_ssize_t itemsize, Py_ssize_t *nbytes,
+                                                    int *c) {
+    Py_ssize_t expected = itemsize, lo = 0, hi = 0, extent, span;
+    int contiguous = 1;
+    if (itemsize <= 0) return -1;
+    for (int32_t i = d->ndim - 1; i >= 0; i--) {
+        Py_ssize_t n = d->shape[i], s = d->strides ? d->strides[i] : expected;
+        if (n <= 0) return -1;
+        if (n != 1 && s != expected) contiguous = 0;
+        if (__builtin_mul_overflow(expected, n, &expected) ||
+            __builtin_mul_overflow(s, n - 1, &extent) ||
+            (extent < 0 ? __builtin_add_overflow(lo, extent, &lo)
+                        : __builtin_add_overflow(hi, extent, &hi)))
+            return -1;
+    }
+    if (__builtin_add_overflow(hi, itemsize, &hi) || __builtin_sub_overflow(hi, lo, &span))
+        return -1;
+    *nbytes = expected; /* every dimension is at least 1 */
+    *c = contiguous;
+    return 0;
+}
+
+/* The stores of a checked fill: what the request flags ask for, nothing
+ * more (PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES), and a new reference. */
+static PYXBUF_ALWAYS_INLINE void pyxbuf__export_store(Py_buffer *view, PyObject *exporter,
+                                                      int flags, const pyxbuf_export_desc *d,
+                                                      Py_ssize_t itemsize, Py_ssize_t nbytes) {
+    view->buf = d->buf;
+    view->obj = Py_XNewRef(exporter);
+    view->len = nbytes;
+    view->itemsize = itemsize;
+    view->readonly = d->readonly ? 1 : 0;
+    view->ndim = (int)d->ndim;
+    view->format = (flags & PyBUF_FORMAT) ? (char *)(d->format ? d->format : "B") : NULL;
+    view->shape = (flags & PyBUF_ND) == PyBUF_ND ? d->shape : NULL;
+    view->strides = NULL;
+    if ((flags & PyBUF_STRIDES) == PyBUF_STRIDES)
+        view->strides = d->strides ? d->strides : (d->ndim == 1 ? &view->itemsize : NULL);
+    view->suboffsets = NULL;
+    view->internal = NULL;
+}
+
+/* pyxbuf_export_fill for a bridge's host array, inline: the common case (a
+ * sound C-contiguous layout, a request it meets) is checked and stored here;
+ * anything else goes to pyxbuf_export_fill, which checks each rule with its
+ * message. `d` must describe host memory (device NULL) with d->size set,
+ * ndim in 0..PYXBUF_MAX_NDIM and a shape. */
+static PYXBUF_ALWAYS_INLINE int pyxbuf__export_fill_host(Py_buffer *view, PyObject *exporter,
+                                                         int flags,
+                                                         const pyxbuf_export_desc *d) {
+    Py_ssize_t nbytes;
+    int c;
+    if (PYXBUF_LIKELY((d->ndim <= 1 || d->strides != NULL) &&
+                      pyxbuf__layout_pass(d, d->itemsize, &nbytes, &c) == 0 && c &&
+                      (d->buf != NULL || nbytes == 0) &&
+                      !((flags & PyBUF_WRITABLE) && d->readonly) &&
+                      (flags & PyBUF_F_CONTIGUOUS) != PyBUF_F_CONTIGUOUS)) {
+        pyxbuf__export_store(view, exporter, flags, d, d->itemsize, nbytes);
+        return 0;
+    }
+    return pyxbuf_export_fill(view, exporter, flags, d);
+}
+
 /* Room for ndim shape entries followed by ndim strides: the view's inline_dims
  * when ndim <= PYXBUF_INLINE_NDIM, else `spill` (2 * ndim entries the bridge
  * keeps alive, e.g. in its holder's storage). */
