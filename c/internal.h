@@ -254,6 +254,8 @@ static PYXBUF_ALWAYS_INLINE int pyxbuf__export_fill_host(Py_buffer *view, PyObje
 /* Room for ndim shape entries followed by ndim strides: the view's inline_dims
  * when ndim <= PYXBUF_INLINE_NDIM, else `spill` (2 * ndim entries the bridge
  * keeps alive, e.g. in its holder's storage). */
-Py_ssize_t *pyxbuf__view_dims(pyxbuf_view *view, int ndim, Py_ssize_t *spill);
+static inline Py_ssize_t *pyxbuf__view_dims(pyxbuf_view *view, int ndim, Py_ssize_t *spill) {
+    return ndim <= PYXBUF_INLINE_NDIM ? view->inline_dims : spill;
+}
 
 #endif

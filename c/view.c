@@ -500,7 +500,7 @@ static int acquire_native(PyObject *obj, pyxbuf_view *view, int32_t flags, int32
 #define CLASSIC_REFUSED (-2)
 
 static int acquire_by_bridges(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
-                              int error_pending, const char *pending_path,
+                              size_t first, int error_pending, const char *pending_path,
                               int32_t pending_flags);
 static int classic_cannot_describe(PyObject *obj, int32_t flags, int raw);
 
@@ -522,7 +522,7 @@ static int after_classic_failed(PyObject *obj, pyxbuf_view *view, int32_t flags,
     int32_t passed = flags & PYXBUF_CLASSIC_FLAGS;
     const char *pending = rc == CLASSIC_REFUSED ? "classic" : NULL;
     if (classic_cannot_describe(obj, flags, pending != NULL))
-        return acquire_by_bridges(obj, view, flags, stream, 1, pending, passed) == 1 ? 1 : -1;
+        return acquire_by_bridges(obj, view, flags, stream, 0, 1, pending, passed) == 1 ? 1 : -1;
     if (pending != NULL) add_context(obj, pending, passed);
     return -1;
 }
@@ -544,14 +544,14 @@ static const bridge bridges[] = {
 /* 1 = a bridge acquired the view; 0 = none applies and no error is pending;
  * -1 = error. An error already pending (the classic path's) is the one kept
  * when no bridge succeeds: it is the consumer's most direct answer. */
-/* Tries the bridges in order on a view reset for `flags`. The first refusal
- * is the one reported, and its context ("<path> buffer of '<type>' refused
- * ...") is formatted only when no bridge answers: `error_pending` says an
- * error is set on entry, and `pending_path`/`pending_flags` name it (NULL
- * when it needs no context). 1 = acquired; 0 = no bridge applies and no
- * error; -1 = failed, exception set. */
+/* Tries the bridges from `first` on, in order, on a view reset for `flags`.
+ * The first refusal is the one reported, and its context ("<path> buffer of
+ * '<type>' refused ...") is formatted only when no bridge answers:
+ * `error_pending` says an error is set on entry, and `pending_path` /
+ * `pending_flags` name it (NULL when it needs no context). 1 = acquired; 0 =
+ * no bridge applies and no error; -1 = failed, exception set. */
 static int acquire_by_bridges(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
-                              int error_pending, const char *pending_path,
+                              size_t first, int error_pending, const char *pending_path,
                               int32_t pending_flags) {
     PyObject *type = NULL, *value = NULL, *tb = NULL;
     const char *path = NULL;
@@ -561,7 +561,7 @@ static int acquire_by_bridges(PyObject *obj, pyxbuf_view *view, int32_t flags, i
         path = pending_path;
         path_flags = pending_flags;
     }
-    for (size_t i = 0; i < sizeof bridges / sizeof *bridges; i++) {
+    for (size_t i = first; i < sizeof bridges / sizeof *bridges; i++) {
         int rc = bridges[i].acquire(obj, view, flags, stream);
         if (rc == 1) {
             Py_XDECREF(type);
@@ -587,6 +587,19 @@ static int acquire_by_bridges(PyObject *obj, pyxbuf_view *view, int32_t flags, i
     PyErr_Restore(type, value, tb);
     if (path != NULL) add_context(obj, path, path_flags);
     return -1;
+}
+
+/* An object with no classic buffer: the bridges, the first (DLPack, whose C
+ * exchange table is the fastest way in) called directly. */
+static int acquire_without_buffer(PyObject *obj, pyxbuf_view *view, int32_t flags,
+                                  int64_t stream) {
+    int rc = bridges[0].acquire(obj, view, flags, stream);
+    if (PYXBUF_LIKELY(rc == 1)) return 1;
+    reset_view(view, flags);
+    const char *path = NULL; /* as acquire_by_bridges treats a refusal */
+    if (rc < 0 && !PyErr_Occurred()) add_context(obj, bridges[0].path, flags); /* broken */
+    else if (rc < 0) path = bridges[0].path;
+    return acquire_by_bridges(obj, view, flags, stream, 1, rc < 0, path, flags);
 }
 
 /* After the classic path failed: may a bridge answer instead? Only when the
@@ -690,10 +703,6 @@ PyObject *pyxbuf__holder_new(size_t size, void (*finalize)(void *storage)) {
 
 void *pyxbuf__holder_storage(PyObject *holder) { return ((holder_object *)holder)->storage; }
 
-Py_ssize_t *pyxbuf__view_dims(pyxbuf_view *view, int ndim, Py_ssize_t *spill) {
-    return ndim <= PYXBUF_INLINE_NDIM ? view->inline_dims : spill;
-}
-
 /* The request bits the fast path serves: classic ones, the soft device and
  * temporary flags (a classic producer honours neither) and borrows, which
  * pyxbuf's cooperative registry grants for classic producers. */
@@ -790,13 +799,15 @@ static PYXBUF_COLD int get_view_slow(PyObject *obj, pyxbuf_view *view, int32_t f
     int rc;
     if (supported & PYXBUF_EXTENDED_FLAGS) {
         rc = acquire_native(obj, view, flags, supported);
-    } else if (PYXBUF_LIKELY(PyObject_CheckBuffer(obj))) {
-        /* The fast path: the classic buffer answers most CPU arrays. */
+    } else if (PYXBUF_LIKELY(Py_TYPE(obj)->tp_as_buffer != NULL &&
+                             Py_TYPE(obj)->tp_as_buffer->bf_getbuffer != NULL)) {
+        /* (PyObject_CheckBuffer, without the call.) The classic buffer
+         * answers most CPU arrays. */
         rc = acquire_classic(obj, view, flags);
         if (PYXBUF_UNLIKELY(rc < 0))
             rc = after_classic_failed(obj, view, flags, stream, rc) == 1 ? 0 : -1;
     } else {
-        rc = acquire_by_bridges(obj, view, flags, stream, 0, NULL, 0);
+        rc = acquire_without_buffer(obj, view, flags, stream);
         if (rc == 0) return refuse_no_protocol(obj);
         rc = rc == 1 ? 0 : -1;
     }
