@@ -619,6 +619,7 @@ static PYXBUF_ALWAYS_INLINE int adopt_tensor(PyObject *obj, pyxbuf_view *view, i
                                              int32_t path, dl_hold **held) {
     dl_hold bare, *h = &bare; /* describe's scratch for a bare tensor: host, so its
                                  `info` and `dims` stay unused */
+    dl_hold *stored = NULL;    /* the holder's storage; never &bare, which dies here */
     PyObject *holder = NULL;
     if (versioned && can_go_bare(tensor)) {
         bare.tensor = tensor;
@@ -626,15 +627,17 @@ static PYXBUF_ALWAYS_INLINE int adopt_tensor(PyObject *obj, pyxbuf_view *view, i
         bare.path = path;
         bare.dl_flags = 0;
         bare.info.size = 0;
-    } else if ((holder = hold_new(tensor, versioned, path, &h)) == NULL) {
+    } else if ((holder = hold_new(tensor, versioned, path, &stored)) == NULL) {
         return -1;
+    } else {
+        h = stored;
     }
     if (describe(obj, view, flags, stream, holder, h) < 0) { /* view->owner not set */
         if (holder != NULL) Py_DECREF(holder); /* calls the deleter */
         else call_deleter(tensor, 1);
         return -1;
     }
-    *held = holder != NULL ? h : NULL;
+    *held = stored;
     return 1;
 }
 
