@@ -804,10 +804,10 @@ static PyObject *kwnames_of(const char *const *names, Py_ssize_t n) {
 static int dlpack_call_names(void) {
     if (dlpack_max_version != NULL) return 0;
     static const char *const names[] = {"max_version", "stream", "copy"};
-    static const char *const stream_copy[] = {"max_version", "copy"};
+    static const char *const max_copy[] = {"max_version", "copy"};
     PyObject *built[KW_COUNT + 1] = {
         [KW_MAX] = kwnames_of(names, 1),
-        [KW_MAX_COPY] = kwnames_of(stream_copy, 2),
+        [KW_MAX_COPY] = kwnames_of(max_copy, 2),
         [KW_MAX_STREAM] = kwnames_of(names, 2),
         [KW_MAX_STREAM_COPY] = kwnames_of(names, 3),
         [KW_STREAM] = kwnames_of(names + 1, 1),

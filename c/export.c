@@ -93,6 +93,7 @@ static int desc_nbytes(const pyxbuf_export_desc *d, Py_ssize_t itemsize, Py_ssiz
     *nbytes = n;
     return 0;
 }
+
 /* The layout checks one dimension at a time, each with its own message: what
  * pyxbuf__layout_pass falls back to. Also takes layouts with an empty dimension. */
 static PYXBUF_NOINLINE int careful_layout(PyObject *exporter, const pyxbuf_export_desc *d,

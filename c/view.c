@@ -499,9 +499,19 @@ static int acquire_native(PyObject *obj, pyxbuf_view *view, int32_t flags, int32
  * message costs more than a bridge's whole acquisition: ~10k instructions). */
 #define CLASSIC_REFUSED (-2)
 
+/* The refusal a failed acquisition reports if no bridge answers: the first
+ * one, its exception held while later bridges try, and the path its context
+ * ("<path> buffer of '<type>' refused ...") names, formatted only at the end
+ * (NULL when it needs none). */
+typedef struct refusal {
+    PyObject *type, *value, *tb;
+    const char *path;
+    int32_t flags;
+} refusal;
+
 static int acquire_by_bridges(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
-                              size_t first, int error_pending, const char *pending_path,
-                              int32_t pending_flags);
+                              size_t first, refusal *r);
+static void refusal_take(refusal *r, const char *path, int32_t flags);
 static int classic_cannot_describe(PyObject *obj, int32_t flags, int raw);
 
 static int acquire_classic(PyObject *obj, pyxbuf_view *view, int32_t flags) {
@@ -521,8 +531,11 @@ static int after_classic_failed(PyObject *obj, pyxbuf_view *view, int32_t flags,
                                 int rc) {
     int32_t passed = flags & PYXBUF_CLASSIC_FLAGS;
     const char *pending = rc == CLASSIC_REFUSED ? "classic" : NULL;
-    if (classic_cannot_describe(obj, flags, pending != NULL))
-        return acquire_by_bridges(obj, view, flags, stream, 0, 1, pending, passed) == 1 ? 1 : -1;
+    if (classic_cannot_describe(obj, flags, pending != NULL)) {
+        refusal r;
+        refusal_take(&r, pending, passed);
+        return acquire_by_bridges(obj, view, flags, stream, 0, &r) == 1 ? 1 : -1;
+    }
     if (pending != NULL) add_context(obj, pending, passed);
     return -1;
 }
@@ -541,65 +554,57 @@ static const bridge bridges[] = {
     {pyxbuf__array_interface_acquire, "__array_interface__"},
 };
 
-/* 1 = a bridge acquired the view; 0 = none applies and no error is pending;
- * -1 = error. An error already pending (the classic path's) is the one kept
- * when no bridge succeeds: it is the consumer's most direct answer. */
-/* Tries the bridges from `first` on, in order, on a view reset for `flags`.
- * The first refusal is the one reported, and its context ("<path> buffer of
- * '<type>' refused ...") is formatted only when no bridge answers:
- * `error_pending` says an error is set on entry, and `pending_path` /
- * `pending_flags` name it (NULL when it needs no context). 1 = acquired; 0 =
- * no bridge applies and no error; -1 = failed, exception set. */
-static int acquire_by_bridges(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
-                              size_t first, int error_pending, const char *pending_path,
-                              int32_t pending_flags) {
-    PyObject *type = NULL, *value = NULL, *tb = NULL;
-    const char *path = NULL;
-    int32_t path_flags = 0;
-    if (error_pending) {
-        PyErr_Fetch(&type, &value, &tb);
-        path = pending_path;
-        path_flags = pending_flags;
+/* Holds the pending exception as the refusal of `path`. */
+static void refusal_take(refusal *r, const char *path, int32_t flags) {
+    PyErr_Fetch(&r->type, &r->value, &r->tb);
+    r->path = path;
+    r->flags = flags;
+}
+
+/* Bridge i failed: the first failure is kept, later ones are dropped. */
+static void refusal_note(refusal *r, PyObject *obj, size_t i, int32_t flags) {
+    if (r->type != NULL) {
+        PyErr_Clear();
+    } else if (!PyErr_Occurred()) { /* a broken bridge: say so now */
+        add_context(obj, bridges[i].path, flags);
+        refusal_take(r, NULL, 0);
+    } else {
+        refusal_take(r, bridges[i].path, flags);
     }
+}
+
+/* Tries the bridges from `first` on, in order, on a view reset for `flags`,
+ * with `r` the refusal so far (type NULL: none). 1 = acquired; 0 = no bridge
+ * applies and no error; -1 = failed, r's exception set with its context. */
+static int acquire_by_bridges(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
+                              size_t first, refusal *r) {
     for (size_t i = first; i < sizeof bridges / sizeof *bridges; i++) {
         int rc = bridges[i].acquire(obj, view, flags, stream);
         if (rc == 1) {
-            Py_XDECREF(type);
-            Py_XDECREF(value);
-            Py_XDECREF(tb);
+            Py_XDECREF(r->type);
+            Py_XDECREF(r->value);
+            Py_XDECREF(r->tb);
             return 1;
         }
         reset_view(view, flags); /* for the next bridge */
-        if (rc == 0) continue;
-        if (type != NULL) {
-            PyErr_Clear();
-            continue;
-        }
-        if (!PyErr_Occurred()) { /* a broken bridge: say so now */
-            add_context(obj, bridges[i].path, flags);
-        } else {
-            path = bridges[i].path;
-            path_flags = flags;
-        }
-        PyErr_Fetch(&type, &value, &tb);
+        if (rc < 0) refusal_note(r, obj, i, flags);
     }
-    if (type == NULL) return 0;
-    PyErr_Restore(type, value, tb);
-    if (path != NULL) add_context(obj, path, path_flags);
+    if (r->type == NULL) return 0;
+    PyErr_Restore(r->type, r->value, r->tb);
+    if (r->path != NULL) add_context(obj, r->path, r->flags);
     return -1;
 }
 
 /* An object with no classic buffer: the bridges, the first (DLPack, whose C
- * exchange table is the fastest way in) called directly. */
+ * exchange table is the fastest way in) called before any bookkeeping. */
 static int acquire_without_buffer(PyObject *obj, pyxbuf_view *view, int32_t flags,
                                   int64_t stream) {
     int rc = bridges[0].acquire(obj, view, flags, stream);
     if (PYXBUF_LIKELY(rc == 1)) return 1;
     reset_view(view, flags);
-    const char *path = NULL; /* as acquire_by_bridges treats a refusal */
-    if (rc < 0 && !PyErr_Occurred()) add_context(obj, bridges[0].path, flags); /* broken */
-    else if (rc < 0) path = bridges[0].path;
-    return acquire_by_bridges(obj, view, flags, stream, 1, rc < 0, path, flags);
+    refusal r = {NULL, NULL, NULL, NULL, 0};
+    if (rc < 0) refusal_note(&r, obj, 0, flags);
+    return acquire_by_bridges(obj, view, flags, stream, 1, &r);
 }
 
 /* After the classic path failed: may a bridge answer instead? Only when the
