@@ -26,8 +26,10 @@ venv: $(VENV)/.ready
 
 $(VENV)/.ready: python-tests/requirements.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install --quiet --upgrade pip
-	$(VPY) -m pip install --quiet -r python-tests/requirements.txt
+	# An inherited PYTHONPATH (another venv's packages) would satisfy the
+	# requirements and leave this venv empty.
+	PYTHONPATH= $(VPY) -m pip install --quiet --upgrade pip
+	PYTHONPATH= $(VPY) -m pip install --quiet -r python-tests/requirements.txt
 	touch $@
 
 build: venv
