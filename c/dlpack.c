@@ -726,6 +726,7 @@ static int order_after_producer(const DLPackExchangeAPI *api, dl_hold *h, int64_
     return 0;
 }
 
+/* 1 = acquired, -1 = failed (exception set). */
 static PYXBUF_ALWAYS_INLINE int acquire_c(PyObject *obj, pyxbuf_view *view, int32_t flags,
                                           int64_t stream, const DLPackExchangeAPI *api) {
     DLManagedTensorVersioned *m = NULL;
@@ -928,6 +929,19 @@ static int acquire_py(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t s
 int pyxbuf__dlpack_type_speaks(PyTypeObject *type) {
     const api_cache_entry *e = type_dlpack(type);
     return e->api != NULL || e->has_dlpack;
+}
+
+const void *pyxbuf__dlpack_c_table_of(PyTypeObject *type) { return type_dlpack(type)->api; }
+
+int pyxbuf__dlpack_get_c(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
+                         const void *api) {
+    pyxbuf__view_begin(view, flags);
+    int rc = acquire_c(obj, view, flags, stream, api);
+    if (PYXBUF_LIKELY(rc == 1)) {
+        view->state = PYXBUF__STATE_ACQUIRED;
+        return 0;
+    }
+    return pyxbuf__get_after_dlpack(obj, view, flags, stream, rc);
 }
 
 int pyxbuf__dlpack_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream) {

@@ -102,6 +102,19 @@ void pyxbuf__dlpack_release_bare(void *tensor);
 /* 1 if the DLPack bridge would try `type` (it has __dlpack__ or a C exchange
  * table); answered from the per-type cache, calls nothing. */
 int pyxbuf__dlpack_type_speaks(PyTypeObject *type);
+/* The DLPack C exchange table (a DLPackExchangeAPI) of the type that pyxbuf
+ * can read, or NULL; answered from the DLPack bridge's per-type cache. */
+const void *pyxbuf__dlpack_c_table_of(PyTypeObject *type);
+/* pyxbuf_get's route for a type with no classic buffer whose C exchange
+ * table is `api` (view.c caches it per type), for a request without borrow
+ * bits: the DLPack bridge called with no other bookkeeping. On failure the
+ * other bridges are tried (pyxbuf__get_after_dlpack). 0 or -1 as pyxbuf_get. */
+int pyxbuf__dlpack_get_c(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
+                         const void *api);
+/* The route's way back when the DLPack bridge answered `rc` (0 or -1): the
+ * later bridges, then the refusal, as pyxbuf_get reports it. */
+int pyxbuf__get_after_dlpack(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
+                             int rc);
 int pyxbuf__cai_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream);
 int pyxbuf__array_interface_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags,
                                     int64_t stream);
@@ -254,6 +267,18 @@ static PYXBUF_ALWAYS_INLINE int pyxbuf__export_fill_host(Py_buffer *view, PyObje
 /* Room for ndim shape entries followed by ndim strides: the view's inline_dims
  * when ndim <= PYXBUF_INLINE_NDIM, else `spill` (2 * ndim entries the bridge
  * keeps alive, e.g. in its holder's storage). */
+/* The pyxbuf fields of a view being acquired for `flags`, before a path
+ * fills it: no device, no grants, not yet acquired. The Py_buffer and the
+ * bridge fields are the path's to set (reset_view in view.c clears those too). */
+static inline void pyxbuf__view_begin(pyxbuf_view *view, int32_t flags) {
+    view->flags = 0;
+    view->ext_flags = 0;
+    view->device = NULL;
+    view->device_info = NULL;
+    view->requested = flags;
+    view->state = PYXBUF__STATE_RELEASED;
+}
+
 static inline Py_ssize_t *pyxbuf__view_dims(pyxbuf_view *view, int ndim, Py_ssize_t *spill) {
     return ndim <= PYXBUF_INLINE_NDIM ? view->inline_dims : spill;
 }

@@ -48,16 +48,21 @@ static int check_supported_value(const char *type_name, long value) {
  * another is allocated at the same address; the type is compared too because
  * sub-interpreters number their heap types independently. `key` packs the tag
  * (low 32 bits, never 0 once stored) and the expanded mask (high 32 bits), with
- * CACHE_FAST set in the mask when the classic fast path applies: the type has
- * a bf_getbuffer slot and supports every classic flag and nothing more. The
- * fast path then tests one word, and a type without a tag (0) never hits. */
+ * one route bit set in the mask when a fast route applies to a type that
+ * supports every classic flag and nothing more: CACHE_FAST when it has a
+ * bf_getbuffer slot, CACHE_DLPACK_C when it has none but a DLPack C exchange
+ * table (the bridge DESIGN.md tries first). A route then tests one word, and
+ * a type without a tag (0) never hits. */
 typedef struct supported_cache_entry {
     PyTypeObject *type;
     uint64_t key;
+    const void *route_data; /* CACHE_DLPACK_C: the table (kept alive by the type's dict) */
 } supported_cache_entry;
 
 #define SUPPORTED_CACHE_SIZE 256
-#define CACHE_FAST 0x40000000 /* outside KNOWN_REQUEST_FLAGS */
+#define CACHE_FAST 0x40000000     /* outside KNOWN_REQUEST_FLAGS */
+#define CACHE_DLPACK_C 0x20000000 /* likewise */
+#define CACHE_ROUTES (CACHE_FAST | CACHE_DLPACK_C)
 static supported_cache_entry supported_cache[SUPPORTED_CACHE_SIZE];
 
 static inline supported_cache_entry *cache_entry(unsigned int tag) {
@@ -103,7 +108,7 @@ static inline int cached_supported(PyTypeObject *type, int32_t *supported) {
     unsigned int tag = type->tp_version_tag;
     const supported_cache_entry *e = cache_entry(tag);
     if (e->type == type && tag != 0 && (uint32_t)e->key == tag) {
-        *supported = (int32_t)(e->key >> 32) & ~CACHE_FAST;
+        *supported = (int32_t)(e->key >> 32) & ~CACHE_ROUTES;
         return 1;
     }
     return 0;
@@ -117,16 +122,37 @@ static inline int cached_classic_fast(PyTypeObject *type) {
     return e->type == type && e->key == cache_key(tag, PYXBUF_CLASSIC_FLAGS | CACHE_FAST);
 }
 
+/* The DLPack C route's table for the type, or NULL when it has no such
+ * route (see supported_cache_entry). */
+static inline const void *cached_dlpack_c(PyTypeObject *type) {
+    unsigned int tag = type->tp_version_tag;
+    const supported_cache_entry *e = cache_entry(tag);
+    int hit = e->type == type && e->key == cache_key(tag, PYXBUF_CLASSIC_FLAGS | CACHE_DLPACK_C);
+    return hit ? e->route_data : NULL;
+}
+
+/* The route bit for a type whose supported flags are `supported`, or 0, and
+ * what the route needs in *data. */
+static int32_t route_of(PyTypeObject *type, int32_t supported, const void **data) {
+    *data = NULL;
+    if (supported != PYXBUF_CLASSIC_FLAGS) return 0;
+    PyBufferProcs *pb = type->tp_as_buffer;
+    if (pb != NULL && pb->bf_getbuffer != NULL) return CACHE_FAST;
+    *data = pyxbuf__dlpack_c_table_of(type);
+    return *data != NULL ? CACHE_DLPACK_C : 0;
+}
+
 int pyxbuf_type_supported_flags(PyTypeObject *type, int32_t *supported) {
     if (cached_supported(type, supported)) return 0;
     if (lookup_supported(type, supported) < 0) return -1;
     unsigned int tag = type->tp_version_tag;
     if (tag != 0) {
-        PyBufferProcs *pb = type->tp_as_buffer;
-        int fast = *supported == PYXBUF_CLASSIC_FLAGS && pb != NULL && pb->bf_getbuffer != NULL;
+        const void *data;
+        int32_t route = route_of(type, *supported, &data);
         supported_cache_entry *e = cache_entry(tag);
         e->type = type;
-        e->key = cache_key(tag, *supported | (fast ? CACHE_FAST : 0));
+        e->key = cache_key(tag, *supported | route);
+        e->route_data = data;
     }
     return 0;
 }
@@ -221,13 +247,8 @@ int pyxbuf_check_supports(PyObject *obj, int32_t flags) {
 static void reset_view(pyxbuf_view *view, int32_t requested) {
     view->base.obj = NULL;
     view->base.buf = NULL;
-    view->flags = 0;
-    view->ext_flags = 0;
-    view->device = NULL;
-    view->device_info = NULL;
+    pyxbuf__view_begin(view, requested);
     view->path = PYXBUF_PATH_NONE;
-    view->requested = requested;
-    view->state = PYXBUF__STATE_RELEASED;
     view->owner = NULL;
     view->bridge_data = NULL;
     view->borrow_token = 0;
@@ -595,16 +616,22 @@ static int acquire_by_bridges(PyObject *obj, pyxbuf_view *view, int32_t flags, i
     return -1;
 }
 
+/* The first bridge answered `rc` (not 1): the others, in order. */
+static PYXBUF_COLD int after_first_bridge(PyObject *obj, pyxbuf_view *view, int32_t flags,
+                                          int64_t stream, int rc) {
+    reset_view(view, flags);
+    refusal r = {NULL, NULL, NULL, NULL, 0};
+    if (rc < 0) refusal_note(&r, obj, 0, flags);
+    return acquire_by_bridges(obj, view, flags, stream, 1, &r);
+}
+
 /* An object with no classic buffer: the bridges, the first (DLPack, whose C
  * exchange table is the fastest way in) called before any bookkeeping. */
 static int acquire_without_buffer(PyObject *obj, pyxbuf_view *view, int32_t flags,
                                   int64_t stream) {
     int rc = bridges[0].acquire(obj, view, flags, stream);
     if (PYXBUF_LIKELY(rc == 1)) return 1;
-    reset_view(view, flags);
-    refusal r = {NULL, NULL, NULL, NULL, 0};
-    if (rc < 0) refusal_note(&r, obj, 0, flags);
-    return acquire_by_bridges(obj, view, flags, stream, 1, &r);
+    return after_first_bridge(obj, view, flags, stream, rc);
 }
 
 /* After the classic path failed: may a bridge answer instead? Only when the
@@ -822,9 +849,26 @@ static PYXBUF_COLD int get_view_slow(PyObject *obj, pyxbuf_view *view, int32_t f
     return view->path == PYXBUF_PATH_NATIVE ? 0 : track_if_asked(obj, view, flags);
 }
 
+int pyxbuf__get_after_dlpack(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
+                             int rc) {
+    rc = after_first_bridge(obj, view, flags, stream, rc);
+    if (rc != 1) return rc == 0 ? refuse_no_protocol(obj) : -1;
+    view->state = PYXBUF__STATE_ACQUIRED;
+    return 0; /* the route takes no borrow bits: nothing to track */
+}
+
+/* The requests the DLPack C route serves: the fast path's, borrows aside
+ * (they take get_view_slow, which tracks them). */
+#define DLPACK_C_ROUTE_FLAGS (FAST_PATH_FLAGS & ~BORROW_FLAGS)
+
 static inline int get_view(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream) {
-    int fast = PYXBUF_LIKELY(obj != NULL && view != NULL) ? get_classic_fast(obj, view, flags) : 0;
+    if (PYXBUF_UNLIKELY(obj == NULL || view == NULL)) return get_view_slow(obj, view, flags, 0, 0);
+    int fast = get_classic_fast(obj, view, flags);
     if (PYXBUF_LIKELY(fast == 1)) return 0;
+    if (fast == 0 && (flags & ~DLPACK_C_ROUTE_FLAGS) == 0) {
+        const void *api = cached_dlpack_c(Py_TYPE(obj));
+        if (api != NULL) return pyxbuf__dlpack_get_c(obj, view, flags, stream, api);
+    }
     return get_view_slow(obj, view, flags, stream, fast);
 }
 

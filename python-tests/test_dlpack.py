@@ -518,6 +518,56 @@ def test_c_exchange_table_lookup_follows_the_type():
     assert p.exported == p.deleted == 4
 
 
+def test_c_exchange_refusal_is_the_same_on_every_call():
+    """The first call finds the table through the bridges and caches it for
+    the type; later calls take pyxbuf_get's direct route to it. Both refuse
+    alike and delete each tensor once."""
+    p = t.DLPackCProducer(np.arange(3, dtype=np.int8), lanes=2)
+    for calls in range(1, 4):
+        with pytest.raises(BufferError, match="lanes") as e:
+            t.dlpack_info(p)
+        assert "DLPack" in str(e.value), "the refusal names the bridge that refused"
+        assert (p.c_calls, p.deleted) == (calls, calls)
+
+
+def test_c_exchange_refusal_lets_a_later_bridge_answer():
+    """The __array_interface__ bridge (a user dtype's) answers after the
+    table refused, on the cached route as on the first call."""
+    a = np.arange(6, dtype=ml_dtypes.bfloat16)
+
+    class WithInterface(t.DLPackProducer):
+        __dlpack_c_exchange_api__ = t.DLPackCProducer.__dlpack_c_exchange_api__
+        dtype = a.dtype
+
+        @property
+        def __array_interface__(self):
+            return a.__array_interface__
+
+    p = WithInterface(np.arange(3, dtype=np.int8), lanes=2)  # its table refuses
+    for calls in range(1, 4):
+        info = t.dlpack_info(p)
+        assert info["path"] == "array-interface" and info["buf"] == pointer(a)
+        assert info["shape"] == (6,) and info["format"] == "[ml_dtypes$bfloat16]"
+        assert (p.c_calls, p.deleted) == (calls, calls)
+
+
+def test_c_exchange_borrows_are_tracked_on_every_call():
+    """A borrow request leaves the direct route for the path that takes the
+    grant from the cooperative registry."""
+    a = np.arange(4, dtype=np.float32)
+    p = t.DLPackCProducer(a)
+    assert t.dlpack_info(p)["path"] == "dlpack-c"  # the type is cached
+    for _ in range(2):
+        v = t.acquire(p, RO | t.PYXBUF_BORROW_SHARED)
+        info = v.info()
+        assert info["path"] == "dlpack-c"
+        assert info["ext_flags"] == t.PYXBUF_EXT_TRACKED | t.PYXBUF_EXT_SHARED
+        with pytest.raises(BufferError, match="shared"):
+            t.acquire(p, RW | t.PYXBUF_BORROW_EXCLUSIVE)
+        v.release()
+    assert p.c_calls == p.deleted == 5
+
+
 def test_c_exchange_device_tensor_gets_an_event_on_the_work_stream():
     e = t.exporter("B", (8,), device=(EXT, 0))
     stream = t.testdev_write(e, bytes(range(8)), 0, False)  # queued, not run
