@@ -15,7 +15,7 @@ CMAKE_ARGS ?=
 export PYTHONDONTWRITEBYTECODE := 1
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build build-release-check test test-c test-python test-rust test-pymodules pymodules demo clean \
+.PHONY: all build build-release-check test test-c test-python test-rust test-pymodules test-packaged-crates test-wheel pymodules demo clean \
 	distclean venv libclang bindings asan-build test-asan test-asan-c test-asan-python \
 	clang fuzz fuzz-build \
 	valgrind-build test-valgrind tsan-build test-tsan
@@ -73,15 +73,63 @@ test-rust: venv libclang
 	$(RUST_ENV) cargo clippy --workspace --all-targets --all-features -- -D warnings
 	$(RUST_ENV) cargo test --workspace --all-features
 
+# The crates as crates.io would serve them: `cargo package` (each packaged
+# crate verified by building it on its own), then the packaged sources
+# unpacked into target/packaged (excluded from the workspace) and tested
+# there, pyxbuf against the packaged pyxbuf-sys (a [patch] in the unpacked
+# tree's .cargo/config.toml, which trybuild's builds read too).
+PACKAGED = $(abspath target/packaged)
+CRATE_VERSION = $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+test-packaged-crates: venv libclang
+	$(RUST_ENV) cargo package --quiet --allow-dirty -p pyxbuf-sys -p pyxbuf
+	rm -rf $(PACKAGED)/pyxbuf-sys-* $(PACKAGED)/pyxbuf-[0-9]* && mkdir -p $(PACKAGED)/.cargo
+	for c in pyxbuf-sys pyxbuf; do \
+	    tar xzf target/package/$$c-$(CRATE_VERSION).crate -C $(PACKAGED) || exit 1; done
+	printf '[patch.crates-io]\npyxbuf-sys = { path = "%s" }\n' \
+	    $(PACKAGED)/pyxbuf-sys-$(CRATE_VERSION) > $(PACKAGED)/.cargo/config.toml
+	for c in pyxbuf-sys pyxbuf; do \
+	    (cd $(PACKAGED)/$$c-$(CRATE_VERSION) && \
+	     $(RUST_ENV) CARGO_TARGET_DIR=$(PACKAGED)/target cargo test --quiet --all-features) \
+	    || exit 1; done
+	# An abi3 build must stop with build.rs's explanation (own target dir: the
+	# abi3 feature would rebuild pyo3-ffi for the others).
+	! $(RUST_ENV) CARGO_TARGET_DIR=$(PACKAGED)/abi3-target cargo check --quiet -p pyxbuf-sys \
+	    --features pyo3-ffi/abi3-py311 > $(PACKAGED)/abi3.log 2>&1
+	grep -q "pyxbuf-sys: this build targets CPython's stable ABI" $(PACKAGED)/abi3.log
+	# Warning-free docs, with default features and as docs.rs builds them.
+	for f in "" "--features pyxbuf/ndarray"; do \
+	    RUSTDOCFLAGS="-D warnings" $(RUST_ENV) cargo doc --quiet --no-deps -p pyxbuf-sys -p pyxbuf $$f \
+	    || exit 1; done
+
+# The release wheel as a C extension author gets it: maturin's build (its
+# manylinux check on, no emulated device) installed into a fresh venv with
+# NumPy, ml_dtypes and the build tools, then two third-party extensions built
+# against it (setuptools; scikit-build-core with find_package) and
+# python-tests/wheel_consumers/check_consumers.py run there. The build tools
+# come from the pip cache after the first run.
+WHEEL_TEST = $(abspath target/wheel-test)
+test-wheel: venv
+	rm -rf $(WHEEL_TEST) && mkdir -p $(WHEEL_TEST)
+	$(MATURIN_ENV) $(VENV)/bin/maturin build --quiet --release -m rust/pyxbuf-python/Cargo.toml \
+	    -i $(VPY) -o $(WHEEL_TEST)/dist
+	$(VPY) -m venv $(WHEEL_TEST)/venv
+	cp -r python-tests/wheel_consumers $(WHEEL_TEST)/src
+	cd $(WHEEL_TEST) && export PYTHONPATH= && \
+	    venv/bin/python -m pip install --quiet dist/pyxbuf-*.whl numpy ml_dtypes "setuptools>=70.1" \
+	        scikit-build-core pytest && \
+	    venv/bin/python -m pip install --quiet --no-build-isolation src/setuptools src/cmake && \
+	    PYXBUF_WHEEL=$$(ls dist/pyxbuf-*.whl) venv/bin/python -m pytest -q --noconftest \
+	        -p no:cacheprovider src/check_consumers.py
+
 # The `pyxbuf` Python module and the example crate, built into the venv.
 pymodules: venv
-	$(MATURIN_ENV) $(VENV)/bin/maturin develop --quiet -m rust/pyxbuf-python/Cargo.toml
+	$(MATURIN_ENV) $(VENV)/bin/maturin develop --quiet --features emulated-device -m rust/pyxbuf-python/Cargo.toml
 	$(MATURIN_ENV) $(VENV)/bin/maturin develop --quiet -m rust/examples/sum/Cargo.toml
 
 test-pymodules: pymodules
 	$(VPY) -m pytest -q rust/pyxbuf-python/tests rust/examples/sum/tests
 
-test: test-c test-rust test-python test-pymodules bench-smoke
+test: test-c test-rust test-python test-pymodules test-packaged-crates test-wheel bench-smoke
 
 # Benchmarks (bench/). `make bench` runs the Criterion suite and writes
 # bench/results/<date>-<machine>.md; `make bench-ir` counts instructions

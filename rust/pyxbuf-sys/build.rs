@@ -2,6 +2,15 @@
 //! a static library with the `cc` crate, so every crate that links
 //! pyxbuf-sys carries its own private copy (PYXBUF_STATIC: nothing exported).
 //! The `testdev` feature adds `c/testdev.c`, the guarded emulated device.
+//!
+//! `c/` and `include/` in this crate are symbolic links to the repository's
+//! `c/` and `include/`: one copy of the sources, which `cargo package`
+//! dereferences into the packaged crate, so the crate builds anywhere.
+//!
+//! For dependents (`links = "pyxbuf"`): `DEP_PYXBUF_INCLUDE` (the directory
+//! of `pyxbuf.h`) and `DEP_PYXBUF_LIB_DIR` (the directory of the static
+//! `libpyxbuf.a` just built, which the `pyxbuf` Python wheel ships to C
+//! extension authors).
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -13,9 +22,12 @@ fn python_include() -> String {
         config.target_abi().kind(),
         pyo3_build_config::PythonAbiKind::Stable(_)
     ) {
-        println!(
-            "cargo:warning=pyxbuf-sys: libpyxbuf uses CPython's full (non-limited) API; an abi3 \
-             extension that links it is tied to the Python version it was built for"
+        panic!(
+            "pyxbuf-sys: this build targets CPython's stable ABI (abi3, from a pyo3 `abi3*` \
+             feature), but libpyxbuf is compiled against the full C API of one interpreter \
+             (Py_buffer internals, _PyType_Lookup, tp_version_tag), so an abi3 wheel that \
+             links it would load into other Python versions and misbehave; turn the abi3 \
+             feature off and build one wheel per Python version"
         );
     }
     let python = config
@@ -57,9 +69,8 @@ fn c_sources(c_dir: &Path, with_testdev: bool) -> Vec<PathBuf> {
 
 fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));
-    let root = manifest.join("../..");
-    let c_dir = root.join("c");
-    let include = root.join("include");
+    let c_dir = manifest.join("c");
+    let include = manifest.join("include");
     println!("cargo:rerun-if-changed={}", c_dir.display());
     println!("cargo:rerun-if-changed={}", include.display());
     println!("cargo:rerun-if-changed=build.rs");
@@ -90,6 +101,9 @@ fn main() {
         println!("cargo:rustc-link-lib=dl");
         println!("cargo:rustc-link-lib=pthread");
     }
-    // For dependents that compile C against the header (DEP_PYXBUF_INCLUDE).
+    // For dependents that compile C against the header (DEP_PYXBUF_INCLUDE)
+    // or ship the static library (DEP_PYXBUF_LIB_DIR).
     println!("cargo:include={}", include.display());
+    let out_dir = env::var("OUT_DIR").expect("set by cargo");
+    println!("cargo:lib_dir={out_dir}");
 }

@@ -381,6 +381,15 @@ fn live_borrows(py: Python<'_>) -> PyResult<i64> {
     Ok(unsafe { (*api).borrow_live.map_or(0, |f| f()) })
 }
 
+/// abi_version() -> int: the ABI version of the libpyxbuf linked into this
+/// module (`pyxbuf_abi_version()`). A C extension built against the wheel's
+/// `pyxbuf.h` compares it with its own `PYXBUF_ABI_VERSION`.
+#[pyfunction]
+fn abi_version() -> u32 {
+    // SAFETY: reads a constant; no Python state involved.
+    unsafe { sys::pyxbuf_abi_version() }
+}
+
 // libpyxbuf relies on the GIL until the free-threading work makes it safe
 // without one: a free-threaded interpreter must re-enable it on import.
 #[pymodule(gil_used = true)]
@@ -394,6 +403,7 @@ fn pyxbuf_python(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(exporter, m)?)?;
     m.add_function(wrap_pyfunction!(check_supports, m)?)?;
     m.add_function(wrap_pyfunction!(live_borrows, m)?)?;
+    m.add_function(wrap_pyfunction!(abi_version, m)?)?;
     // SAFETY: attached thread; a borrowed reference to the type (kept by the
     // library for the process) or NULL with an exception.
     let tp = unsafe { sys::pyxbuf_exporter_type() };

@@ -8,9 +8,10 @@ use std::process::Command;
 
 use bindgen::callbacks::{DeriveInfo, IntKind, ParseCallbacks};
 
-/// The repository root (the C sources and the header live there).
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+/// The directory holding `c/` and `include/`: the crate itself (they are
+/// links to the repository's, and real directories in the packaged crate).
+pub fn sources_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// The committed output files.
@@ -95,7 +96,7 @@ fn builder(header: &Path) -> Result<bindgen::Builder, String> {
     Ok(bindgen::Builder::default()
         .header(header.to_string_lossy())
         .clang_arg(format!("-I{include}"))
-        .clang_arg(format!("-I{}", repo_root().join("include").display()))
+        .clang_arg(format!("-I{}", sources_root().join("include").display()))
         .clang_arg("-DPYXBUF_STATIC")
         // The header's plain /* */ comments become rustdoc.
         .clang_arg("-fparse-all-comments")
@@ -127,7 +128,7 @@ fn render(builder: bindgen::Builder, what: &str) -> Result<String, String> {
 
 /// The bindings of include/pyxbuf.h.
 pub fn generate_main() -> Result<String, String> {
-    let header = repo_root().join("include/pyxbuf.h");
+    let header = sources_root().join("include/pyxbuf.h");
     let b = builder(&header)?
         .allowlist_function("pyxbuf_.*")
         .allowlist_type("pyxbuf_.*")
@@ -144,7 +145,7 @@ pub fn generate_main() -> Result<String, String> {
 /// The bindings of c/testdev.h (the `testdev` feature): only its own items,
 /// the rest comes from the main bindings.
 pub fn generate_testdev() -> Result<String, String> {
-    let header = repo_root().join("c/testdev.h");
+    let header = sources_root().join("c/testdev.h");
     let b = builder(&header)?
         .allowlist_function("pyxbuf_testdev_.*")
         .allowlist_var("PYXBUF_TESTDEV_.*")

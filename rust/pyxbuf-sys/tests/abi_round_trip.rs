@@ -97,7 +97,7 @@ fn round_trip(bindings: &Path, dir: &Path) -> Result<(usize, usize), String> {
         .args(["-std=c11", "-fsyntax-only", "-Wall", "-DPYXBUF_STATIC"])
         .arg(format!(
             "-I{}",
-            codegen::repo_root().join("include").display()
+            codegen::sources_root().join("include").display()
         ))
         .arg(format!("-I{python}"))
         .arg(format!("-I{}", dir.display()))

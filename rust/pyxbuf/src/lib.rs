@@ -158,10 +158,11 @@
 //! # Features
 //!
 //! - `testdev`: compile pyxbuf's guarded emulated device into the library
-//!   and expose [`testdev`] (tests only).
-//! - `ndarray`: [`PyXBuffer::as_array`] / [`PyXBuffer::as_array_mut`],
+//!   and expose the `testdev` module (tests only).
+//! - `ndarray`: `PyXBuffer::as_array` / `PyXBuffer::as_array_mut`,
 //!   `ndarray` views of borrowed host memory (strided, negative strides
-//!   included), under the same grants as the slices.
+//!   included), under the same grants as the slices (documented on docs.rs,
+//!   which builds with this feature).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, clippy::undocumented_unsafe_blocks)]

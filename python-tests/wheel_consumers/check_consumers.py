@@ -1,0 +1,88 @@
+"""What a C extension author gets from pyxbuf's release wheel, checked in a
+fresh venv that has only the wheel, NumPy, ml_dtypes and the build tools
+(make test-wheel): the wheel's layout, the absence of the test-only emulated
+device, and two third-party extensions (setuptools, scikit-build-core) built
+against the wheel reading NumPy float32 and ml_dtypes bfloat16 arrays through
+pyxbuf_get. Run with --noconftest: python-tests/conftest.py needs the test
+extension, which this venv does not have."""
+
+import ctypes
+import importlib
+import os
+import pathlib
+import zipfile
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import pyxbuf
+
+CONSUMERS = ["pyxbuf_consumer_setuptools", "pyxbuf_consumer_cmake"]
+WHEEL = pathlib.Path(os.environ["PYXBUF_WHEEL"])
+
+
+@pytest.fixture(params=CONSUMERS)
+def consumer(request):
+    return importlib.import_module(request.param)
+
+
+def test_wheel_is_manylinux_for_this_interpreter():
+    tag = WHEEL.name.split("-")
+    assert tag[-1].startswith("manylinux_") and tag[-1].endswith("_x86_64.whl"), WHEEL.name
+    assert pathlib.Path(pyxbuf.__file__).parent.parent.name == "site-packages"
+
+
+def test_wheel_ships_the_c_library_and_types():
+    include = pathlib.Path(pyxbuf.get_include())
+    assert (include / "pyxbuf.h").read_text().count("PYXBUF_ABI_VERSION") > 0
+    lib = pathlib.Path(pyxbuf.get_library_dir()) / "libpyxbuf.a"
+    assert lib.read_bytes().startswith(b"!<arch>\n"), "a static archive"
+    cmake = pathlib.Path(pyxbuf.get_cmake_dir())
+    assert {"pyxbufConfig.cmake", "pyxbufConfigVersion.cmake"} <= {p.name for p in cmake.iterdir()}
+    package = pathlib.Path(pyxbuf.__file__).parent
+    assert (package / "py.typed").exists() and (package / "pyxbuf.pyi").exists()
+    assert pyxbuf.__version__ in (cmake / "pyxbufConfigVersion.cmake").read_text()
+
+
+def test_wheel_has_no_emulated_device():
+    assert pyxbuf.EMULATED_DEVICE is False
+    with zipfile.ZipFile(WHEEL) as whl:
+        for name in whl.namelist():
+            if name.endswith((".so", ".a")):
+                assert b"testdev" not in whl.read(name), f"{name} carries the emulated device"
+    with pytest.raises(ValueError, match="ext_dev"):
+        pyxbuf.exporter([4], "B", device="ext_dev:0")
+
+
+def test_abi_checked_at_import(consumer):
+    assert consumer.abi_versions() == (pyxbuf.abi_version(), pyxbuf.abi_version())
+
+
+def test_float32_from_numpy(consumer):
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    got = consumer.describe(a)
+    assert got == {"sum": 66.0, "format": "f", "shape": (3, 4), "itemsize": 4, "path": "classic"}
+
+
+def test_bfloat16_from_ml_dtypes(consumer):
+    a = np.array([[1.5, -2.0], [4.25, 0.125]], dtype=ml_dtypes.bfloat16)
+    got = consumer.describe(a)
+    assert got["sum"] == 3.875 and got["shape"] == (2, 2) and got["itemsize"] == 2
+    assert got["format"] == "[ml_dtypes$bfloat16]" and got["path"] == "array-interface"
+
+
+def test_refusal_reaches_python(consumer):
+    with pytest.raises(BufferError, match="contiguous"):
+        consumer.describe(np.arange(8, dtype=np.float32)[::2])
+    with pytest.raises(TypeError, match="format 'd'"):
+        consumer.describe(np.zeros(2))
+
+
+def test_library_copy_is_private(consumer):
+    """libpyxbuf's symbols are hidden inside the consumer (PYXBUF_STATIC):
+    nothing but the module's init function is exported."""
+    lib = ctypes.CDLL(consumer.__file__)
+    with pytest.raises(AttributeError):
+        lib.pyxbuf_get
+    assert hasattr(lib, "PyInit_" + consumer.__name__)

@@ -1,0 +1,106 @@
+"""pyxbuf: the extended Python buffer protocol (device memory, borrow grants,
+custom dtypes) for any array: NumPy, CuPy, PyTorch, JAX, ml_dtypes.
+
+The functions come from the compiled module ``pyxbuf.pyxbuf``. The package
+also ships libpyxbuf for C extension authors, as NumPy ships its headers:
+``get_include()`` holds ``pyxbuf.h``, ``get_library_dir()`` the static,
+position-independent ``libpyxbuf.a`` built for this interpreter (link with
+``-lpyxbuf`` and define ``PYXBUF_STATIC``), and ``get_cmake_dir()`` a CMake
+package for ``find_package(pyxbuf CONFIG)``.
+"""
+
+from pathlib import Path as _Path
+
+from .pyxbuf import (
+    EMULATED_DEVICE,
+    PYXBUF_BORROW_EXCLUSIVE,
+    PYXBUF_BORROW_SHARED,
+    PYXBUF_DEVICE,
+    PYXBUF_EXT_EXCLUSIVE,
+    PYXBUF_EXT_SHARED,
+    PYXBUF_EXT_TRACKED,
+    PYXBUF_SUPPORTED_FLAGS,
+    PYXBUF_TEMPORARY,
+    PyBUF_C_CONTIGUOUS,
+    PyBUF_F_CONTIGUOUS,
+    PyBUF_FORMAT,
+    PyBUF_ND,
+    PyBUF_RECORDS,
+    PyBUF_RECORDS_RO,
+    PyBUF_SIMPLE,
+    PyBUF_STRIDES,
+    PyBUF_WRITABLE,
+    Exporter,
+    __version__,
+    abi_version,
+    check_supports,
+    exporter,
+    from_dlpack,
+    inspect,
+    live_borrows,
+    to_device,
+)
+
+_HERE = _Path(__file__).resolve().parent
+
+
+def _shipped(sub: str, marker: str) -> str:
+    path = _HERE / sub
+    if not (path / marker).is_file():
+        raise FileNotFoundError(
+            f"pyxbuf: {path / marker} is missing from this installation; it ships in "
+            "pyxbuf's wheels (maturin build), not in a bare build of the extension module"
+        )
+    return str(path)
+
+
+def get_include() -> str:
+    """The directory holding ``pyxbuf.h`` (pass it to ``include_dirs``)."""
+    return _shipped("include", "pyxbuf.h")
+
+
+def get_library_dir() -> str:
+    """The directory holding the static ``libpyxbuf.a`` for this interpreter
+    (``library_dirs``; link ``libraries=["pyxbuf"]`` and define ``PYXBUF_STATIC``)."""
+    return _shipped("lib", "libpyxbuf.a")
+
+
+def get_cmake_dir() -> str:
+    """The directory holding ``pyxbufConfig.cmake`` (``pyxbuf_DIR``, or a
+    ``CMAKE_PREFIX_PATH`` entry): ``find_package(pyxbuf CONFIG)`` then gives
+    the target ``pyxbuf::pyxbuf``."""
+    return _shipped("cmake", "pyxbufConfig.cmake")
+
+
+__all__ = [
+    "EMULATED_DEVICE",
+    "Exporter",
+    "PYXBUF_BORROW_EXCLUSIVE",
+    "PYXBUF_BORROW_SHARED",
+    "PYXBUF_DEVICE",
+    "PYXBUF_EXT_EXCLUSIVE",
+    "PYXBUF_EXT_SHARED",
+    "PYXBUF_EXT_TRACKED",
+    "PYXBUF_SUPPORTED_FLAGS",
+    "PYXBUF_TEMPORARY",
+    "PyBUF_C_CONTIGUOUS",
+    "PyBUF_F_CONTIGUOUS",
+    "PyBUF_FORMAT",
+    "PyBUF_ND",
+    "PyBUF_RECORDS",
+    "PyBUF_RECORDS_RO",
+    "PyBUF_SIMPLE",
+    "PyBUF_STRIDES",
+    "PyBUF_WRITABLE",
+    "__version__",
+    "abi_version",
+    "check_supports",
+    "exporter",
+    "from_dlpack",
+    "get_cmake_dir",
+    "get_include",
+    "get_library_dir",
+    "inspect",
+    "live_borrows",
+    "to_device",
+]

@@ -1,0 +1,80 @@
+"""Type stub of the compiled module ``pyxbuf.pyxbuf`` (re-exported by ``pyxbuf``)."""
+
+from typing import Any, Final
+
+__version__: Final[str]
+EMULATED_DEVICE: Final[bool]
+
+PyBUF_SIMPLE: Final[int]
+PyBUF_WRITABLE: Final[int]
+PyBUF_FORMAT: Final[int]
+PyBUF_ND: Final[int]
+PyBUF_STRIDES: Final[int]
+PyBUF_C_CONTIGUOUS: Final[int]
+PyBUF_F_CONTIGUOUS: Final[int]
+PyBUF_RECORDS: Final[int]
+PyBUF_RECORDS_RO: Final[int]
+PYXBUF_DEVICE: Final[int]
+PYXBUF_BORROW_SHARED: Final[int]
+PYXBUF_BORROW_EXCLUSIVE: Final[int]
+PYXBUF_TEMPORARY: Final[int]
+PYXBUF_EXT_SHARED: Final[int]
+PYXBUF_EXT_EXCLUSIVE: Final[int]
+PYXBUF_EXT_TRACKED: Final[int]
+PYXBUF_SUPPORTED_FLAGS: Final[int]
+
+Device = str | tuple[int, int]
+
+class Exporter:
+    """pyxbuf's producer: memory exported through the extended buffer
+    protocol (and DLPack) with borrow counting."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def strides(self) -> tuple[int, ...]: ...
+    @property
+    def format(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def borrows(self) -> dict[str, int]: ...
+    itemsize: int
+    nbytes: int
+    readonly: int
+    def to_device(self, device: Device, /) -> Exporter: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: int | Any | None = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+
+def abi_version() -> int:
+    """The ABI version of the libpyxbuf linked into this module."""
+
+def inspect(obj: Any, flags: int = ..., stream: int | None = None) -> dict[str, Any]:
+    """Acquire ``obj`` through pyxbuf and describe the view."""
+
+def to_device(obj: Any, device: Device, stream: int = ...) -> Any:
+    """``obj`` itself when it lives on ``device``, else a C-order copy there."""
+
+def from_dlpack(obj: Any, writable: bool = False, stream: int | None = None) -> Exporter:
+    """A zero-copy Exporter over ``obj``'s memory, holding a borrow of it."""
+
+def exporter(
+    shape: list[int] | tuple[int, ...],
+    format: str = "B",
+    device: Device | None = None,
+    readonly: bool = False,
+) -> Exporter:
+    """A test producer owning zeroed host memory (or device memory)."""
+
+def check_supports(obj: Any, flags: int) -> bool:
+    """Whether ``pyxbuf_get`` would go ahead with the request."""
+
+def live_borrows() -> int:
+    """Live cooperative borrows in the process."""
