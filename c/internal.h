@@ -264,21 +264,26 @@ static PYXBUF_ALWAYS_INLINE int pyxbuf__export_fill_host(Py_buffer *view, PyObje
     return pyxbuf_export_fill(view, exporter, flags, d);
 }
 
-/* Room for ndim shape entries followed by ndim strides: the view's inline_dims
- * when ndim <= PYXBUF_INLINE_NDIM, else `spill` (2 * ndim entries the bridge
- * keeps alive, e.g. in its holder's storage). */
-/* The pyxbuf fields of a view being acquired for `flags`, before a path
- * fills it: no device, no grants, not yet acquired. The Py_buffer and the
- * bridge fields are the path's to set (reset_view in view.c clears those too). */
-static inline void pyxbuf__view_begin(pyxbuf_view *view, int32_t flags) {
+/* The extended fields of a view being acquired for `flags`, before a path
+ * fills it: no device, no grants. The Py_buffer, `state`, `path` and the
+ * bridge fields are the path's to set. */
+static inline void pyxbuf__view_clear_extended(pyxbuf_view *view, int32_t flags) {
     view->flags = 0;
     view->ext_flags = 0;
     view->device = NULL;
     view->device_info = NULL;
     view->requested = flags;
+}
+
+/* The same, and not yet acquired (reset_view in view.c clears the rest too). */
+static inline void pyxbuf__view_begin(pyxbuf_view *view, int32_t flags) {
+    pyxbuf__view_clear_extended(view, flags);
     view->state = PYXBUF__STATE_RELEASED;
 }
 
+/* Room for ndim shape entries followed by ndim strides: the view's inline_dims
+ * when ndim <= PYXBUF_INLINE_NDIM, else `spill` (2 * ndim entries the bridge
+ * keeps alive, e.g. in its holder's storage). */
 static inline Py_ssize_t *pyxbuf__view_dims(pyxbuf_view *view, int ndim, Py_ssize_t *spill) {
     return ndim <= PYXBUF_INLINE_NDIM ? view->inline_dims : spill;
 }

@@ -778,11 +778,7 @@ static PYXBUF_COLD int classic_fast_failed(PyObject *obj, pyxbuf_view *view, int
 static inline int get_classic_fast(PyObject *obj, pyxbuf_view *view, int32_t flags) {
     PyTypeObject *tp = Py_TYPE(obj);
     if (PYXBUF_UNLIKELY((flags & ~FAST_PATH_FLAGS) != 0 || !cached_classic_fast(tp))) return 0;
-    view->flags = 0;
-    view->ext_flags = 0;
-    view->device = NULL;
-    view->device_info = NULL;
-    view->requested = flags;
+    pyxbuf__view_clear_extended(view, flags);
     view->path = PYXBUF_PATH_CLASSIC;
     /* PyObject_GetBuffer is this call after the checks made above (the cache
      * entry says the slot exists). */
