@@ -15,7 +15,7 @@ CMAKE_ARGS ?=
 export PYTHONDONTWRITEBYTECODE := 1
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build build-release-check test test-c test-python test-rust test-pymodules test-packaged-crates test-wheel pymodules pythons pythons-tsan test-matrix demo clean \
+.PHONY: all build build-release-check test test-c test-python test-rust test-pymodules test-packaged-crates test-wheel pymodules pythons pythons-tsan test-matrix test-tsan-ft demo clean \
 	distclean venv libclang bindings asan-build test-asan test-asan-c test-asan-python \
 	clang fuzz fuzz-build \
 	valgrind-build test-valgrind tsan-build test-tsan
@@ -334,6 +334,12 @@ pythons:
 
 pythons-tsan:
 	PYXBUF_PYTHONS=$(PYTHONS) JOBS=$(JOBS) tools/pythons.sh 3.14t-tsan
+
+# The thread suites on the ThreadSanitizer 3.14t with the GIL off (the
+# library and test extensions built with -fsanitize=thread; work in
+# target/tsan-ft): tools/test-tsan-ft.sh says how.
+test-tsan-ft: pythons-tsan
+	PYXBUF_PYTHONS=$(PYTHONS) JOBS=$(JOBS) tools/test-tsan-ft.sh
 
 # Every suite on each of them (tools/test-matrix.sh; work in target/matrix),
 # ending with one line per interpreter.

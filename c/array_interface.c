@@ -53,20 +53,36 @@ typedef struct names {
     PyObject *dtype, *num, *type, *module, *name, *itemsize, *iface;
 } names;
 
+static void names_free(names *n) {
+    Py_XDECREF(n->dtype);
+    Py_XDECREF(n->num);
+    Py_XDECREF(n->type);
+    Py_XDECREF(n->module);
+    Py_XDECREF(n->name);
+    Py_XDECREF(n->itemsize);
+    Py_XDECREF(n->iface);
+    PyMem_RawFree(n);
+}
+
 static const names *attr_names(void) {
-    static names n; /* interned, kept for the process */
-    static int ready = 0;
-    if (ready) return &n;
-    if ((n.dtype = PyUnicode_InternFromString("dtype")) == NULL ||
-        (n.num = PyUnicode_InternFromString("num")) == NULL ||
-        (n.type = PyUnicode_InternFromString("type")) == NULL ||
-        (n.module = PyUnicode_InternFromString("__module__")) == NULL ||
-        (n.name = PyUnicode_InternFromString("__name__")) == NULL ||
-        (n.itemsize = PyUnicode_InternFromString("itemsize")) == NULL ||
-        (n.iface = PyUnicode_InternFromString(AI)) == NULL)
+    static void *published; /* a names, kept for the process */
+    const names *p = PYXBUF__FT_LOAD_ACQUIRE(&published);
+    if (PYXBUF_LIKELY(p != NULL)) return p;
+    names *n = PyMem_RawCalloc(1, sizeof *n);
+    if (n == NULL) return (const names *)PyErr_NoMemory();
+    if ((n->dtype = PyUnicode_InternFromString("dtype")) == NULL ||
+        (n->num = PyUnicode_InternFromString("num")) == NULL ||
+        (n->type = PyUnicode_InternFromString("type")) == NULL ||
+        (n->module = PyUnicode_InternFromString("__module__")) == NULL ||
+        (n->name = PyUnicode_InternFromString("__name__")) == NULL ||
+        (n->itemsize = PyUnicode_InternFromString("itemsize")) == NULL ||
+        (n->iface = PyUnicode_InternFromString(AI)) == NULL) {
+        names_free(n);
         return NULL;
-    ready = 1;
-    return &n;
+    }
+    p = pyxbuf__publish_ptr_once(&published, n);
+    if (p != n) names_free(n); /* another thread published first */
+    return p;
 }
 
 /* The user dtype of `obj`: 1 with its scalar type's module and name (new
@@ -82,14 +98,14 @@ static void user_dtype_clear(user_dtype *u) {
 }
 
 typedef struct dtype_entry dtype_entry;
-static const dtype_entry *dtype_cache_find(PyObject *dtype);
+static int dtype_cache_find(PyObject *dtype, dtype_entry *out);
 
 static int find_user_dtype(PyObject *obj, const names *n, user_dtype *u) {
     PyObject *num = NULL, *type = NULL;
     memset(u, 0, sizeof *u);
     int rc = pyxbuf__optional_attr(obj, n->dtype, &u->dtype);
     if (rc <= 0) return rc;
-    if (dtype_cache_find(u->dtype) != NULL) return 1; /* known: module and name unused */
+    if (dtype_cache_find(u->dtype, NULL)) return 1; /* known: module and name unused */
     /* A dtype without these attributes is not NumPy's: not ours. */
     if ((rc = pyxbuf__optional_attr(u->dtype, n->num, &num)) <= 0) goto done;
     rc = 0;
@@ -142,8 +158,11 @@ static int valid_part(const char *s, Py_ssize_t len) {
  * keeps alive, and its itemsize, which pyxbuf's registry agreed with at
  * `generation`. ml_dtypes' dtypes are a few long-lived singletons, and
  * finding one again costs five getattrs, string tests and a registry lookup.
- * The entry keeps a reference to the dtype, so its address names it; entries
- * are replaced round-robin (views keep their holder). Under the GIL. */
+ * The table keeps a reference to each dtype, so its address names it;
+ * entries are replaced round-robin. A reader takes a copy with its own
+ * reference to the holder: Python code that runs while the caller works
+ * (another thread's lookup, or with the GIL off any thread) may replace the
+ * entry. The table's lock exists on free-threaded builds only. */
 typedef struct dtype_entry {
     PyObject *dtype;
     PyObject *holder; /* the format, in a bridge holder: format[0] is the prefix slot */
@@ -154,26 +173,40 @@ typedef struct dtype_entry {
 #define DTYPE_CACHE_SIZE 16
 static dtype_entry dtype_cache[DTYPE_CACHE_SIZE];
 static unsigned dtype_cache_next;
+PYXBUF__FT_MUTEX(dtype_cache_lock);
 
 static const char *entry_format(const dtype_entry *e) { return pyxbuf__holder_storage(e->holder); }
 
-static const dtype_entry *dtype_cache_find(PyObject *dtype) {
+/* 1 with a copy of the dtype's entry in *out (out->dtype borrowed, a new
+ * reference to out->holder), else 0; `out` NULL: only whether it is there. */
+static int dtype_cache_find(PyObject *dtype, dtype_entry *out) {
     uint64_t now = atomic_load(&pyxbuf__dtype_registry_generation);
-    for (int i = 0; i < DTYPE_CACHE_SIZE; i++)
-        if (dtype_cache[i].dtype == dtype && dtype_cache[i].generation == now)
-            return &dtype_cache[i];
-    return NULL;
+    int found = 0;
+    PYXBUF__FT_LOCK(dtype_cache_lock);
+    for (int i = 0; i < DTYPE_CACHE_SIZE && !found; i++) {
+        if (dtype_cache[i].dtype != dtype || dtype_cache[i].generation != now) continue;
+        found = 1;
+        if (out != NULL) {
+            *out = dtype_cache[i];
+            Py_INCREF(out->holder);
+        }
+    }
+    PYXBUF__FT_UNLOCK(dtype_cache_lock);
+    return found;
 }
 
-/* Publish `e` (its references are the table's now); the replaced entry's
- * references are dropped last, when the table is consistent again. */
-static const dtype_entry *dtype_cache_put(dtype_entry e) {
+/* Put `e` in the table, which takes its references; `e` keeps the caller's
+ * (the holder's second reference, the caller's). The replaced entry's
+ * references are dropped once the table is consistent again, unlocked. */
+static void dtype_cache_put(const dtype_entry *e) {
+    Py_INCREF(e->holder);
+    PYXBUF__FT_LOCK(dtype_cache_lock);
     dtype_entry *slot = &dtype_cache[dtype_cache_next++ % DTYPE_CACHE_SIZE];
     dtype_entry old = *slot;
-    *slot = e;
+    *slot = *e;
+    PYXBUF__FT_UNLOCK(dtype_cache_lock);
     Py_XDECREF(old.holder);
     Py_XDECREF(old.dtype);
-    return slot;
 }
 
 /* The prefix character that marks the byte order opposite to this machine's. */
@@ -252,15 +285,16 @@ static int check_typestr(PyObject *dict, const dtype_entry *e, const char **form
     return 0;
 }
 
-/* The entry for u's dtype: the table's, or a new one put in the table. The
- * table is searched again although find_user_dtype searched it: the getattr
- * of __array_interface__ in between may run Python that changes it. */
-static const dtype_entry *dtype_entry_of(const names *n, const user_dtype *u) {
-    const dtype_entry *hit = dtype_cache_find(u->dtype);
-    if (hit != NULL) return hit;
-    dtype_entry e = {NULL, NULL, 0, 0};
-    if (describe_dtype(n, u, &e) < 0) return NULL;
-    return dtype_cache_put(e);
+/* The entry for u's dtype, a copy holding a reference to its holder: the
+ * table's, or a new one put in the table. The table is searched again
+ * although find_user_dtype searched it: the getattr of __array_interface__ in
+ * between may run Python that changes it. */
+static int dtype_entry_of(const names *n, const user_dtype *u, dtype_entry *e) {
+    if (dtype_cache_find(u->dtype, e)) return 0;
+    *e = (dtype_entry){NULL, NULL, 0, 0};
+    if (describe_dtype(n, u, e) < 0) return -1;
+    dtype_cache_put(e);
+    return 0;
 }
 
 /* ------------------------------------------------------------------------- */
@@ -285,22 +319,15 @@ static int check_offset(PyObject *dict) {
                              o);
 }
 
-static int ai_import(PyObject *obj, PyObject *dict, const names *n, const user_dtype *u,
-                     pyxbuf_view *view, int32_t flags) {
-    const dtype_entry *entry = NULL;
+/* The dict read with the dtype's entry (which holds a reference to its
+ * holder, the caller's). */
+static int ai_import_entry(PyObject *obj, PyObject *dict, const dtype_entry *entry,
+                           pyxbuf_view *view, int32_t flags) {
     const char *fmt = NULL;
-    long version = 0;
     int ndim = 0, readonly = 1;
-    Py_ssize_t itemsize = 0, shape[PYXBUF_MAX_NDIM], strides[PYXBUF_MAX_NDIM];
+    Py_ssize_t itemsize = entry->itemsize, shape[PYXBUF_MAX_NDIM], strides[PYXBUF_MAX_NDIM];
     uintptr_t ptr = 0;
-    if (!PyDict_Check(dict))
-        return pyxbuf__dict_fail(AI, "it must be a dict, found '%s'", Py_TYPE(dict)->tp_name);
-    if (pyxbuf__dict_version(dict, AI, 3, 3, &version) < 0 ||
-        (entry = dtype_entry_of(n, u)) == NULL ||
-        check_typestr(dict, entry, &fmt) < 0)
-        return -1;
-    itemsize = entry->itemsize;
-    if (
+    if (check_typestr(dict, entry, &fmt) < 0 ||
         pyxbuf__dict_shape(dict, AI, shape, &ndim) < 0 ||
         pyxbuf__dict_strides(dict, AI, ndim, shape, itemsize, strides) < 0 ||
         pyxbuf__dict_data(dict, AI, &ptr, &readonly) < 0 || check_offset(dict) < 0 ||
@@ -348,6 +375,19 @@ static int ai_import(PyObject *obj, PyObject *dict, const names *n, const user_d
     view->path = PYXBUF_PATH_ARRAY_INTERFACE;
     view->owner = holder;
     return 0;
+}
+
+static int ai_import(PyObject *obj, PyObject *dict, const names *n, const user_dtype *u,
+                     pyxbuf_view *view, int32_t flags) {
+    long version = 0;
+    dtype_entry entry;
+    if (!PyDict_Check(dict))
+        return pyxbuf__dict_fail(AI, "it must be a dict, found '%s'", Py_TYPE(dict)->tp_name);
+    if (pyxbuf__dict_version(dict, AI, 3, 3, &version) < 0 || dtype_entry_of(n, u, &entry) < 0)
+        return -1;
+    int rc = ai_import_entry(obj, dict, &entry, view, flags);
+    Py_DECREF(entry.holder);
+    return rc;
 }
 
 int pyxbuf__array_interface_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags,

@@ -22,12 +22,36 @@
 #define KIND_MASK 0x0f
 #define WRITABLE_BIT 0x10
 
-static int refuse(const pyxbuf_borrow_counter *c, const char *owner, const char *asked,
-                  const char *why) {
+/* Free-threaded builds: two threads may run one producer's bf_getbuffer at
+ * once, so a counter is changed under a lock, one of a few picked by its
+ * address (the counter's layout is public and has no room for one). Refusals
+ * are formatted after unlocking: formatting may run Python, which may ask
+ * the same producer for a view. With the GIL the lock does not exist. */
+#ifdef Py_GIL_DISABLED
+#define COUNTER_LOCKS 64
+static PyMutex counter_locks[COUNTER_LOCKS];
+
+static PyMutex *counter_lock(const pyxbuf_borrow_counter *c) {
+    uintptr_t p = (uintptr_t)c;
+    return &counter_locks[((p >> 5) ^ (p >> 12)) & (COUNTER_LOCKS - 1)];
+}
+#define COUNTER_LOCK(c) PyMutex_Lock(counter_lock(c))
+#define COUNTER_UNLOCK(c) PyMutex_Unlock(counter_lock(c))
+#else
+#define COUNTER_LOCK(c) ((void)0)
+#define COUNTER_UNLOCK(c) ((void)0)
+#endif
+
+/* A refusal, decided under the lock and reported after it. */
+typedef struct refusal {
+    const char *asked, *why;
+} refusal;
+
+static int refuse(const pyxbuf_borrow_counter *c, const char *owner, refusal r) {
     PyErr_Format(PyExc_BufferError,
                  "pyxbuf: cannot grant %s of %s: %s (live now: %lld view(s), %lld writable, "
                  "%lld shared borrow(s), %lld exclusive); release those views first",
-                 asked, owner ? owner : "the object", why, (long long)c->views,
+                 r.asked, owner ? owner : "the object", r.why, (long long)c->views,
                  (long long)c->writable, (long long)c->shared, (long long)c->exclusive);
     return -1;
 }
@@ -39,35 +63,70 @@ static void grant(Py_buffer *view, int32_t request_bit, int32_t ext_bit) {
     x->ext_flags |= ext_bit;
 }
 
-static int decide_exclusive(const pyxbuf_borrow_counter *c, const char *owner) {
-    if (c->exclusive > 0)
-        return refuse(c, owner, "an exclusive borrow", "an exclusive borrow is live");
-    if (c->views > 0) return refuse(c, owner, "an exclusive borrow", "other views are live");
-    return KIND_EXCLUSIVE;
+/* Each decide_* returns the kind, or 0 with *r set. */
+static int decide_exclusive(const pyxbuf_borrow_counter *c, refusal *r) {
+    r->asked = "an exclusive borrow";
+    if (c->exclusive > 0) r->why = "an exclusive borrow is live";
+    else if (c->views > 0) r->why = "other views are live";
+    else return KIND_EXCLUSIVE;
+    return 0;
 }
 
-static int decide_shared(pyxbuf_borrow_counter *c, Py_buffer *view, int flags,
-                         const char *owner) {
-    if (flags & PyBUF_WRITABLE)
-        return refuse(c, owner, "a writable shared borrow",
-                      "a shared borrow promises that nobody writes; ask for "
-                      "PYXBUF_BORROW_EXCLUSIVE to write");
-    if (c->exclusive > 0) return refuse(c, owner, "a shared borrow", "an exclusive borrow is live");
-    if (c->writable > 0) return refuse(c, owner, "a shared borrow", "a writable view is live");
-    view->readonly = 1;
-    return KIND_SHARED;
+static int decide_shared(const pyxbuf_borrow_counter *c, Py_buffer *view, int flags,
+                         refusal *r) {
+    r->asked = "a shared borrow";
+    if (flags & PyBUF_WRITABLE) {
+        r->asked = "a writable shared borrow";
+        r->why = "a shared borrow promises that nobody writes; ask for "
+                 "PYXBUF_BORROW_EXCLUSIVE to write";
+    } else if (c->exclusive > 0) {
+        r->why = "an exclusive borrow is live";
+    } else if (c->writable > 0) {
+        r->why = "a writable view is live";
+    } else {
+        view->readonly = 1;
+        return KIND_SHARED;
+    }
+    return 0;
 }
 
-static int decide_plain(pyxbuf_borrow_counter *c, Py_buffer *view, int flags,
-                        const char *owner) {
-    if (c->exclusive > 0) return refuse(c, owner, "a view", "an exclusive borrow is live");
+static int decide_plain(const pyxbuf_borrow_counter *c, Py_buffer *view, int flags,
+                        refusal *r) {
+    r->asked = "a view";
+    if (c->exclusive > 0) {
+        r->why = "an exclusive borrow is live";
+        return 0;
+    }
     if (c->shared > 0 && !view->readonly) {
-        if (flags & PyBUF_WRITABLE)
-            return refuse(c, owner, "a writable view", "a shared borrow is live");
+        if (flags & PyBUF_WRITABLE) {
+            r->asked = "a writable view";
+            r->why = "a shared borrow is live";
+            return 0;
+        }
         /* Keep the shared borrow's promise: readers get read-only memory. */
         view->readonly = 1;
     }
     return KIND_PLAIN;
+}
+
+static int decide(const pyxbuf_borrow_counter *c, Py_buffer *view, int flags, refusal *r) {
+    if (flags & PYXBUF_BORROW_EXCLUSIVE) return decide_exclusive(c, r);
+    if (flags & PYXBUF_BORROW_SHARED) return decide_shared(c, view, flags, r);
+    return decide_plain(c, view, flags, r);
+}
+
+static void count(pyxbuf_borrow_counter *c, Py_buffer *view, int kind) {
+    if (kind == KIND_EXCLUSIVE) {
+        grant(view, PYXBUF_BORROW_EXCLUSIVE, PYXBUF_EXT_EXCLUSIVE);
+        c->exclusive++;
+    } else if (kind == KIND_SHARED) {
+        grant(view, PYXBUF_BORROW_SHARED, PYXBUF_EXT_SHARED);
+        c->shared++;
+    }
+    int writable = !view->readonly;
+    c->views++;
+    if (writable) c->writable++;
+    view->internal = (void *)(uintptr_t)(unsigned)(kind | (writable ? WRITABLE_BIT : 0));
 }
 
 int pyxbuf_borrow_acquire(pyxbuf_borrow_counter *counter, Py_buffer *view, int flags,
@@ -76,27 +135,14 @@ int pyxbuf_borrow_acquire(pyxbuf_borrow_counter *counter, Py_buffer *view, int f
         PyErr_SetString(PyExc_ValueError, "pyxbuf_borrow_acquire: counter and view are required");
         return -1;
     }
-    int kind;
-    if (flags & PYXBUF_BORROW_EXCLUSIVE)
-        kind = decide_exclusive(counter, owner_name);
-    else if (flags & PYXBUF_BORROW_SHARED)
-        kind = decide_shared(counter, view, flags, owner_name);
-    else
-        kind = decide_plain(counter, view, flags, owner_name);
-    if (kind < 0) return -1;
-
-    if (kind == KIND_EXCLUSIVE) {
-        grant(view, PYXBUF_BORROW_EXCLUSIVE, PYXBUF_EXT_EXCLUSIVE);
-        counter->exclusive++;
-    } else if (kind == KIND_SHARED) {
-        grant(view, PYXBUF_BORROW_SHARED, PYXBUF_EXT_SHARED);
-        counter->shared++;
-    }
-    int writable = !view->readonly;
-    counter->views++;
-    if (writable) counter->writable++;
-    view->internal = (void *)(uintptr_t)(unsigned)(kind | (writable ? WRITABLE_BIT : 0));
-    return 0;
+    refusal r;
+    pyxbuf_borrow_counter seen;
+    COUNTER_LOCK(counter);
+    int kind = decide(counter, view, flags, &r);
+    if (kind != 0) count(counter, view, kind);
+    else seen = *counter;
+    COUNTER_UNLOCK(counter);
+    return kind != 0 ? 0 : refuse(&seen, owner_name, r);
 }
 
 void pyxbuf_borrow_release(pyxbuf_borrow_counter *counter, Py_buffer *view) {
@@ -104,11 +150,19 @@ void pyxbuf_borrow_release(pyxbuf_borrow_counter *counter, Py_buffer *view) {
     uintptr_t tag = (uintptr_t)view->internal;
     int kind = (int)(tag & KIND_MASK);
     if (kind == 0) return; /* not counted: nothing to undo */
+    COUNTER_LOCK(counter);
     counter->views--;
     if (tag & WRITABLE_BIT) counter->writable--;
     if (kind == KIND_SHARED) counter->shared--;
     if (kind == KIND_EXCLUSIVE) counter->exclusive--;
+    COUNTER_UNLOCK(counter);
     view->internal = NULL;
+}
+
+void pyxbuf__borrow_counts(const pyxbuf_borrow_counter *counter, pyxbuf_borrow_counter *out) {
+    COUNTER_LOCK(counter);
+    *out = *counter;
+    COUNTER_UNLOCK(counter);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -229,39 +283,50 @@ static int64_t registry_live(void) {
     return n;
 }
 
-static const pyxbuf_shared_api local_api = {
+/* This copy's table, offered to sys.modules on the first call. */
+static PyObject *shared_module_name;
+
+static const pyxbuf_shared_api own_api = {
     .version = PYXBUF_SHARED_API_VERSION,
     .size = sizeof(pyxbuf_shared_api),
-    .installer_version = NULL, /* set when installed: a function call, not a constant */
+    .installer_version = PYXBUF__VERSION_TEXT,
     .borrow_acquire = registry_acquire,
     .borrow_release = registry_release,
     .borrow_live = registry_live,
 };
 
-static pyxbuf_shared_api installed_api; /* local_api plus the version string */
+/* The table in use: own_api, or the one a copy loaded earlier installed. */
 static const pyxbuf_shared_api *shared_api = NULL;
 
-/* Put this copy's table into sys.modules for every later copy. */
-static const pyxbuf_shared_api *install_shared_api(PyObject *modules) {
-    installed_api = local_api;
-    installed_api.installer_version = pyxbuf_version_string();
-    PyObject *module = PyModule_New(PYXBUF_SHARED_MODULE);
-    PyObject *capsule = PyCapsule_New(&installed_api, PYXBUF_SHARED_CAPSULE, NULL);
-    int rc = module && capsule ? PyModule_AddObjectRef(module, "API", capsule) : -1;
-    if (rc == 0) rc = PyDict_SetItemString(modules, PYXBUF_SHARED_MODULE, module);
+/* The module holding the table every copy uses (a new reference): the one
+ * in sys.modules, or a new one holding this copy's table, put there unless
+ * another thread or copy put one first (setdefault, so two first calls at
+ * once cannot install two registries). */
+static PyObject *shared_module(PyObject *modules) {
+    PyObject *ours = PyModule_New(PYXBUF_SHARED_MODULE);
+    PyObject *capsule = PyCapsule_New((void *)&own_api, PYXBUF_SHARED_CAPSULE, NULL);
+    int rc = ours && capsule ? PyModule_AddObjectRef(ours, "API", capsule) : -1;
     Py_XDECREF(capsule);
-    Py_XDECREF(module);
-    return rc == 0 ? &installed_api : NULL;
+    PyObject *module = NULL;
+#if PY_VERSION_HEX >= 0x030D0000
+    if (rc == 0) PyDict_SetDefaultRef(modules, pyxbuf__interned(&shared_module_name,
+                                      PYXBUF_SHARED_MODULE), ours, &module);
+#else
+    PyObject *key = rc == 0 ? pyxbuf__interned(&shared_module_name, PYXBUF_SHARED_MODULE) : NULL;
+    if (key != NULL) module = Py_XNewRef(PyDict_SetDefault(modules, key, ours));
+#endif
+    Py_XDECREF(ours);
+    return module;
 }
 
 const pyxbuf_shared_api *pyxbuf_shared_api_get(void) {
-    if (PYXBUF_LIKELY(shared_api != NULL)) return shared_api;
-    PyObject *modules = PyImport_GetModuleDict();
-    PyObject *module = PyDict_GetItemString(modules, PYXBUF_SHARED_MODULE); /* borrowed */
-    if (module == NULL) return shared_api = install_shared_api(modules);
+    const pyxbuf_shared_api *api = PYXBUF__FT_LOAD_ACQUIRE(&shared_api);
+    if (PYXBUF_LIKELY(api != NULL)) return api;
+    PyObject *module = shared_module(PyImport_GetModuleDict());
+    if (module == NULL) return NULL;
     PyObject *capsule = PyObject_GetAttrString(module, "API");
-    const pyxbuf_shared_api *api =
-        capsule ? PyCapsule_GetPointer(capsule, PYXBUF_SHARED_CAPSULE) : NULL;
+    Py_DECREF(module);
+    api = capsule ? PyCapsule_GetPointer(capsule, PYXBUF_SHARED_CAPSULE) : NULL;
     Py_XDECREF(capsule);
     if (api == NULL) return NULL;
     if (api->version < 1 || api->size < offsetof(pyxbuf_shared_api, borrow_live) + sizeof(void *)) {
@@ -272,7 +337,8 @@ const pyxbuf_shared_api *pyxbuf_shared_api_get(void) {
                      pyxbuf_version_string());
         return NULL;
     }
-    return shared_api = api;
+    PYXBUF__FT_STORE_RELEASE(&shared_api, api); /* every thread finds the same table */
+    return api;
 }
 
 static PYXBUF_COLD int refuse_writable_shared(PyObject *obj) {
@@ -318,7 +384,7 @@ static inline int tracked_range(PyObject *obj, const pyxbuf_view *view, pyxbuf_b
  * the grant with the registry's reason when it refuses. */
 static PYXBUF_COLD int tracked_grant_slow(PyObject *obj, const pyxbuf_borrow_range *range,
                                           int32_t exclusive, int64_t *token) {
-    const pyxbuf_shared_api *api = shared_api != NULL ? shared_api : pyxbuf_shared_api_get();
+    const pyxbuf_shared_api *api = pyxbuf_shared_api_get();
     if (api == NULL) return -1;
     char why[256];
     if (PYXBUF_UNLIKELY(api->borrow_acquire(range, exclusive, token, why, sizeof why) != 0))
@@ -330,7 +396,7 @@ static PYXBUF_COLD int tracked_grant_slow(PyObject *obj, const pyxbuf_borrow_ran
  * (no call through the table, no message buffer), else through the table. */
 static inline int tracked_grant(PyObject *obj, const pyxbuf_borrow_range *range,
                                 int32_t exclusive, int64_t *token) {
-    if (PYXBUF_LIKELY(shared_api == &installed_api)) {
+    if (PYXBUF_LIKELY(PYXBUF__FT_LOAD_ACQUIRE(&shared_api) == &own_api)) {
         registry_lock();
         int rc = registry_acquire_locked(range, exclusive, token, NULL, 0);
         registry_unlock();
@@ -340,12 +406,13 @@ static inline int tracked_grant(PyObject *obj, const pyxbuf_borrow_range *range,
 }
 
 static inline void tracked_ungrant(int64_t token) {
-    if (PYXBUF_LIKELY(shared_api == &installed_api)) {
+    const pyxbuf_shared_api *api = PYXBUF__FT_LOAD_ACQUIRE(&shared_api);
+    if (PYXBUF_LIKELY(api == &own_api)) {
         registry_lock();
         registry_release_locked(token);
         registry_unlock();
-    } else if (shared_api != NULL) {
-        shared_api->borrow_release(token);
+    } else if (api != NULL) {
+        api->borrow_release(token);
     }
 }
 
@@ -357,7 +424,7 @@ int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags) {
     int64_t token = 0;
     if (PYXBUF_UNLIKELY(tracked_grant(obj, &range, exclusive, &token) < 0)) return -1;
     view->reserved[0] = 0;
-    if (PYXBUF_UNLIKELY(!pyxbuf__rust_numpy_table_is_ours) &&
+    if (PYXBUF_UNLIKELY(!PYXBUF__FT_LOAD_RELAXED(&pyxbuf__rust_numpy_table_is_ours)) &&
         pyxbuf__rust_numpy_acquire(view, exclusive) < 0) {
         tracked_ungrant(token);
         return -1;

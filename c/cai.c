@@ -583,8 +583,9 @@ static int cai_import(PyObject *obj, PyObject *dict, pyxbuf_view *view, int32_t 
 }
 
 int pyxbuf__cai_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream) {
-    static PyObject *name = NULL; /* interned, kept for the process */
-    if (name == NULL && (name = PyUnicode_InternFromString(CAI)) == NULL) return -1;
+    static PyObject *slot = NULL;
+    PyObject *name = pyxbuf__interned(&slot, CAI);
+    if (name == NULL) return -1;
     PyObject *dict;
     int rc = pyxbuf__optional_attr(obj, name, &dict);
     if (rc <= 0) return rc;

@@ -645,20 +645,17 @@ static PYXBUF_ALWAYS_INLINE int adopt_tensor(PyObject *obj, pyxbuf_view *view, i
 /* Import: the C exchange table                                              */
 /* ------------------------------------------------------------------------- */
 
-typedef struct api_cache_entry {
-    PyTypeObject *type;
-    unsigned int tag;
+/* What a type offers the DLPack bridge. */
+typedef struct type_offer {
     int has_dlpack; /* __dlpack__ is defined on the type */
     const DLPackExchangeAPI *api;
-} api_cache_entry;
+} type_offer;
 
+/* Per type, by address: `key` the version tag and has_dlpack (bit 32),
+ * `data` the table (kept alive by the capsule in the type's dict). */
 #define API_CACHE_SIZE 64
-static api_cache_entry api_cache[API_CACHE_SIZE];
-
-static PyObject *interned(PyObject **slot, const char *s) {
-    if (*slot == NULL) *slot = PyUnicode_InternFromString(s); /* kept for the process */
-    return *slot;
-}
+#define API_CACHE_HAS_DLPACK ((uint64_t)1 << 32)
+static pyxbuf__type_cache_entry api_cache[API_CACHE_SIZE];
 
 static PyObject *name_exchange_api, *name_dlpack, *name_dlpack_device;
 
@@ -675,29 +672,30 @@ static const DLPackExchangeAPI *api_from_capsule(PyObject *capsule) {
 }
 
 /* What the type offers, from the cache when its version tag still matches. */
-static const api_cache_entry *type_dlpack(PyTypeObject *type) {
+static type_offer type_dlpack(PyTypeObject *type) {
     uintptr_t p = (uintptr_t)type;
-    api_cache_entry *e = &api_cache[((p >> 4) ^ (p >> 10)) & (API_CACHE_SIZE - 1)];
-    if (PYXBUF_LIKELY(e->type == type && e->tag != 0 && e->tag == type->tp_version_tag)) return e;
-    static api_cache_entry scratch;
-    api_cache_entry *out = e;
-    PyObject *n_api = interned(&name_exchange_api, "__dlpack_c_exchange_api__");
-    PyObject *n_dl = interned(&name_dlpack, "__dlpack__");
+    pyxbuf__type_cache_entry *e = &api_cache[((p >> 4) ^ (p >> 10)) & (API_CACHE_SIZE - 1)];
+    unsigned int tag = pyxbuf__type_tag(type);
+    uint64_t key;
+    const void *data;
+    if (PYXBUF_LIKELY(pyxbuf__type_cache_get(e, type, &key, &data) && tag != 0 &&
+                      (uint32_t)key == tag))
+        return (type_offer){(key & API_CACHE_HAS_DLPACK) != 0, data};
+    PyObject *n_api = pyxbuf__interned(&name_exchange_api, "__dlpack_c_exchange_api__");
+    PyObject *n_dl = pyxbuf__interned(&name_dlpack, "__dlpack__");
     if (n_api == NULL || n_dl == NULL) {
         PyErr_Clear();
-        memset(&scratch, 0, sizeof scratch);
-        return &scratch;
+        return (type_offer){0, NULL};
     }
     /* _PyType_Lookup: MRO only, raises nothing, and gives the type a version
      * tag to cache under. */
-    const DLPackExchangeAPI *api = api_from_capsule(_PyType_Lookup(type, n_api));
-    int has = _PyType_Lookup(type, n_dl) != NULL;
-    if (type->tp_version_tag == 0) out = &scratch; /* cannot be cached */
-    out->type = type;
-    out->tag = type->tp_version_tag;
-    out->has_dlpack = has;
-    out->api = api;
-    return out;
+    type_offer offer = {_PyType_Lookup(type, n_dl) != NULL,
+                        api_from_capsule(_PyType_Lookup(type, n_api))};
+    tag = pyxbuf__type_tag(type);
+    if (tag != 0) /* else it cannot be cached */
+        pyxbuf__type_cache_put(e, type, tag | (offer.has_dlpack ? API_CACHE_HAS_DLPACK : 0),
+                               offer.api);
+    return offer;
 }
 
 /* The no-sync table hands over a tensor without ordering the producer's work:
@@ -755,7 +753,7 @@ static PYXBUF_ALWAYS_INLINE int acquire_c(PyObject *obj, pyxbuf_view *view, int3
 
 /* The device __dlpack_device__ reports: 0 with type and id set, or -1. */
 static int dlpack_device_of(PyObject *obj, int32_t *type, int32_t *id) {
-    PyObject *name = interned(&name_dlpack_device, "__dlpack_device__");
+    PyObject *name = pyxbuf__interned(&name_dlpack_device, "__dlpack_device__");
     if (name == NULL) return -1;
     PyObject *r = PyObject_CallMethodNoArgs(obj, name);
     if (r == NULL) return -1;
@@ -783,9 +781,13 @@ static PyObject *stream_arg(int64_t stream, int32_t device_type) {
 
 /* The keyword names of the __dlpack__ calls, each a tuple of interned
  * strings (a producer matches interned names by identity, others by
- * comparing text), and max_version's value. Kept for the process. */
+ * comparing text), and max_version's value. Made once, kept for the process. */
 enum { KW_MAX, KW_MAX_COPY, KW_MAX_STREAM, KW_MAX_STREAM_COPY, KW_STREAM, KW_COUNT };
-static PyObject *dlpack_kwnames[KW_COUNT], *dlpack_max_version;
+typedef struct call_names {
+    PyObject *kwnames[KW_COUNT];
+    PyObject *max_version;
+} call_names;
+static void *dlpack_names; /* a call_names */
 
 static PyObject *kwnames_of(const char *const *names, Py_ssize_t n) {
     PyObject *t = PyTuple_New(n);
@@ -797,46 +799,54 @@ static PyObject *kwnames_of(const char *const *names, Py_ssize_t n) {
     return t;
 }
 
-/* Builds the names once. All are built before any is published, the value
- * of max_version (the flag tested) last: building may switch threads (see
- * pyxbuf__publish_once), and publishing a tuple first once let a second
- * thread pass a NULL max_version to __dlpack__ and crash (test_threads.py,
- * test_first_dlpack_calls_race_with_a_finalizer). */
-static int dlpack_call_names(void) {
-    if (dlpack_max_version != NULL) return 0;
+static void call_names_free(call_names *n) {
+    for (int i = 0; i < KW_COUNT; i++) Py_XDECREF(n->kwnames[i]);
+    Py_XDECREF(n->max_version);
+    PyMem_RawFree(n);
+}
+
+/* The names, built whole before they are published in one pointer: building
+ * may switch threads (see pyxbuf__publish_once), and publishing a tuple
+ * first once let a second thread pass a NULL max_version to __dlpack__ and
+ * crash (test_threads.py, test_first_dlpack_calls_race_with_a_finalizer).
+ * NULL with an exception set on failure. */
+static const call_names *dlpack_call_names(void) {
+    const call_names *published = PYXBUF__FT_LOAD_ACQUIRE(&dlpack_names);
+    if (PYXBUF_LIKELY(published != NULL)) return published;
     static const char *const names[] = {"max_version", "stream", "copy"};
     static const char *const max_copy[] = {"max_version", "copy"};
-    PyObject *built[KW_COUNT + 1] = {
-        [KW_MAX] = kwnames_of(names, 1),
-        [KW_MAX_COPY] = kwnames_of(max_copy, 2),
-        [KW_MAX_STREAM] = kwnames_of(names, 2),
-        [KW_MAX_STREAM_COPY] = kwnames_of(names, 3),
-        [KW_STREAM] = kwnames_of(names + 1, 1),
-        [KW_COUNT] = Py_BuildValue("(ii)", DL_MAJOR, DL_MINOR),
-    };
-    int complete = 1;
-    for (int i = 0; i <= KW_COUNT; i++) complete &= built[i] != NULL;
-    if (!complete || dlpack_max_version != NULL) {
-        for (int i = 0; i <= KW_COUNT; i++) Py_XDECREF(built[i]);
-        return complete ? 0 : -1;
+    call_names *n = PyMem_RawCalloc(1, sizeof *n);
+    if (n == NULL) return (const call_names *)PyErr_NoMemory();
+    n->kwnames[KW_MAX] = kwnames_of(names, 1);
+    n->kwnames[KW_MAX_COPY] = kwnames_of(max_copy, 2);
+    n->kwnames[KW_MAX_STREAM] = kwnames_of(names, 2);
+    n->kwnames[KW_MAX_STREAM_COPY] = kwnames_of(names, 3);
+    n->kwnames[KW_STREAM] = kwnames_of(names + 1, 1);
+    n->max_version = Py_BuildValue("(ii)", DL_MAJOR, DL_MINOR);
+    int complete = n->max_version != NULL;
+    for (int i = 0; i < KW_COUNT; i++) complete &= n->kwnames[i] != NULL;
+    if (!complete) {
+        call_names_free(n);
+        return NULL;
     }
-    for (int i = 0; i < KW_COUNT; i++) dlpack_kwnames[i] = built[i];
-    dlpack_max_version = built[KW_COUNT];
-    return 0;
+    published = pyxbuf__publish_ptr_once(&dlpack_names, n);
+    if (published != n) call_names_free(n); /* another thread published first */
+    return published;
 }
 
 /* Call __dlpack__ with the modern keywords, then without them if the producer
  * predates them. `stream` None (host memory, or no stream asked for) is not
  * passed: it is the keyword's default. New reference or NULL. */
 static PyObject *call_dlpack(PyObject *obj, PyObject *stream, int writable) {
-    PyObject *name = interned(&name_dlpack, "__dlpack__");
-    if (name == NULL || dlpack_call_names() < 0) return NULL;
+    PyObject *name = pyxbuf__interned(&name_dlpack, "__dlpack__");
+    const call_names *n = name != NULL ? dlpack_call_names() : NULL;
+    if (n == NULL) return NULL;
     /* copy=False only for writable requests: writes must reach the producer;
      * a reader may take a copy (the tensor then says IS_COPIED). */
     int with_stream = stream != Py_None;
-    PyObject *args[4] = {obj, dlpack_max_version, with_stream ? stream : Py_False, Py_False};
-    PyObject *kwnames = with_stream ? dlpack_kwnames[writable ? KW_MAX_STREAM_COPY : KW_MAX_STREAM]
-                                    : dlpack_kwnames[writable ? KW_MAX_COPY : KW_MAX];
+    PyObject *args[4] = {obj, n->max_version, with_stream ? stream : Py_False, Py_False};
+    PyObject *kwnames = with_stream ? n->kwnames[writable ? KW_MAX_STREAM_COPY : KW_MAX_STREAM]
+                                    : n->kwnames[writable ? KW_MAX_COPY : KW_MAX];
     PyObject *r = PyObject_VectorcallMethod(name, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
                                             kwnames);
     if (r != NULL || !PyErr_ExceptionMatches(PyExc_TypeError)) return r;
@@ -845,7 +855,7 @@ static PyObject *call_dlpack(PyObject *obj, PyObject *stream, int writable) {
     PyErr_Fetch(&type, &value, &tb);
     PyObject *legacy_args[2] = {obj, stream};
     r = PyObject_VectorcallMethod(name, legacy_args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                  with_stream ? dlpack_kwnames[KW_STREAM] : NULL);
+                                  with_stream ? n->kwnames[KW_STREAM] : NULL);
     if (r != NULL) {
         Py_XDECREF(type);
         Py_XDECREF(value);
@@ -927,11 +937,11 @@ static int acquire_py(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t s
 }
 
 int pyxbuf__dlpack_type_speaks(PyTypeObject *type) {
-    const api_cache_entry *e = type_dlpack(type);
-    return e->api != NULL || e->has_dlpack;
+    type_offer offer = type_dlpack(type);
+    return offer.api != NULL || offer.has_dlpack;
 }
 
-const void *pyxbuf__dlpack_c_table_of(PyTypeObject *type) { return type_dlpack(type)->api; }
+const void *pyxbuf__dlpack_c_table_of(PyTypeObject *type) { return type_dlpack(type).api; }
 
 int pyxbuf__dlpack_get_c(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
                          const void *api) {
@@ -945,9 +955,9 @@ int pyxbuf__dlpack_get_c(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_
 }
 
 int pyxbuf__dlpack_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream) {
-    const api_cache_entry *e = type_dlpack(Py_TYPE(obj));
-    if (e->api != NULL) return acquire_c(obj, view, flags, stream, e->api);
-    if (!e->has_dlpack) return 0;
+    type_offer offer = type_dlpack(Py_TYPE(obj));
+    if (offer.api != NULL) return acquire_c(obj, view, flags, stream, offer.api);
+    if (!offer.has_dlpack) return 0;
     return acquire_py(obj, view, flags, stream);
 }
 

@@ -215,9 +215,16 @@ typedef struct exporter_object {
 
 static PyObject *exporter_type_object = NULL; /* a type; kept for the process */
 
+/* The exporter's event (device_info) may be replaced by another thread
+ * (pyxbuf_exporter_set_event): a view is filled in a critical section on the
+ * exporter, so it sees one event or the other. */
 static int exporter_getbuffer(PyObject *self, Py_buffer *view, int flags) {
     exporter_object *e = (exporter_object *)self;
-    if (pyxbuf_export_fill(view, self, flags, &e->desc) < 0) return -1;
+    int rc;
+    Py_BEGIN_CRITICAL_SECTION(self);
+    rc = pyxbuf_export_fill(view, self, flags, &e->desc);
+    Py_END_CRITICAL_SECTION();
+    if (rc < 0) return -1;
     if (pyxbuf_borrow_acquire(&e->borrows, view, flags, "a pyxbuf.Exporter") < 0) {
         Py_CLEAR(view->obj);
         return -1;
@@ -348,10 +355,11 @@ static PyMethodDef exporter_methods[] = {
 
 static PyObject *exporter_get_borrows(PyObject *self, void *closure) {
     (void)closure;
-    const pyxbuf_borrow_counter *b = &((exporter_object *)self)->borrows;
-    return Py_BuildValue("{sLsLsLsL}", "views", (long long)b->views, "writable",
-                         (long long)b->writable, "shared", (long long)b->shared, "exclusive",
-                         (long long)b->exclusive);
+    pyxbuf_borrow_counter b;
+    pyxbuf__borrow_counts(&((exporter_object *)self)->borrows, &b);
+    return Py_BuildValue("{sLsLsLsL}", "views", (long long)b.views, "writable",
+                         (long long)b.writable, "shared", (long long)b.shared, "exclusive",
+                         (long long)b.exclusive);
 }
 
 static PyGetSetDef exporter_getset[] = {
@@ -392,7 +400,8 @@ static PyType_Spec exporter_spec = {
 };
 
 PyTypeObject *pyxbuf_exporter_type(void) {
-    if (exporter_type_object != NULL) return (PyTypeObject *)exporter_type_object;
+    PyObject *published = PYXBUF__FT_LOAD_ACQUIRE(&exporter_type_object);
+    if (published != NULL) return (PyTypeObject *)published;
     PyObject *tp = PyType_FromSpec(&exporter_spec);
     if (tp == NULL) return NULL;
     int32_t supported = PYXBUF_CLASSIC_FLAGS | PYXBUF_EXTENDED_FLAGS;
@@ -583,8 +592,8 @@ PyObject *pyxbuf__exporter_new_sized(const char *format, Py_ssize_t itemsize_giv
 }
 
 static exporter_object *as_exporter(PyObject *obj, const char *who) {
-    if (obj == NULL || exporter_type_object == NULL ||
-        !PyObject_TypeCheck(obj, (PyTypeObject *)exporter_type_object)) {
+    PyObject *type = PYXBUF__FT_LOAD_ACQUIRE(&exporter_type_object);
+    if (obj == NULL || type == NULL || !PyObject_TypeCheck(obj, (PyTypeObject *)type)) {
         PyErr_Format(PyExc_TypeError, "%s: expected a pyxbuf.Exporter, got '%.200s'", who,
                      obj ? Py_TYPE(obj)->tp_name : "NULL");
         return NULL;
@@ -601,9 +610,11 @@ int pyxbuf_exporter_device(PyObject *obj, pyxbuf_device *out) {
 
 void pyxbuf__exporter_adopt_event(PyObject *obj, void *event, int64_t stream) {
     exporter_object *e = (exporter_object *)obj;
+    Py_BEGIN_CRITICAL_SECTION(obj);
     destroy_event(e);
     e->device_info.sync_event = event;
     e->device_info.stream = stream;
+    Py_END_CRITICAL_SECTION();
 }
 
 int pyxbuf_exporter_set_event(PyObject *obj, void *event, int64_t stream) {
@@ -622,9 +633,8 @@ void *pyxbuf__exporter_buffer(PyObject *obj) { return ((exporter_object *)obj)->
 
 int pyxbuf__exporter_dims(PyObject *obj, const Py_ssize_t **shape,
                           const Py_ssize_t **item_strides) {
-    if (exporter_type_object == NULL ||
-        !PyObject_TypeCheck(obj, (PyTypeObject *)exporter_type_object))
-        return -1;
+    PyObject *type = PYXBUF__FT_LOAD_ACQUIRE(&exporter_type_object);
+    if (type == NULL || !PyObject_TypeCheck(obj, (PyTypeObject *)type)) return -1;
     const exporter_object *e = (const exporter_object *)obj;
     *shape = e->desc.shape;
     *item_strides = e->item_strides;

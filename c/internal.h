@@ -26,20 +26,157 @@
 #define PYXBUF_UNLIKELY(x) (x)
 #endif
 
+/* pyxbuf_version_string()'s text, a constant. */
+#define PYXBUF__STR2(x) #x
+#define PYXBUF__STR(x) PYXBUF__STR2(x)
+#define PYXBUF__VERSION_TEXT                                                                 \
+    PYXBUF__STR(PYXBUF_VERSION_MAJOR) "." PYXBUF__STR(PYXBUF_VERSION_MINOR) "." PYXBUF__STR( \
+        PYXBUF_VERSION_PATCH)
+
 /* Fill `err` (if not NULL) and return `code`. */
 int pyxbuf__error(pyxbuf_error *err, int32_t code, int64_t position, const char *fmt, ...)
     PYXBUF_PRINTF(4, 5);
 
+/* Shared state on free-threaded builds (Py_GIL_DISABLED). With the GIL one
+ * thread runs the library at a time, switching only where it calls Python or
+ * releases the GIL, so plain loads and stores serve and the hot path stays
+ * free of atomics. Without the GIL every word another thread may write at
+ * the same time is read and written through these: acquire/release where the
+ * word publishes other data, relaxed where it stands alone. */
+#ifdef Py_GIL_DISABLED
+#define PYXBUF__FT_LOAD_ACQUIRE(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define PYXBUF__FT_LOAD_RELAXED(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define PYXBUF__FT_STORE_RELEASE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define PYXBUF__FT_STORE_RELAXED(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+#else
+#define PYXBUF__FT_LOAD_ACQUIRE(p) (*(p))
+#define PYXBUF__FT_LOAD_RELAXED(p) (*(p))
+#define PYXBUF__FT_STORE_RELEASE(p, v) ((void)(*(p) = (v)))
+#define PYXBUF__FT_STORE_RELAXED(p, v) ((void)(*(p) = (v)))
+#endif
+
+/* A lock that exists on free-threaded builds only, for state that the GIL
+ * guards otherwise. Never held across a call that may run Python. */
+#ifdef Py_GIL_DISABLED
+#define PYXBUF__FT_MUTEX(name) static PyMutex name
+#define PYXBUF__FT_LOCK(m) PyMutex_Lock(&(m))
+#define PYXBUF__FT_UNLOCK(m) PyMutex_Unlock(&(m))
+#else
+#define PYXBUF__FT_MUTEX(name) typedef int pyxbuf__unused_##name
+#define PYXBUF__FT_LOCK(m) ((void)0)
+#define PYXBUF__FT_UNLOCK(m) ((void)0)
+#endif
+
+/* Per-object critical sections: CPython 3.13 and later (a no-op there with
+ * the GIL); before 3.13 only GIL builds exist. */
+#if PY_VERSION_HEX < 0x030D0000
+#define Py_BEGIN_CRITICAL_SECTION(op) {
+#define Py_END_CRITICAL_SECTION() }
+#endif
+
+/* A type's version tag: CPython assigns it without a lock on free-threaded
+ * builds (relaxed atomics there). */
+static inline unsigned int pyxbuf__type_tag(PyTypeObject *type) {
+    return PYXBUF__FT_LOAD_RELAXED(&type->tp_version_tag);
+}
+
 /* Publish `made` (a new reference) in the process-lifetime *slot unless
  * another thread published one while `made` was being built: building
- * allocates, which may run the GC, whose finalizers may switch threads. The
- * first object published stays; returns it (borrowed). */
+ * allocates, which may run finalizers that switch threads (with the GIL), and
+ * without it two threads really build at once. The first object published
+ * stays; returns it (borrowed). Read the slot with PYXBUF__FT_LOAD_ACQUIRE. */
 static inline PyObject *pyxbuf__publish_once(PyObject **slot, PyObject *made) {
+#ifdef Py_GIL_DISABLED
+    PyObject *first = NULL;
+    if (__atomic_compare_exchange_n(slot, &first, made, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return made;
+    Py_DECREF(made);
+    return first;
+#else
     if (*slot == NULL)
         *slot = made;
     else
         Py_DECREF(made);
     return *slot;
+#endif
+}
+
+/* The same for a pointer to memory the caller built: returns the pointer
+ * published first; when that is not `made`, the caller frees `made`. */
+static inline void *pyxbuf__publish_ptr_once(void **slot, void *made) {
+#ifdef Py_GIL_DISABLED
+    void *first = NULL;
+    if (__atomic_compare_exchange_n(slot, &first, made, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return made;
+    return first;
+#else
+    if (*slot == NULL) *slot = made;
+    return *slot;
+#endif
+}
+
+/* The interned string `text`, made once and kept in *slot for the process.
+ * Borrowed; NULL with an exception set if it could not be made. */
+static inline PyObject *pyxbuf__interned(PyObject **slot, const char *text) {
+    PyObject *s = PYXBUF__FT_LOAD_ACQUIRE(slot);
+    if (PYXBUF_LIKELY(s != NULL)) return s;
+    s = PyUnicode_InternFromString(text);
+    return s == NULL ? NULL : pyxbuf__publish_once(slot, s);
+}
+
+/* One entry of a per-type cache (the supported-flags cache in view.c, the
+ * DLPack bridge's in dlpack.c): `key` holds the type's version tag in its low
+ * 32 bits (never reused, so a dead type's entry cannot answer for a new type
+ * at its address) and 32 bits of the cache's own; `data` a pointer the type's
+ * dict keeps alive while the tag holds. Read on every acquisition without a
+ * lock. On free-threaded builds a sequence count makes the three words one
+ * snapshot: a writer makes it odd, stores, makes it even; a reader that saw it
+ * change (or odd) treats the entry as a miss, and a writer that finds another
+ * writing skips the store: it is a cache. */
+typedef struct pyxbuf__type_cache_entry {
+#ifdef Py_GIL_DISABLED
+    uint32_t seq;
+#endif
+    PyTypeObject *type;
+    uint64_t key;
+    const void *data;
+} pyxbuf__type_cache_entry;
+
+/* 1 with *key and *data when `e` holds an answer for `type`, else 0. */
+static PYXBUF_ALWAYS_INLINE int pyxbuf__type_cache_get(const pyxbuf__type_cache_entry *e,
+                                                       PyTypeObject *type, uint64_t *key,
+                                                       const void **data) {
+#ifdef Py_GIL_DISABLED
+    uint32_t seq = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
+    PyTypeObject *t = __atomic_load_n(&e->type, __ATOMIC_RELAXED);
+    *key = __atomic_load_n(&e->key, __ATOMIC_RELAXED);
+    *data = __atomic_load_n(&e->data, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    return (seq & 1) == 0 && t == type && __atomic_load_n(&e->seq, __ATOMIC_RELAXED) == seq;
+#else
+    *key = e->key;
+    *data = e->data;
+    return e->type == type;
+#endif
+}
+
+static inline void pyxbuf__type_cache_put(pyxbuf__type_cache_entry *e, PyTypeObject *type,
+                                          uint64_t key, const void *data) {
+#ifdef Py_GIL_DISABLED
+    uint32_t seq = __atomic_load_n(&e->seq, __ATOMIC_RELAXED);
+    if ((seq & 1) || !__atomic_compare_exchange_n(&e->seq, &seq, seq + 1, 0, __ATOMIC_RELAXED,
+                                                  __ATOMIC_RELAXED))
+        return; /* another thread is writing it */
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(&e->type, type, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->key, key, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->data, data, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->seq, seq + 2, __ATOMIC_RELEASE);
+#else
+    e->type = type;
+    e->key = key;
+    e->data = data;
+#endif
 }
 
 /* Markers in pyxbuf_view.state. */
@@ -131,6 +268,9 @@ int pyxbuf__backend_find_pointer(const void *ptr, pyxbuf_device *device, pyxbuf_
 
 /* format.c: changes with every pyxbuf_dtype_register/unregister. */
 extern atomic_uint_fast64_t pyxbuf__dtype_registry_generation;
+
+/* A consistent copy of a counter another thread may be changing (borrow.c). */
+void pyxbuf__borrow_counts(const pyxbuf_borrow_counter *counter, pyxbuf_borrow_counter *out);
 
 /* The cooperative borrow registry (borrow.c) for views whose producer knows
  * nothing of borrows: grants PYXBUF_EXT_TRACKED with SHARED or EXCLUSIVE, or

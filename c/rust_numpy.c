@@ -181,10 +181,19 @@ static rust_numpy_api pyxbuf_table = {
 #define TABLE_PYXBUF 1 /* pyxbuf's (this copy's or another's): nothing to add */
 #define TABLE_RUST_NUMPY 2
 
+/* Found once; on free-threaded builds two threads may find it at once (both
+ * find the same table) and others read it meanwhile: rust_numpy_table is
+ * stored before table_kind publishes it. */
 static int table_kind = TABLE_UNKNOWN;
 int pyxbuf__rust_numpy_table_is_ours = 0;
 static const rust_numpy_api *rust_numpy_table;
-static PyTypeObject *ndarray_type; /* numpy.ndarray, a static type */
+static PyObject *ndarray_type; /* numpy.ndarray, a static type */
+
+static void found_table(int kind, const rust_numpy_api *api) {
+    PYXBUF__FT_STORE_RELAXED(&rust_numpy_table, api);
+    PYXBUF__FT_STORE_RELEASE(&table_kind, kind);
+    if (kind == TABLE_PYXBUF) PYXBUF__FT_STORE_RELEASE(&pyxbuf__rust_numpy_table_is_ours, 1);
+}
 
 /* NumPy's multiarray module: numpy._core.multiarray (NumPy 2), else
  * numpy.core.multiarray (NumPy 1). New reference or NULL (no error). */
@@ -216,8 +225,7 @@ static int find_table(void) {
         Py_XDECREF(capsule);
         Py_DECREF(module);
         if (rc < 0) return -1;
-        table_kind = TABLE_PYXBUF;
-        pyxbuf__rust_numpy_table_is_ours = 1;
+        found_table(TABLE_PYXBUF, NULL);
         return 0;
     }
     Py_DECREF(module);
@@ -228,8 +236,7 @@ static int find_table(void) {
     Py_DECREF(capsule);
     if (api == NULL) return -1;
     if (context != NULL && strcmp(context, CONTEXT_MARK) == 0) {
-        table_kind = TABLE_PYXBUF;
-        pyxbuf__rust_numpy_table_is_ours = 1;
+        found_table(TABLE_PYXBUF, NULL);
         return 0;
     }
     if (api->version < 1) {
@@ -239,8 +246,7 @@ static int find_table(void) {
                      CAPSULE_NAME, (unsigned long long)api->version);
         return -1;
     }
-    rust_numpy_table = api;
-    table_kind = TABLE_RUST_NUMPY;
+    found_table(TABLE_RUST_NUMPY, api);
     return 0;
 }
 
@@ -259,35 +265,46 @@ static int named_ndarray_in_mro(PyTypeObject *tp) {
 }
 
 /* The last type found not to be an array, by (type, version tag): a tag is
- * never reused, so a new type at a dead one's address cannot match. */
+ * never reused, so a new type at a dead one's address cannot match, nor can
+ * a type and a tag written by two threads (each tag belongs to one type). */
 static PyTypeObject *last_other_type;
 static unsigned int last_other_tag;
+
+static PyObject *numpy_name;
+
+static void remember_other(PyTypeObject *tp, unsigned int tag) {
+    PYXBUF__FT_STORE_RELAXED(&last_other_type, tp);
+    PYXBUF__FT_STORE_RELAXED(&last_other_tag, tag);
+}
 
 static int is_ndarray(PyObject *obj) {
     if (obj == NULL) return 0;
     PyTypeObject *tp = Py_TYPE(obj);
-    if (tp == last_other_type && last_other_tag != 0 && tp->tp_version_tag == last_other_tag)
+    unsigned int tag = pyxbuf__type_tag(tp), other_tag = PYXBUF__FT_LOAD_RELAXED(&last_other_tag);
+    if (tp == PYXBUF__FT_LOAD_RELAXED(&last_other_type) && other_tag != 0 && tag == other_tag)
         return 0;
-    if (ndarray_type == NULL && !named_ndarray_in_mro(tp)) {
-        last_other_type = tp;
-        last_other_tag = tp->tp_version_tag;
+    PyObject *ndarray = PYXBUF__FT_LOAD_ACQUIRE(&ndarray_type);
+    if (ndarray == NULL && !named_ndarray_in_mro(tp)) {
+        remember_other(tp, tag);
         return 0;
     }
-    if (ndarray_type == NULL) {
-        PyObject *modules = PyImport_GetModuleDict();
-        PyObject *np = PyDict_GetItemString(modules, "numpy"); /* borrowed */
-        if (np == NULL) return 0; /* not imported: nothing can be an ndarray */
+    if (ndarray == NULL) {
+        PyObject *np = PyImport_GetModule(pyxbuf__interned(&numpy_name, "numpy"));
+        if (np == NULL) {
+            PyErr_Clear();
+            return 0; /* not imported: nothing can be an ndarray */
+        }
         PyObject *found = PyObject_GetAttrString(np, "ndarray");
+        Py_DECREF(np);
         if (found == NULL || !PyType_Check(found)) {
             Py_XDECREF(found);
             PyErr_Clear();
             return 0;
         }
-        ndarray_type = (PyTypeObject *)found; /* kept: NumPy's static type */
+        ndarray = pyxbuf__publish_once(&ndarray_type, found); /* kept: NumPy's static type */
     }
-    if (PyObject_TypeCheck(obj, ndarray_type)) return 1;
-    last_other_type = tp;
-    last_other_tag = tp->tp_version_tag;
+    if (PyObject_TypeCheck(obj, (PyTypeObject *)ndarray)) return 1;
+    remember_other(tp, tag);
     return 0;
 }
 
@@ -298,11 +315,12 @@ static int is_ndarray(PyObject *obj) {
 int pyxbuf__rust_numpy_acquire(pyxbuf_view *view, int32_t exclusive) {
     PyObject *array = view->base.obj;
     /* pyxbuf's own table (the common case): its borrows are the registry's. */
-    if (PYXBUF_LIKELY(table_kind == TABLE_PYXBUF)) return 0;
+    int kind = PYXBUF__FT_LOAD_ACQUIRE(&table_kind);
+    if (PYXBUF_LIKELY(kind == TABLE_PYXBUF)) return 0;
     if (!is_ndarray(array)) return 0;
-    if (table_kind == TABLE_UNKNOWN && find_table() < 0) return -1;
-    if (table_kind != TABLE_RUST_NUMPY) return 0;
-    const rust_numpy_api *t = rust_numpy_table;
+    if (kind == TABLE_UNKNOWN && find_table() < 0) return -1;
+    if (PYXBUF__FT_LOAD_ACQUIRE(&table_kind) != TABLE_RUST_NUMPY) return 0;
+    const rust_numpy_api *t = PYXBUF__FT_LOAD_RELAXED(&rust_numpy_table);
     int rc = exclusive ? t->acquire_mut(t->flags, array) : t->acquire(t->flags, array);
     if (rc == 0) {
         view->reserved[0] = exclusive ? PYXBUF__RUST_NUMPY_EXCLUSIVE : PYXBUF__RUST_NUMPY_SHARED;
@@ -323,8 +341,8 @@ int pyxbuf__rust_numpy_acquire(pyxbuf_view *view, int32_t exclusive) {
 void pyxbuf__rust_numpy_release(pyxbuf_view *view) {
     int64_t kind = view->reserved[0];
     view->reserved[0] = 0;
-    if (kind == 0 || rust_numpy_table == NULL) return;
-    const rust_numpy_api *t = rust_numpy_table;
+    const rust_numpy_api *t = PYXBUF__FT_LOAD_ACQUIRE(&rust_numpy_table);
+    if (kind == 0 || t == NULL) return;
     if (kind == PYXBUF__RUST_NUMPY_EXCLUSIVE)
         t->release_mut(t->flags, view->base.obj);
     else

@@ -53,19 +53,14 @@ static int check_supported_value(const char *type_name, long value) {
  * bf_getbuffer slot, CACHE_DLPACK_C when it has none but a DLPack C exchange
  * table (the bridge DESIGN.md tries first). A route then tests one word, and
  * a type without a tag (0) never hits. */
-typedef struct supported_cache_entry {
-    PyTypeObject *type;
-    uint64_t key;
-    const void *route_data; /* CACHE_DLPACK_C: the table (kept alive by the type's dict) */
-} supported_cache_entry;
-
 #define SUPPORTED_CACHE_SIZE 256
 #define CACHE_FAST 0x40000000     /* outside KNOWN_REQUEST_FLAGS */
 #define CACHE_DLPACK_C 0x20000000 /* likewise */
 #define CACHE_ROUTES (CACHE_FAST | CACHE_DLPACK_C)
-static supported_cache_entry supported_cache[SUPPORTED_CACHE_SIZE];
+/* data: CACHE_DLPACK_C's table (kept alive by the type's dict). */
+static pyxbuf__type_cache_entry supported_cache[SUPPORTED_CACHE_SIZE];
 
-static inline supported_cache_entry *cache_entry(unsigned int tag) {
+static inline pyxbuf__type_cache_entry *cache_entry(unsigned int tag) {
     return &supported_cache[tag & (SUPPORTED_CACHE_SIZE - 1)];
 }
 
@@ -74,9 +69,8 @@ static inline uint64_t cache_key(unsigned int tag, int32_t mask) {
 }
 
 static PyObject *supported_attr_name(void) {
-    static PyObject *name = NULL; /* interned, immortal for the process */
-    if (name == NULL) name = PyUnicode_InternFromString(PYXBUF_SUPPORTED_FLAGS_ATTR);
-    return name;
+    static PyObject *name = NULL;
+    return pyxbuf__interned(&name, PYXBUF_SUPPORTED_FLAGS_ATTR);
 }
 
 static int lookup_supported(PyTypeObject *type, int32_t *mask) {
@@ -105,30 +99,36 @@ static int lookup_supported(PyTypeObject *type, int32_t *mask) {
 
 /* 1 and *supported on a cache hit, else 0. */
 static inline int cached_supported(PyTypeObject *type, int32_t *supported) {
-    unsigned int tag = type->tp_version_tag;
-    const supported_cache_entry *e = cache_entry(tag);
-    if (e->type == type && tag != 0 && (uint32_t)e->key == tag) {
-        *supported = (int32_t)(e->key >> 32) & ~CACHE_ROUTES;
+    unsigned int tag = pyxbuf__type_tag(type);
+    uint64_t key;
+    const void *data;
+    if (pyxbuf__type_cache_get(cache_entry(tag), type, &key, &data) && tag != 0 &&
+        (uint32_t)key == tag) {
+        *supported = (int32_t)(key >> 32) & ~CACHE_ROUTES;
         return 1;
     }
     return 0;
 }
 
 /* The fast path's test: the type is cached as a classic producer with a
- * bf_getbuffer slot (see supported_cache_entry). */
+ * bf_getbuffer slot (see the comment on supported_cache). */
 static inline int cached_classic_fast(PyTypeObject *type) {
-    unsigned int tag = type->tp_version_tag;
-    const supported_cache_entry *e = cache_entry(tag);
-    return e->type == type && e->key == cache_key(tag, PYXBUF_CLASSIC_FLAGS | CACHE_FAST);
+    unsigned int tag = pyxbuf__type_tag(type);
+    uint64_t key;
+    const void *data;
+    return pyxbuf__type_cache_get(cache_entry(tag), type, &key, &data) &&
+           key == cache_key(tag, PYXBUF_CLASSIC_FLAGS | CACHE_FAST);
 }
 
 /* The DLPack C route's table for the type, or NULL when it has no such
- * route (see supported_cache_entry). */
+ * route (see the comment on supported_cache). */
 static inline const void *cached_dlpack_c(PyTypeObject *type) {
-    unsigned int tag = type->tp_version_tag;
-    const supported_cache_entry *e = cache_entry(tag);
-    int hit = e->type == type && e->key == cache_key(tag, PYXBUF_CLASSIC_FLAGS | CACHE_DLPACK_C);
-    return hit ? e->route_data : NULL;
+    unsigned int tag = pyxbuf__type_tag(type);
+    uint64_t key;
+    const void *data;
+    int hit = pyxbuf__type_cache_get(cache_entry(tag), type, &key, &data) &&
+              key == cache_key(tag, PYXBUF_CLASSIC_FLAGS | CACHE_DLPACK_C);
+    return hit ? data : NULL;
 }
 
 /* The route bit for a type whose supported flags are `supported`, or 0, and
@@ -145,14 +145,11 @@ static int32_t route_of(PyTypeObject *type, int32_t supported, const void **data
 int pyxbuf_type_supported_flags(PyTypeObject *type, int32_t *supported) {
     if (cached_supported(type, supported)) return 0;
     if (lookup_supported(type, supported) < 0) return -1;
-    unsigned int tag = type->tp_version_tag;
+    unsigned int tag = pyxbuf__type_tag(type);
     if (tag != 0) {
         const void *data;
         int32_t route = route_of(type, *supported, &data);
-        supported_cache_entry *e = cache_entry(tag);
-        e->type = type;
-        e->key = cache_key(tag, *supported | route);
-        e->route_data = data;
+        pyxbuf__type_cache_put(cache_entry(tag), type, cache_key(tag, *supported | route), data);
     }
     return 0;
 }
@@ -193,9 +190,9 @@ int pyxbuf_type_set_supported_flags(PyTypeObject *type, int32_t flags) {
  * attribute is looked up only through the generic getattr, which runs no
  * Python code. A type with its own __getattr__ is asked nothing: 0. */
 static int has_cai_quietly(PyObject *obj) {
-    static PyObject *name = NULL; /* interned, kept for the process */
-    if (name == NULL && (name = PyUnicode_InternFromString("__cuda_array_interface__")) == NULL)
-        return -1;
+    static PyObject *slot = NULL;
+    PyObject *name = pyxbuf__interned(&slot, "__cuda_array_interface__");
+    if (name == NULL) return -1;
     if (_PyType_Lookup(Py_TYPE(obj), name) != NULL) return 1;
     if (Py_TYPE(obj)->tp_getattro != PyObject_GenericGetAttr) return 0;
     PyObject *value = PyObject_GenericGetAttr(obj, name);
@@ -719,13 +716,14 @@ static PyType_Spec holder_spec = {
 
 PyObject *pyxbuf__holder_new(size_t size, void (*finalize)(void *storage)) {
     static PyObject *holder_type = NULL; /* one per library copy, kept */
-    if (holder_type == NULL) {
+    PyObject *type = PYXBUF__FT_LOAD_ACQUIRE(&holder_type);
+    if (type == NULL) {
         PyObject *tp = PyType_FromSpec(&holder_spec);
         if (tp == NULL) return NULL;
-        pyxbuf__publish_once(&holder_type, tp);
+        type = pyxbuf__publish_once(&holder_type, tp);
     }
     /* itemsize 1: `size` bytes after the (16-aligned) header. */
-    holder_object *h = PyObject_NewVar(holder_object, (PyTypeObject *)holder_type, (Py_ssize_t)size);
+    holder_object *h = PyObject_NewVar(holder_object, (PyTypeObject *)type, (Py_ssize_t)size);
     if (h == NULL) return NULL;
     memset(h->storage, 0, size);
     h->finalize = finalize;

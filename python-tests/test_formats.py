@@ -994,27 +994,68 @@ def ctypes_format(ctype):
     return m.format, m.itemsize
 
 
+# ctypes writes every field with a standard-size prefix ('<', '>'), which is
+# packed. Before CPython 3.12 it wrote no 'x' for the C padding either, so the
+# format's size fell short of the item; since 3.12 (gh-76961) the padding is
+# explicit 'x' items and the two agree.
+CTYPES_WRITES_PADDING = sys.version_info >= (3, 12)
+
+
+def field_offsets(p, struct_node=1):
+    """{name: offset} of the named members of one struct node (node 1: the
+    outermost T{...})."""
+    nodes = p["nodes"]
+    return {nodes[c]["name"]: nodes[c]["offset"] for c in children(p, struct_node)
+            if nodes[c]["name"] is not None}
+
+
+def ctypes_offsets(ctype):
+    return {name: getattr(ctype, name).offset for name, *_ in ctype._fields_}
+
+
 @abi_tables
-def test_ctypes_structure_fields_carry_no_padding():
-    # ctypes writes every field with '<' (standard size, packed) and no 'x'
-    # for its C padding: pyxbuf reads 4+8+3 = 15, ctypes' item is 24. Rule:
-    # '<' is packed (struct's meaning); the view's itemsize gives the stride.
+def test_ctypes_structure_padding():
+    # Rule: '<' is packed (struct's meaning) and 'x' is a byte, so pyxbuf
+    # lays out exactly what the format says; the view's itemsize gives the
+    # stride. With ctypes' padding written out, that is ctypes' own layout;
+    # without it (before 3.12) pyxbuf reads 4+8+3 = 15 for ctypes' 24.
     fmt, itemsize = ctypes_format(Point)
-    assert fmt == "T{<i:a:<d:b:(3)<c:c:}"
-    assert itemsize == 24
+    assert itemsize == ctypes.sizeof(Point) == 24
     p = parse(fmt)
-    assert p["itemsize"] == 15
-    assert top_offsets(parse(fmt[2:-1])) == [0, 4, 12]
+    if CTYPES_WRITES_PADDING:
+        assert fmt == "T{<i:a:4x<d:b:(3)<c:c:5x}"
+        assert p["itemsize"] == itemsize
+        assert field_offsets(p) == ctypes_offsets(Point) == {"a": 0, "b": 8, "c": 16}
+        assert top_offsets(parse(fmt[2:-1])) == [0, 4, 8, 16, 19]  # padding items too
+    else:
+        assert fmt == "T{<i:a:<d:b:(3)<c:c:}"
+        assert p["itemsize"] == 15
+        assert field_offsets(p) == {"a": 0, "b": 4, "c": 12}
+        assert top_offsets(parse(fmt[2:-1])) == [0, 4, 12]
 
 
 @abi_tables
 def test_ctypes_big_endian_and_nested_structures():
     fmt, itemsize = ctypes_format(BigPair)
-    assert (fmt, itemsize) == ("T{>i:a:>h:b:}", 8)
-    assert parse(fmt)["itemsize"] == 6
+    p = parse(fmt)
+    if CTYPES_WRITES_PADDING:
+        assert (fmt, itemsize) == ("T{>i:a:>h:b:2x}", 8)
+        assert p["itemsize"] == 8
+    else:
+        assert (fmt, itemsize) == ("T{>i:a:>h:b:}", 8)
+        assert p["itemsize"] == 6
+    assert field_offsets(p) == ctypes_offsets(BigPair) == {"a": 0, "b": 4}
     fmt, itemsize = ctypes_format(Nested)
-    assert (fmt, itemsize) == ("T{T{<i:a:<d:b:(3)<c:c:}:s:<b:x:}", 32)
-    assert parse(fmt)["itemsize"] == 16
+    p = parse(fmt)
+    if CTYPES_WRITES_PADDING:
+        assert (fmt, itemsize) == ("T{T{<i:a:4x<d:b:(3)<c:c:5x}:s:<b:x:7x}", 32)
+        assert p["itemsize"] == 32
+        assert field_offsets(p) == ctypes_offsets(Nested) == {"s": 0, "x": 24}
+        assert field_offsets(p, 2) == ctypes_offsets(Point)
+    else:
+        assert (fmt, itemsize) == ("T{T{<i:a:<d:b:(3)<c:c:}:s:<b:x:}", 32)
+        assert p["itemsize"] == 16
+        assert field_offsets(p) == {"s": 0, "x": 15}
 
 
 def test_ctypes_wchar_is_ucs2_in_pep3118():

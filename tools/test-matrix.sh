@@ -3,7 +3,9 @@
 # built. For each: a venv with NumPy, ml_dtypes, pytest, hypothesis and
 # maturin (JAX where wheels exist; test_dlpack.py skips with the reason
 # otherwise), the CMake build against it, the C tests, the `pyxbuf` module
-# and the Python suite, then `cargo test` with PYO3_PYTHON set to it. On a
+# and the example crate's `pyxbuf_sum` (as `make pymodules` builds them), the
+# Python suites (those of `make test-python` and `make test-pymodules`), then
+# `cargo test` with PYO3_PYTHON set to it. On a
 # free-threaded interpreter (3.14t) everything runs with PYTHON_GIL=0, and
 # the line says gil=disabled only if the GIL is still off after importing
 # every pyxbuf module. It ends with one line per interpreter:
@@ -83,17 +85,30 @@ run_one() {
     env "${env_gil[@]}" ctest --test-dir "$build" -j "$JOBS" >"$work/ctest.log" 2>&1
     local c
     c=$(ctest_counts "$work/ctest.log")
-    (cd "$ROOT" && env PYTHONPATH= VIRTUAL_ENV="$venv" PYO3_PYTHON="$vpy" \
-        CARGO_TARGET_DIR="$work/cargo" "$venv/bin/maturin" develop --quiet \
-        --features emulated-device -m rust/pyxbuf-python/Cargo.toml) >"$work/maturin.log" 2>&1
+    # Into the venv, as `make pymodules` does (pyxbuf_sum's features come
+    # from its pyproject.toml); a build that fails shows as failed imports.
+    (cd "$ROOT" && export PYTHONPATH= VIRTUAL_ENV="$venv" PYO3_PYTHON="$vpy" \
+        CARGO_TARGET_DIR="$work/cargo" &&
+        "$venv/bin/maturin" develop --quiet --features emulated-device \
+            -m rust/pyxbuf-python/Cargo.toml &&
+        "$venv/bin/maturin" develop --quiet -m rust/examples/sum/Cargo.toml) \
+        >"$work/maturin.log" 2>&1
+    # gil=disabled: the GIL is off after importing every pyxbuf module, both
+    # with PYTHON_GIL=0 (as the suites run) and with PYTHON_GIL unset, where
+    # one module not declaring Py_MOD_GIL_NOT_USED would turn it back on
+    # (-W error: the RuntimeWarning saying so fails the check too).
     local gil=enabled
     if [ $ft = 1 ]; then
-        if env PYTHON_GIL=0 PYTHONPATH="$build/python" "$vpy" -c '
-import sys, _pyxbuf_testext, _pyxbuf_second_copy, pyxbuf
-sys.exit(1 if sys._is_gil_enabled() else 0)' >"$work/gil.log" 2>&1; then gil=disabled; fi
+        local check='
+import sys, _pyxbuf_testext, _pyxbuf_second_copy, pyxbuf, pyxbuf_sum
+sys.exit(1 if sys._is_gil_enabled() else 0)'
+        if env PYTHON_GIL=0 PYTHONPATH="$build/python" "$vpy" -c "$check" >"$work/gil.log" 2>&1 &&
+            env -u PYTHON_GIL PYTHONPATH="$build/python" "$vpy" -W error -c "$check" \
+                >>"$work/gil.log" 2>&1; then gil=disabled; fi
     fi
     (cd "$ROOT" && env "${env_gil[@]}" PYTHONPATH="$build/python" "$vpy" -m pytest -q \
-        -p no:cacheprovider python-tests rust/pyxbuf-python/tests) >"$work/pytest.log" 2>&1
+        -p no:cacheprovider python-tests rust/pyxbuf-python/tests rust/examples/sum/tests) \
+        >"$work/pytest.log" 2>&1
     local t
     t=$(pytest_counts "$work/pytest.log")
     # The test binaries embed the interpreter: its shared libpython.

@@ -87,8 +87,11 @@ static fuzz_memory fuzz_mem;
 
 static inline void fuzz_start_python(void) {
     if (Py_IsInitialized()) return;
-    /* Python's own allocator would hide heap errors from ASan. */
+#ifndef Py_GIL_DISABLED
+    /* Python's own allocator would hide heap errors from ASan. Free-threaded
+     * builds refuse it ("unknown allocator"): they need mimalloc. */
     setenv("PYTHONMALLOC", "malloc", 0);
+#endif
     Py_InitializeEx(0);
     pyxbuf_error err;
     FUZZ_CHECK(pyxbuf_testdev_register(&err) == 0, "emulated device: %s", err.message);

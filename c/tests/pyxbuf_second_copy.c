@@ -4,9 +4,12 @@
  * registry) is shared between copies while everything else is private. */
 #include "pyxbuf.h"
 
+#include "testext_sync.h"
+
 typedef struct {
     PyObject_HEAD
     pyxbuf_view view;
+    atomic_int busy; /* testext_claim: one thread at a time reads or releases the view */
 } HeldObject;
 
 static PyTypeObject *Held_type;
@@ -22,13 +25,19 @@ static void Held_dealloc(PyObject *self) {
 static PyObject *Held_release(PyObject *self, PyObject *unused) {
     (void)unused;
     HeldObject *h = (HeldObject *)self;
+    if (testext_claim(&h->busy) < 0) return NULL;
     if (pyxbuf_view_is_acquired(&h->view)) pyxbuf_release(&h->view);
+    testext_unclaim(&h->busy);
     Py_RETURN_NONE;
 }
 
 static PyObject *Held_ext_flags(PyObject *self, void *closure) {
     (void)closure;
-    return PyLong_FromLong(((HeldObject *)self)->view.ext_flags);
+    HeldObject *h = (HeldObject *)self;
+    if (testext_claim(&h->busy) < 0) return NULL;
+    long flags = h->view.ext_flags;
+    testext_unclaim(&h->busy);
+    return PyLong_FromLong(flags);
 }
 
 static PyMethodDef Held_methods[] = {
@@ -62,6 +71,7 @@ static PyObject *acquire(PyObject *mod, PyObject *args) {
     if (!PyArg_ParseTuple(args, "Oi", &obj, &flags)) return NULL;
     HeldObject *h = PyObject_New(HeldObject, Held_type);
     if (h == NULL) return NULL;
+    atomic_init(&h->busy, 0);
     if (pyxbuf_get(obj, &h->view, flags) < 0) {
         h->view.state = 0;
         Py_DECREF(h);
@@ -101,7 +111,10 @@ static struct PyModuleDef module_def = {
 
 PyMODINIT_FUNC PyInit__pyxbuf_second_copy(void) {
     PyObject *m = PyModule_Create(&module_def);
-    if (m == NULL) return NULL;
+    if (m == NULL || testext_gil_not_used(m) < 0) {
+        Py_XDECREF(m);
+        return NULL;
+    }
     Held_type = (PyTypeObject *)PyType_FromSpec(&Held_spec);
     if (Held_type == NULL || PyModule_AddObjectRef(m, "Held", (PyObject *)Held_type) < 0) {
         Py_DECREF(m);

@@ -5,13 +5,13 @@
 #include <string.h>
 
 #include "pyxbuf.h"
-#include <structmember.h>
 
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "testdev.h"
+#include "testext_sync.h"
 
 int pyxbuf_testext_add_format(PyObject *module);  /* testext_format.c */
 int pyxbuf_testext_add_dlpack(PyObject *module);  /* testext_dlpack.c */
@@ -89,6 +89,7 @@ static PyObject *view_dict(const pyxbuf_view *v) {
 typedef struct {
     PyObject_HEAD
     pyxbuf_view view;
+    atomic_int busy; /* testext_claim: one thread at a time uses or releases the view */
 } ViewObject;
 
 static PyTypeObject *View_type;
@@ -104,18 +105,23 @@ static void View_dealloc(PyObject *self) {
 static PyObject *View_release(PyObject *self, PyObject *unused) {
     (void)unused;
     ViewObject *v = (ViewObject *)self;
+    if (testext_claim(&v->busy) < 0) return NULL;
     if (pyxbuf_view_is_acquired(&v->view)) pyxbuf_release(&v->view);
+    testext_unclaim(&v->busy);
     Py_RETURN_NONE;
 }
 
 static PyObject *View_info(PyObject *self, PyObject *unused) {
     (void)unused;
     ViewObject *v = (ViewObject *)self;
-    if (!pyxbuf_view_is_acquired(&v->view)) {
+    if (testext_claim(&v->busy) < 0) return NULL;
+    PyObject *d = NULL;
+    if (!pyxbuf_view_is_acquired(&v->view))
         PyErr_SetString(PyExc_ValueError, "view is released");
-        return NULL;
-    }
-    return view_dict(&v->view);
+    else
+        d = view_dict(&v->view);
+    testext_unclaim(&v->busy);
+    return d;
 }
 
 /* The held view's items in C order, by pyxbuf_copy_to_host (device views
@@ -125,20 +131,27 @@ static PyObject *View_info(PyObject *self, PyObject *unused) {
 static PyObject *View_copy_to_host(PyObject *self, PyObject *unused) {
     (void)unused;
     ViewObject *v = (ViewObject *)self;
+    if (testext_claim(&v->busy) < 0) return NULL;
+    PyObject *out = NULL;
     if (!pyxbuf_view_is_acquired(&v->view)) {
         PyErr_SetString(PyExc_ValueError, "view is released");
-        return NULL;
+    } else {
+        out = PyBytes_FromStringAndSize(NULL, v->view.base.len);
+        if (out != NULL &&
+            pyxbuf_copy_to_host(&v->view, PyBytes_AS_STRING(out), (size_t)v->view.base.len) < 0)
+            Py_CLEAR(out);
     }
-    PyObject *out = PyBytes_FromStringAndSize(NULL, v->view.base.len);
-    if (out != NULL &&
-        pyxbuf_copy_to_host(&v->view, PyBytes_AS_STRING(out), (size_t)v->view.base.len) < 0)
-        Py_CLEAR(out);
+    testext_unclaim(&v->busy);
     return out;
 }
 
 static PyObject *View_acquired(PyObject *self, void *closure) {
     (void)closure;
-    return PyBool_FromLong(pyxbuf_view_is_acquired(&((ViewObject *)self)->view));
+    ViewObject *v = (ViewObject *)self;
+    if (testext_claim(&v->busy) < 0) return NULL;
+    int acquired = pyxbuf_view_is_acquired(&v->view);
+    testext_unclaim(&v->busy);
+    return PyBool_FromLong(acquired);
 }
 
 static PyMethodDef View_methods[] = {
@@ -176,6 +189,7 @@ static PyObject *acquire(PyObject *mod, PyObject *args) {
     ViewObject *v = PyObject_New(ViewObject, View_type);
     if (v == NULL) return NULL;
     memset(&v->view, 0, sizeof v->view);
+    atomic_init(&v->busy, 0);
     if (pyxbuf_get(obj, &v->view, flags) < 0) {
         Py_DECREF(v);
         return NULL;
@@ -535,8 +549,8 @@ static PyObject *versions(PyObject *mod, PyObject *unused) {
 typedef struct {
     PyObject_HEAD
     int mode;
-    int last_flags; /* the request flags of the last getbuffer call */
-    Py_ssize_t gets, releases;
+    atomic_int last_flags; /* the request flags of the last getbuffer call */
+    testext_counter gets, releases;
     Py_ssize_t shape;
     unsigned char data[16];
 } LiarObject;
@@ -599,7 +613,7 @@ static pyxbuf_device_info liar_small_info = {8, PYXBUF_DL_EXT_DEV, 0, 0, NULL, 0
 static int Liar_getbuffer(PyObject *self, Py_buffer *view, int flags) {
     LiarObject *l = (LiarObject *)self;
     pyxbuf_view *x = (pyxbuf_view *)view; /* valid: pyxbuf passes a pyxbuf_view */
-    l->last_flags = flags;
+    atomic_store(&l->last_flags, flags);
     view->obj = Py_NewRef(self);
     view->buf = l->data;
     view->len = l->shape;
@@ -622,12 +636,12 @@ static int Liar_getbuffer(PyObject *self, Py_buffer *view, int flags) {
     case 16: view->shape = NULL; break;
     case 17:
         Py_CLEAR(view->obj);
-        l->gets++;
+        testext_count(&l->gets);
         PyErr_SetString(PyExc_ValueError, "the liar refuses");
         return -1;
     case 18:
         Py_CLEAR(view->obj);
-        l->gets++;
+        testext_count(&l->gets);
         return -1;
     case 19:
         view->shape = (flags & PyBUF_ND) ? &huge : NULL;
@@ -661,13 +675,13 @@ static int Liar_getbuffer(PyObject *self, Py_buffer *view, int flags) {
         break;
     default: break;
     }
-    l->gets++;
+    testext_count(&l->gets);
     return 0;
 }
 
 static void Liar_releasebuffer(PyObject *self, Py_buffer *view) {
     (void)view;
-    ((LiarObject *)self)->releases++;
+    testext_count(&((LiarObject *)self)->releases);
 }
 
 static void Liar_dealloc(PyObject *self) {
@@ -676,18 +690,22 @@ static void Liar_dealloc(PyObject *self) {
     Py_DECREF(tp);
 }
 
-static PyMemberDef Liar_members[] = {
-    {"gets", T_PYSSIZET, offsetof(LiarObject, gets), READONLY, "getbuffer calls"},
-    {"last_flags", T_INT, offsetof(LiarObject, last_flags), READONLY,
-     "request flags of the last getbuffer call"},
-    {"releases", T_PYSSIZET, offsetof(LiarObject, releases), READONLY, "releasebuffer calls"},
-    {NULL, 0, 0, 0, NULL},
+static PyObject *Liar_last_flags(PyObject *self, void *closure) {
+    (void)closure;
+    return PyLong_FromLong(atomic_load(&((LiarObject *)self)->last_flags));
+}
+
+static PyGetSetDef Liar_getset[] = {
+    TESTEXT_COUNTER_GETSET(LiarObject, gets, "getbuffer calls"),
+    {"last_flags", Liar_last_flags, NULL, "request flags of the last getbuffer call", NULL},
+    TESTEXT_COUNTER_GETSET(LiarObject, releases, "releasebuffer calls"),
+    {NULL, NULL, NULL, NULL, NULL},
 };
 
 static PyType_Slot Liar_slots[] = {
     {Py_tp_new, (void *)Liar_new},
     {Py_tp_dealloc, (void *)Liar_dealloc},
-    {Py_tp_members, Liar_members},
+    {Py_tp_getset, Liar_getset},
     {Py_bf_getbuffer, (void *)Liar_getbuffer},
     {Py_bf_releasebuffer, (void *)Liar_releasebuffer},
     {0, NULL},
@@ -771,6 +789,10 @@ static int add_constants(PyObject *m) {
 PyMODINIT_FUNC PyInit__pyxbuf_testext(void) {
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
+    if (testext_gil_not_used(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     pyxbuf_error err;
     if (pyxbuf_testdev_register(&err) < 0) {
         Py_DECREF(m);

@@ -102,7 +102,8 @@ TEST_CASE(valid_formats) {
         {"&d", SZ(void *), AL(void *)},
         {"&<i", SZ(void *), 1},
         {"b&d", 2 * SZ(void *), AL(void *)},
-        {"T{<i:a:<d:b:(3)<c:c:}", 15, 1}, /* ctypes: 24 with its padding */
+        {"T{<i:a:<d:b:(3)<c:c:}", 15, 1}, /* ctypes < 3.12: 24 with its padding */
+        {"T{<i:a:4x<d:b:(3)<c:c:5x}", 24, 1}, /* ctypes >= 3.12 writes it */
         {"[ml_dtypes$bfloat16]", 2, 2},
         {"Z[ml_dtypes$bfloat16]", 4, 2},
         {"b[ml_dtypes$bfloat16]", 4, 2},

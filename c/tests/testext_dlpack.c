@@ -39,9 +39,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <structmember.h>
-
 #include "dlpack_abi.h"
+#include "testext_sync.h"
 
 int pyxbuf_testext_add_dlpack(PyObject *module);
 
@@ -72,8 +71,9 @@ typedef struct {
     int ndim_lie;       /* ndim written into the tensor instead of the shape's length */
     int lie_ndim;
     char *capsule_name; /* PyMem; NULL = the standard name */
-    Py_ssize_t exported, deleted, dlpack_calls, c_calls;
-    PyObject *last_kwargs;
+    /* Bumped by __dlpack__, the C table and deleters on any thread. */
+    testext_counter exported, deleted, dlpack_calls, c_calls;
+    PyObject *last_kwargs; /* swapped and read in a critical section on the producer */
 } Producer;
 
 static PyTypeObject *Producer_type, *CProducer_type, *CProducerV2_type;
@@ -91,12 +91,12 @@ typedef struct {
 
 /* Process-wide counts over every producer (python-tests/test_soak.py reads
  * them after the producers themselves are gone). */
-static Py_ssize_t total_exported, total_deleted;
+static testext_counter total_exported, total_deleted;
 
 static void block_delete(block *b) {
     PyGILState_STATE st = PyGILState_Ensure();
-    b->owner->deleted++;
-    total_deleted++;
+    testext_count(&b->owner->deleted);
+    testext_count(&total_deleted);
     int raises = b->owner->deleter_raises;
     Py_DECREF(b->owner);
     free(b);
@@ -134,8 +134,8 @@ static block *make_tensor(Producer *p, int versioned) {
         b->t.m.manager_ctx = b;
         b->t.m.deleter = p->null_deleter ? NULL : deleter_m;
     }
-    p->exported++;
-    total_exported++;
+    testext_count(&p->exported);
+    testext_count(&total_exported);
     return b;
 }
 
@@ -166,13 +166,18 @@ static int kw_is_set(PyObject *kwargs, const char *key, PyObject **value) {
 
 static PyObject *Producer_dlpack(PyObject *self, PyObject *args, PyObject *kwargs) {
     Producer *p = (Producer *)self;
-    p->dlpack_calls++;
+    testext_count(&p->dlpack_calls);
     if (PyTuple_GET_SIZE(args) != 0) {
         PyErr_SetString(PyExc_TypeError, "__dlpack__() takes keyword arguments only");
         return NULL;
     }
-    Py_XSETREF(p->last_kwargs, kwargs ? PyDict_Copy(kwargs) : PyDict_New());
-    if (p->last_kwargs == NULL) return NULL;
+    PyObject *copy = kwargs ? PyDict_Copy(kwargs) : PyDict_New(), *old;
+    if (copy == NULL) return NULL;
+    Py_BEGIN_CRITICAL_SECTION(self);
+    old = p->last_kwargs;
+    p->last_kwargs = copy;
+    Py_END_CRITICAL_SECTION();
+    Py_XDECREF(old);
     if (p->legacy_only && kwargs != NULL) {
         PyObject *key;
         Py_ssize_t pos = 0;
@@ -384,8 +389,12 @@ static void Producer_dealloc(PyObject *self) {
 
 static PyObject *Producer_get_last_kwargs(PyObject *self, void *closure) {
     (void)closure;
-    PyObject *k = ((Producer *)self)->last_kwargs;
-    return Py_NewRef(k ? k : Py_None);
+    PyObject *k;
+    Py_BEGIN_CRITICAL_SECTION(self);
+    k = ((Producer *)self)->last_kwargs;
+    k = Py_NewRef(k ? k : Py_None);
+    Py_END_CRITICAL_SECTION();
+    return k;
 }
 
 static PyMethodDef Producer_methods[] = {
@@ -395,17 +404,12 @@ static PyMethodDef Producer_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyMemberDef Producer_members[] = {
-    {"exported", T_PYSSIZET, offsetof(Producer, exported), READONLY, "tensors made"},
-    {"deleted", T_PYSSIZET, offsetof(Producer, deleted), READONLY, "deleter calls"},
-    {"dlpack_calls", T_PYSSIZET, offsetof(Producer, dlpack_calls), READONLY, "__dlpack__ calls"},
-    {"c_calls", T_PYSSIZET, offsetof(Producer, c_calls), READONLY,
-     "calls of the C exchange table's no-sync export"},
-    {NULL, 0, 0, 0, NULL},
-};
-
 static PyGetSetDef Producer_getset[] = {
     {"last_kwargs", Producer_get_last_kwargs, NULL, "keywords of the last __dlpack__ call", NULL},
+    TESTEXT_COUNTER_GETSET(Producer, exported, "tensors made"),
+    TESTEXT_COUNTER_GETSET(Producer, deleted, "deleter calls"),
+    TESTEXT_COUNTER_GETSET(Producer, dlpack_calls, "__dlpack__ calls"),
+    TESTEXT_COUNTER_GETSET(Producer, c_calls, "calls of the C exchange table's no-sync export"),
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -413,7 +417,6 @@ static PyType_Slot Producer_slots[] = {
     {Py_tp_new, (void *)Producer_new},
     {Py_tp_dealloc, (void *)Producer_dealloc},
     {Py_tp_methods, Producer_methods},
-    {Py_tp_members, Producer_members},
     {Py_tp_getset, Producer_getset},
     {0, NULL},
 };
@@ -427,7 +430,7 @@ static PyType_Spec Producer_spec = {
 
 /* --- the C exchange table ------------------------------------------------ */
 
-static int64_t work_stream = 0;
+static _Atomic int64_t work_stream = 0; /* set from Python, read by any consumer thread */
 
 static int c_from_py(void *py_object, t_versioned **out) {
     PyObject *obj = py_object;
@@ -436,7 +439,7 @@ static int c_from_py(void *py_object, t_versioned **out) {
         return -1;
     }
     Producer *p = (Producer *)obj;
-    p->c_calls++;
+    testext_count(&p->c_calls);
     block *b = make_tensor(p, 1);
     if (b == NULL) return -1;
     *out = &b->t.v;
@@ -445,7 +448,7 @@ static int c_from_py(void *py_object, t_versioned **out) {
 
 static int c_current_work_stream(int32_t device_type, int32_t device_id, void **out) {
     (void)device_id;
-    *out = device_type == 1 ? NULL : (void *)(intptr_t)work_stream;
+    *out = device_type == 1 ? NULL : (void *)(intptr_t)atomic_load(&work_stream);
     return 0;
 }
 
@@ -457,7 +460,7 @@ static PyObject *set_work_stream(PyObject *mod, PyObject *arg) {
     (void)mod;
     long long s = PyLong_AsLongLong(arg);
     if (s == -1 && PyErr_Occurred()) return NULL;
-    work_stream = s;
+    atomic_store(&work_stream, s);
     Py_RETURN_NONE;
 }
 
@@ -657,7 +660,9 @@ static PyObject *capsule_consume(PyObject *mod, PyObject *args) {
 
 static PyObject *dlpack_totals(PyObject *mod, PyObject *unused) {
     (void)mod, (void)unused;
-    return Py_BuildValue("(nn)", total_exported, total_deleted);
+    /* deleted first: each deletion it counts was counted as an export before */
+    Py_ssize_t deleted = atomic_load(&total_deleted);
+    return Py_BuildValue("(nn)", atomic_load(&total_exported), deleted);
 }
 
 static PyMethodDef methods[] = {

@@ -257,7 +257,8 @@ unsafe impl ExportBuffer for Counted {
 
 /// Item 6: no lock is held across a call that can run Python. A refused
 /// request formats its exception; with the garbage collector armed, that
-/// runs a finalizer which releases another view of the same object -- which
+/// runs a finalizer (before CPython 3.12, which collects only between
+/// bytecodes) which releases another view of the same object -- which
 /// takes the counter's lock. Holding it across the refusal deadlocked here.
 #[test]
 fn refusal_may_release_a_view_of_the_same_object() {
@@ -308,8 +309,12 @@ finally:
     gc.enable()
 gc.collect()
 assert released == [True], released
-# the finalizer ran inside the refused bf_getbuffer, which is what this tests
-assert finalized_during_refusal
+# The finalizer ran inside the refused bf_getbuffer, which is what this
+# tests. From 3.12 the collector runs only between bytecodes (gh-97922), never
+# inside an allocation, so no finalizer can run there and the refusal only
+# has to leave the counter consistent.
+import sys
+assert finalized_during_refusal or sys.version_info >= (3, 12)
 "#,
             &[("obj", obj.as_any())],
         );
