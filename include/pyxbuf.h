@@ -17,6 +17,13 @@
  * Extended request flags may only be passed together with a pyxbuf_view (whose
  * first member is the classic Py_buffer): a producer that honours them writes the
  * fields that follow the Py_buffer.
+ *
+ * Threads: "needs the GIL" below means an attached thread state; on a
+ * free-threaded CPython (Py_GIL_DISABLED, the GIL off) any number of threads
+ * may call every function at once, and the library's caches, borrow counters
+ * and registries synchronise themselves (GIL builds pay nothing for it). One
+ * pyxbuf_view belongs to one thread at a time: acquire it on one thread and
+ * release it on another only with a hand-over between them (a queue, a lock).
  */
 #ifndef PYXBUF_H
 #define PYXBUF_H
@@ -474,7 +481,9 @@ typedef struct pyxbuf_borrow_counter {
  * a shared borrow is live, and handed out read-only then. On success, records
  * the grant in view->internal and (for extended requests) view->ext_flags.
  * Returns 0, or -1 with BufferError naming who holds what. `owner_name` names
- * the object in messages. */
+ * the object in messages. On free-threaded builds the counter is changed under
+ * a lock of the library's (two threads may run one bf_getbuffer at once); read
+ * its fields yourself only where no other thread can be acquiring. */
 PYXBUF_API int pyxbuf_borrow_acquire(pyxbuf_borrow_counter *counter, Py_buffer *view,
                                      int flags, const char *owner_name);
 

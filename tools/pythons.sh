@@ -87,6 +87,22 @@ verify() {
     touch "$file.verified"
 }
 
+# The headers CPython's ssl, zlib, ctypes, sqlite3, bz2 and lzma modules
+# build against: installed from Debian when missing and we may (root).
+BUILD_DEPS=(libssl-dev zlib1g-dev libffi-dev libsqlite3-dev libbz2-dev liblzma-dev)
+build_deps() {
+    local missing=() p
+    for p in "${BUILD_DEPS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+    [ ${#missing[@]} -eq 0 ] && return
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        say "installing ${missing[*]} (CPython's build needs them)"
+        apt-get update -qq >/dev/null && apt-get install -y -qq "${missing[@]}" >/dev/null
+    else
+        say "missing ${missing[*]}: install them (apt-get install) and run again"
+        exit 1
+    fi
+}
+
 build() {
     local spec=$1 minor=${1%%[t-]*} flags=()
     case $spec in
@@ -100,6 +116,7 @@ build() {
         say "$spec: cached at $prefix"
         return
     fi
+    build_deps
     local tar
     tar=$(fetch "$minor")
     local work="$CACHE/build/$spec"

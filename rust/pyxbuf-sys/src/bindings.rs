@@ -1155,7 +1155,9 @@ unsafe extern "C" {
  a shared borrow is live, and handed out read-only then. On success, records
  the grant in view->internal and (for extended requests) view->ext_flags.
  Returns 0, or -1 with BufferError naming who holds what. `owner_name` names
- the object in messages.*/
+ the object in messages. On free-threaded builds the counter is changed under
+ a lock of the library's (two threads may run one bf_getbuffer at once); read
+ its fields yourself only where no other thread can be acquiring.*/
     pub fn pyxbuf_borrow_acquire(
         counter: *mut pyxbuf_borrow_counter,
         view: *mut Py_buffer,
