@@ -9,7 +9,9 @@ synchronisation, c/cai.c) -- so those are the places where two threads are
 really inside the library at once, and the borrow registry's and the
 emulated device's mutexes are what keep them apart. Everything else here
 checks that nothing depends on a sequence of calls not being interleaved:
-borrow counters, the registry, DLPack deleters, the type caches.
+borrow counters, the registry, DLPack deleters, the type caches. On a
+free-threaded build the suite runs with the GIL off (PYTHON_GIL=0, checked
+below): there the eight threads are inside the library at once everywhere.
 
 What is checked after each test: every thread finished without an
 exception, producers' refcounts are what they were, DLPack deleters ran once
@@ -23,10 +25,13 @@ thread in (a GIL switch no C code can rule out), which crashed.
 
 import gc
 import os
+import queue
 import random
 import subprocess
 import sys
+import sysconfig
 import threading
+import time
 
 import ml_dtypes
 import numpy as np
@@ -55,6 +60,16 @@ def fast_switching(nothing_left_behind):  # conftest.py checks what is left afte
         yield
     finally:
         sys.setswitchinterval(interval)
+
+
+def test_gil_is_off_on_free_threaded_builds():
+    """With the GIL on, a free-threaded build would run this suite one
+    thread at a time and prove nothing about it. PYTHON_GIL=0 forces it off;
+    without, one imported module not declaring Py_MOD_GIL_NOT_USED turns it
+    back on."""
+    if not sysconfig.get_config_var("Py_GIL_DISABLED"):
+        pytest.skip("a GIL build")
+    assert not sys._is_gil_enabled()
 
 
 def run_threads(target, n=THREADS, timeout=300):
@@ -337,29 +352,175 @@ def test_concurrent_tracked_borrows_on_one_numpy_array(copies):
     assert np.array_equal(a, np.arange(1000, dtype=np.int32))
 
 
-def test_exclusive_holders_write_without_interference():
-    """Each thread increments the array under an exclusive tracked borrow
-    (through NumPy, as a borrower may): with pyxbuf excluding the others,
-    no increment is lost."""
-    a = np.zeros(64, dtype=np.int64)
+def u64_counters(v):
+    """The uint64 counters in a held view's memory, read through it."""
+    return np.frombuffer(v.copy_to_host(), dtype=np.uint64).copy()
+
+
+def poke_u64(e, values):
+    """Store counters into an exporter's memory byte by byte: many calls,
+    so other threads run in the middle of the store too."""
+    for j, value in enumerate(values):
+        for b, byte in enumerate(int(value).to_bytes(8, "little")):
+            t.exporter_poke(e, 8 * j + b, byte)
+
+
+def exclusive_target(kind):
+    """(object to borrow, its ext_flags when exclusive, load-pause-store
+    increment under a held view, the counters now)."""
+    if kind == "tracked-numpy":
+        a = np.zeros(64, dtype=np.int64)
+
+        def increment(v):
+            before = a.copy()
+            time.sleep(0)  # other threads run between the load and the store
+            for j in range(len(a)):  # many bytecodes: and meanwhile
+                a[j] = before[j] + 1
+
+        return a, t.PYXBUF_EXT_TRACKED | t.PYXBUF_EXT_EXCLUSIVE, increment, lambda: a
+    e = t.exporter("Q", (4,))
+
+    def increment(v):
+        before = u64_counters(v)
+        time.sleep(0)  # other threads run between the load and the store
+        poke_u64(e, before + 1)
+
+    return e, t.PYXBUF_EXT_EXCLUSIVE, increment, lambda: np.frombuffer(
+        t.copy_to_host(e), dtype=np.uint64)
+
+
+@pytest.mark.parametrize("kind", ["tracked-numpy", "exporter"])
+def test_exclusive_holders_write_without_interference(kind):
+    """Each thread increments counters in the memory under an exclusive
+    borrow (a tracked array through NumPy, as a borrower may; an exporter
+    byte by byte): a load, other threads running, a store. With pyxbuf
+    excluding the others, no increment is lost."""
+    obj, ext_flags, increment, counters = exclusive_target(kind)
     done = [0] * THREADS
+    refused = [0] * THREADS
 
     def work(i):
         while done[i] < ROUNDS // 3:
             try:
-                v = t.acquire(a, EXCLUSIVE)
+                v = t.acquire(obj, EXCLUSIVE)
             except BufferError:
+                refused[i] += 1
+                time.sleep(0)  # the holder runs, rather than a spin
                 continue
             try:
-                before = a.copy()
-                for j in range(len(a)):  # many bytecodes: other threads run meanwhile
-                    a[j] = before[j] + 1
+                assert v.info()["ext_flags"] == ext_flags
+                increment(v)
             finally:
                 v.release()
             done[i] += 1
 
     run_threads(work)
-    assert (a == sum(done)).all()
+    assert (counters() == sum(done)).all(), (counters(), sum(done))
+    assert sum(refused) > 0, "no thread ever met another's exclusive borrow"
+    if kind == "exporter":
+        assert obj.borrows == {"views": 0, "writable": 0, "shared": 0, "exclusive": 0}
+
+
+def test_borrowed_views_released_on_another_thread():
+    """Threads 0-3 acquire views holding borrows (shared and exclusive
+    tracked borrows of overlapping slices of one NumPy array; shared,
+    exclusive and plain views of an exporter) and hand them through a queue
+    to threads 4-7, which use the memory (exclusive holders increment
+    counters by load, pause, store) and release them. A grant belongs to the
+    view, not to the thread: until its release on the other thread, no
+    conflicting grant is made, and no increment is lost."""
+    a = np.zeros(1000, dtype=np.uint64)
+    e = t.exporter("Q", (4,))
+    windows = [(0, 1000), (0, 300), (250, 600), (550, 1000), (300, 550), (900, 1000)]
+    exporter_window = (1000, 1004)  # the exporter in the ledger: apart from the array
+    expected = np.zeros(1000, dtype=np.uint64)  # exclusive grants covering each item
+    exporter_grants = [0]
+    expected_lock = threading.Lock()
+    grants = Grants()
+    handed = queue.Queue(maxsize=6)
+    half = THREADS // 2
+
+    def request(rng):
+        if rng.random() < 0.5:
+            lo, hi = rng.choice(windows)
+            return a[lo:hi], rng.choice(["shared", "shared", "exclusive"]), lo, hi
+        return e, rng.choice(["shared", "exclusive", "plain"]), *exporter_window
+
+    def acquire(obj, kind, lo, hi):
+        try:
+            v = t.acquire(obj, REQUESTS[kind])
+        except BufferError as exc:
+            assert kind != "plain" or "exclusive borrow is live" in str(exc), exc
+            grants.refused()
+            return False
+        try:
+            info = v.info()
+            want = {"shared": t.PYXBUF_EXT_SHARED, "exclusive": t.PYXBUF_EXT_EXCLUSIVE,
+                    "plain": 0}[kind]
+            assert info["ext_flags"] == want | (t.PYXBUF_EXT_TRACKED if obj is not e else 0)
+            if kind == "plain":  # writable unless a shared borrow was live
+                kind = "plain-r" if info["readonly"] else "plain-w"
+            grants.add(kind, lo, hi)
+        except BaseException:
+            v.release()  # a failure leaks no grant: the other threads finish
+            raise
+        handed.put((v, kind, lo, hi, threading.get_ident()), timeout=60)
+        return True
+
+    def acquirer(i):
+        rng = random.Random(2000 + i)
+        try:
+            for _ in range(ROUNDS // 3):
+                acquire(*request(rng))
+            # Last, exclusive views of all the array and of the exporter,
+            # asked for until the releasers let go of what conflicts.
+            deadline = time.monotonic() + 60
+            for obj, lo, hi in [(a, 0, 1000), (e, *exporter_window)]:
+                while not acquire(obj, "exclusive", lo, hi):
+                    assert time.monotonic() < deadline, "a grant is never released"
+                    time.sleep(0)
+        finally:
+            handed.put(None, timeout=60)  # one per releaser; the last after every view
+
+    def use(v, kind, lo, hi):
+        on_exporter = (lo, hi) == exporter_window
+        load = (lambda: u64_counters(v)) if on_exporter else (lambda: a[lo:hi].copy())
+        before = load()
+        time.sleep(0)  # other threads run between the load and the store
+        if kind != "exclusive":
+            assert (load() == before).all(), "the memory changed under a read-only grant"
+        elif on_exporter:
+            poke_u64(e, before + 1)
+            with expected_lock:
+                exporter_grants[0] += 1
+        else:
+            a[lo:hi] = before + 1
+            with expected_lock:
+                expected[lo:hi] += 1
+
+    def releaser(i):
+        while (item := handed.get(timeout=60)) is not None:
+            v, kind, lo, hi, acquired_on = item
+            try:
+                assert acquired_on != threading.get_ident()
+                use(v, kind, lo, hi)
+                grants.remove(kind, lo, hi)
+            finally:
+                v.release()
+            assert not v.acquired
+
+    run_threads(lambda i: acquirer(i) if i < half else releaser(i))
+    assert handed.empty() and not grants.held
+    c = grants.counts
+    assert c["shared"] and c["exclusive"] >= 2 * half and c["plain"] and c["refused"], c
+    assert (a == expected).all(), "an exclusive holder lost an increment"
+    assert (np.frombuffer(t.copy_to_host(e), dtype=np.uint64) == exporter_grants[0]).all()
+    # Everything was released, on the other threads: nothing is counted, and
+    # exclusive borrows of everything are grantable again.
+    assert t.shared_info()[1] == 0
+    assert e.borrows == {"views": 0, "writable": 0, "shared": 0, "exclusive": 0}
+    t.acquire(a, EXCLUSIVE).release()
+    t.acquire(e, EXCLUSIVE).release()
 
 
 # ---------------------------------------------------------------------------
