@@ -132,7 +132,9 @@ static inline PyObject *pyxbuf__interned(PyObject **slot, const char *text) {
  * lock. On free-threaded builds a sequence count makes the three words one
  * snapshot: a writer makes it odd, stores, makes it even; a reader that saw it
  * change (or odd) treats the entry as a miss, and a writer that finds another
- * writing skips the store: it is a cache. */
+ * writing skips the store: it is a cache. No standalone fences (ThreadSanitizer
+ * cannot follow them): the writer's word stores release, so a reader whose
+ * acquire load sees one also sees the odd count on its second read. */
 typedef struct pyxbuf__type_cache_entry {
 #ifdef Py_GIL_DISABLED
     uint32_t seq;
@@ -148,10 +150,9 @@ static PYXBUF_ALWAYS_INLINE int pyxbuf__type_cache_get(const pyxbuf__type_cache_
                                                        const void **data) {
 #ifdef Py_GIL_DISABLED
     uint32_t seq = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
-    PyTypeObject *t = __atomic_load_n(&e->type, __ATOMIC_RELAXED);
-    *key = __atomic_load_n(&e->key, __ATOMIC_RELAXED);
-    *data = __atomic_load_n(&e->data, __ATOMIC_RELAXED);
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    PyTypeObject *t = __atomic_load_n(&e->type, __ATOMIC_ACQUIRE);
+    *key = __atomic_load_n(&e->key, __ATOMIC_ACQUIRE);
+    *data = __atomic_load_n(&e->data, __ATOMIC_ACQUIRE);
     return (seq & 1) == 0 && t == type && __atomic_load_n(&e->seq, __ATOMIC_RELAXED) == seq;
 #else
     *key = e->key;
@@ -164,13 +165,12 @@ static inline void pyxbuf__type_cache_put(pyxbuf__type_cache_entry *e, PyTypeObj
                                           uint64_t key, const void *data) {
 #ifdef Py_GIL_DISABLED
     uint32_t seq = __atomic_load_n(&e->seq, __ATOMIC_RELAXED);
-    if ((seq & 1) || !__atomic_compare_exchange_n(&e->seq, &seq, seq + 1, 0, __ATOMIC_RELAXED,
+    if ((seq & 1) || !__atomic_compare_exchange_n(&e->seq, &seq, seq + 1, 0, __ATOMIC_ACQUIRE,
                                                   __ATOMIC_RELAXED))
         return; /* another thread is writing it */
-    __atomic_thread_fence(__ATOMIC_RELEASE);
-    __atomic_store_n(&e->type, type, __ATOMIC_RELAXED);
-    __atomic_store_n(&e->key, key, __ATOMIC_RELAXED);
-    __atomic_store_n(&e->data, data, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->type, type, __ATOMIC_RELEASE);
+    __atomic_store_n(&e->key, key, __ATOMIC_RELEASE);
+    __atomic_store_n(&e->data, data, __ATOMIC_RELEASE);
     __atomic_store_n(&e->seq, seq + 2, __ATOMIC_RELEASE);
 #else
     e->type = type;

@@ -44,7 +44,10 @@ cmake -S "$ROOT" -B "$BUILD" -DPython3_EXECUTABLE="$VPY" -DPYXBUF_WERROR=ON \
     { say "build failed; see $WORK/cmake.log"; exit 1; }
 
 export PYTHON_GIL=0
-export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:handle_segv=0:suppressions=$ROOT/c/tests/tsan.supp"
+# Reports go to files (log_path): pytest captures stderr, and a process that
+# halts on a report would take its captured report with it.
+rm -f "$WORK"/tsan.*
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:handle_segv=0:log_path=$WORK/tsan:suppressions=$ROOT/c/tests/tsan.supp"
 
 # gil=disabled: off after importing the test extensions, NumPy and ml_dtypes
 # even with PYTHON_GIL unset (a module not declaring Py_MOD_GIL_NOT_USED would
@@ -67,13 +70,12 @@ c="$(( ${c_total:-0} - ${c_failed:-1} ))/${c_failed:-1}"
 p_pass=$(grep -oE '[0-9]+ passed' "$WORK/pytest.log" | tail -1 | cut -d' ' -f1)
 p_fail=$(grep -oE '[0-9]+ (failed|error)' "$WORK/pytest.log" | awk '{s += $1} END {print s + 0}')
 [ -n "$p_pass" ] || p_fail=$((p_fail + 1))
-reports=$(grep -c 'WARNING: ThreadSanitizer' "$WORK/ctest.log" "$WORK/pytest.log" |
-    awk -F: '{s += $2} END {print s + 0}')
+reports=$(cat "$WORK"/tsan.* 2>/dev/null | grep -c 'WARNING: ThreadSanitizer')
 
 verdict=ok
 [ "$gil" = disabled ] && [ "${c#*/}" = 0 ] && [ "$p_fail" = 0 ] && [ "$reports" = 0 ] &&
     [ "${c%/*}" -gt 0 ] || verdict=FAILED
-[ "$reports" = 0 ] || say "ThreadSanitizer reported $reports race(s): see $WORK/*.log"
+[ "$reports" = 0 ] || say "ThreadSanitizer reported $reports race(s): see $WORK/tsan.*"
 echo "tsan 3.14t gil=$gil threads=8 c=$c pytest=${p_pass:-0}/$p_fail" \
     "reports=$reports seconds=$(( $(date +%s) - start )) $verdict"
 [ $verdict = ok ]
