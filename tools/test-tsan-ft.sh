@@ -24,6 +24,7 @@ BUILD="$WORK/build"
 FLAGS="-fsanitize=thread -fno-omit-frame-pointer -g"
 
 say() { printf 'test-tsan-ft: %s\n' "$*" >&2; }
+. "$ROOT/tools/counts.sh"
 
 [ -x "$PY" ] || { say "no interpreter at $PY (make pythons-tsan)"; exit 1; }
 mkdir -p "$WORK"
@@ -61,21 +62,17 @@ PYTHONPATH="$BUILD/python" "$VPY" -c "$check" >"$WORK/gil.log" 2>&1 &&
         >>"$WORK/gil.log" 2>&1 && gil=disabled
 
 ctest --test-dir "$BUILD" --output-on-failure -R '^threads\.' >"$WORK/ctest.log" 2>&1
-c_failed=$(grep -oE '[0-9]+ tests failed' "$WORK/ctest.log" | cut -d' ' -f1)
-c_total=$(grep -oE 'failed out of [0-9]+' "$WORK/ctest.log" | awk '{print $4}')
-c="$(( ${c_total:-0} - ${c_failed:-1} ))/${c_failed:-1}"
+c=$(ctest_counts "$WORK/ctest.log")
 
 (cd "$ROOT" && PYTHONPATH="$BUILD/python" "$VPY" -m pytest -q -p no:cacheprovider \
     python-tests/test_threads.py) >"$WORK/pytest.log" 2>&1
-p_pass=$(grep -oE '[0-9]+ passed' "$WORK/pytest.log" | tail -1 | cut -d' ' -f1)
-p_fail=$(grep -oE '[0-9]+ (failed|error)' "$WORK/pytest.log" | awk '{s += $1} END {print s + 0}')
-[ -n "$p_pass" ] || p_fail=$((p_fail + 1))
+t=$(pytest_counts "$WORK/pytest.log")
 reports=$(cat "$WORK"/tsan.* 2>/dev/null | grep -c 'WARNING: ThreadSanitizer')
 
 verdict=ok
-[ "$gil" = disabled ] && [ "${c#*/}" = 0 ] && [ "$p_fail" = 0 ] && [ "$reports" = 0 ] &&
+[ "$gil" = disabled ] && [ "${c#*/}" = 0 ] && [ "${t#*/}" = 0 ] && [ "$reports" = 0 ] &&
     [ "${c%/*}" -gt 0 ] || verdict=FAILED
 [ "$reports" = 0 ] || say "ThreadSanitizer reported $reports race(s): see $WORK/tsan.*"
-echo "tsan 3.14t gil=$gil threads=8 c=$c pytest=${p_pass:-0}/$p_fail" \
+echo "tsan 3.14t gil=$gil threads=8 c=$c pytest=$t" \
     "reports=$reports seconds=$(( $(date +%s) - start )) $verdict"
 [ $verdict = ok ]

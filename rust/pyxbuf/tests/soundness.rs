@@ -219,41 +219,7 @@ fn bool_cells_over_any_bytes() {
     });
 }
 
-#[pyclass(frozen)]
-struct Counted {
-    data: HostArray<f64>,
-}
-
-#[pymethods]
-impl Counted {
-    #[classattr]
-    #[allow(non_upper_case_globals)]
-    const __pyxbuf_supported_flags__: i32 = export::SUPPORTED_FLAGS;
-
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut ffi::Py_buffer,
-        flags: c_int,
-    ) -> PyResult<()> {
-        // SAFETY: bf_getbuffer's arguments.
-        unsafe { export::getbuffer(&slf, view, flags) }
-    }
-
-    unsafe fn __releasebuffer__(&self, view: *mut ffi::Py_buffer) {
-        // SAFETY: a view getbuffer filled.
-        unsafe { export::releasebuffer(self, view) }
-    }
-}
-
-// SAFETY: HostArray keeps memory, shape and strides in place while views live.
-unsafe impl ExportBuffer for Counted {
-    fn export_desc(&self) -> ExportDesc<'_> {
-        self.data.desc()
-    }
-    fn borrow_counter(&self) -> &BorrowCounter {
-        self.data.borrows()
-    }
-}
+host_exporter!(Counted, f64);
 
 /// Item 6: no lock is held across a call that can run Python. A refused
 /// request formats its exception; with the garbage collector armed, that

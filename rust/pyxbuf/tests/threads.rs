@@ -8,55 +8,21 @@
 //! another exclusive or shared holder is (the flags below would see it), and
 //! no writer's increment is lost (the final values count every grant).
 
-use std::os::raw::c_int;
+mod common;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Barrier;
 use std::thread;
 
-use pyo3::ffi;
 use pyo3::prelude::*;
-use pyxbuf::export::{self, BorrowCounter, ExportBuffer, ExportDesc, HostArray};
+use pyxbuf::export::HostArray;
 use pyxbuf::{Exclusive, PyXBuffer};
 
 const THREADS: usize = 8;
 const ROUNDS: usize = 400;
 const ITEMS: usize = 64;
 
-#[pyclass(frozen)]
-struct Shared {
-    data: HostArray<u64>,
-}
-
-#[pymethods]
-impl Shared {
-    #[classattr]
-    #[allow(non_upper_case_globals)]
-    const __pyxbuf_supported_flags__: i32 = export::SUPPORTED_FLAGS;
-
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut ffi::Py_buffer,
-        flags: c_int,
-    ) -> PyResult<()> {
-        // SAFETY: bf_getbuffer's arguments.
-        unsafe { export::getbuffer(&slf, view, flags) }
-    }
-
-    unsafe fn __releasebuffer__(&self, view: *mut ffi::Py_buffer) {
-        // SAFETY: a view getbuffer filled.
-        unsafe { export::releasebuffer(self, view) }
-    }
-}
-
-// SAFETY: HostArray keeps memory, shape and strides in place while views live.
-unsafe impl ExportBuffer for Shared {
-    fn export_desc(&self) -> ExportDesc<'_> {
-        self.data.desc()
-    }
-    fn borrow_counter(&self) -> &BorrowCounter {
-        self.data.borrows()
-    }
-}
+host_exporter!(Shared, u64);
 
 /// What the holders saw, shared by the threads.
 #[derive(Default)]

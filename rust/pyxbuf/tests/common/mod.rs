@@ -46,3 +46,47 @@ pub fn refcount(obj: &Bound<'_, PyAny>) -> isize {
     // SAFETY: a live object; reading its reference count.
     unsafe { pyo3::ffi::Py_REFCNT(obj.as_ptr()) }
 }
+
+/// A frozen `#[pyclass]` `$name { data: HostArray<$item> }` exporting its
+/// array through pyxbuf's producer helpers, with borrow counting: the exporter
+/// the tests borrow from. Needs `pyxbuf::export::HostArray` in scope.
+#[macro_export]
+macro_rules! host_exporter {
+    ($name:ident, $item:ty) => {
+        #[pyo3::pyclass(frozen)]
+        struct $name {
+            data: HostArray<$item>,
+        }
+
+        #[pyo3::pymethods]
+        impl $name {
+            #[classattr]
+            #[allow(non_upper_case_globals)]
+            const __pyxbuf_supported_flags__: i32 = pyxbuf::export::SUPPORTED_FLAGS;
+
+            unsafe fn __getbuffer__(
+                slf: pyo3::Bound<'_, Self>,
+                view: *mut pyo3::ffi::Py_buffer,
+                flags: std::os::raw::c_int,
+            ) -> pyo3::PyResult<()> {
+                // SAFETY: bf_getbuffer's arguments.
+                unsafe { pyxbuf::export::getbuffer(&slf, view, flags) }
+            }
+
+            unsafe fn __releasebuffer__(&self, view: *mut pyo3::ffi::Py_buffer) {
+                // SAFETY: a view getbuffer filled.
+                unsafe { pyxbuf::export::releasebuffer(self, view) }
+            }
+        }
+
+        // SAFETY: HostArray keeps memory, shape and strides in place while views live.
+        unsafe impl pyxbuf::export::ExportBuffer for $name {
+            fn export_desc(&self) -> pyxbuf::export::ExportDesc<'_> {
+                self.data.desc()
+            }
+            fn borrow_counter(&self) -> &pyxbuf::export::BorrowCounter {
+                self.data.borrows()
+            }
+        }
+    };
+}
