@@ -1431,6 +1431,9 @@ static int xc_to_py_object(DLManagedTensorVersioned *tensor, void **out_py_objec
                                .shape = v->base.shape,
                                .strides = v->base.strides,
                                .readonly = v->base.readonly,
+                               /* The tensor's framework may still write it:
+                                  nothing enforces the exporter's grants. */
+                               .tracked = 1,
                                .device = v->device,
                                .device_info = v->device_info};
     PyObject *e = pyxbuf_exporter_wrap(&desc, release_heap_view, v);

@@ -229,6 +229,11 @@ static int exporter_getbuffer(PyObject *self, Py_buffer *view, int flags) {
         Py_CLEAR(view->obj);
         return -1;
     }
+    /* A grant is only as strong as the exporter's own hold on the memory. */
+    pyxbuf_view *x = (pyxbuf_view *)view;
+    if (e->desc.tracked && (flags & PYXBUF_EXTENDED_FLAGS) &&
+        (x->ext_flags & (PYXBUF_EXT_SHARED | PYXBUF_EXT_EXCLUSIVE)))
+        x->ext_flags |= PYXBUF_EXT_TRACKED;
     return 0;
 }
 

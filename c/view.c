@@ -330,12 +330,13 @@ static int refuse_answer(pyxbuf_view *view, PyObject *obj, const char *reason, i
 /* ------------------------------------------------------------------------- */
 
 /* The grants a producer may give for the extended flags it was passed. An
- * exclusive request may be answered with the weaker shared grant. TRACKED is
- * pyxbuf's own registry's, never a producer's. */
+ * exclusive request may be answered with the weaker shared grant, and any
+ * grant may be marked TRACKED (weaker still: a wrapper of tracked memory). */
 static int32_t allowed_grants(int32_t passed) {
     int32_t allowed = 0;
-    if (passed & PYXBUF_BORROW_SHARED) allowed |= PYXBUF_EXT_SHARED;
-    if (passed & PYXBUF_BORROW_EXCLUSIVE) allowed |= PYXBUF_EXT_SHARED | PYXBUF_EXT_EXCLUSIVE;
+    if (passed & PYXBUF_BORROW_SHARED) allowed |= PYXBUF_EXT_SHARED | PYXBUF_EXT_TRACKED;
+    if (passed & PYXBUF_BORROW_EXCLUSIVE)
+        allowed |= PYXBUF_EXT_SHARED | PYXBUF_EXT_EXCLUSIVE | PYXBUF_EXT_TRACKED;
     return allowed;
 }
 
@@ -412,6 +413,11 @@ static int validate_extended(pyxbuf_view *view, PyObject *obj, int32_t passed) {
         return refuse_answer(view, obj,
                              "it granted a borrow in ext_flags without setting the matching "
                              "PYXBUF_BORROW_* bit in flags",
+                             view->flags);
+    if (view->ext_flags == PYXBUF_EXT_TRACKED)
+        return refuse_answer(view, obj,
+                             "it set PYXBUF_EXT_TRACKED in ext_flags without a shared or "
+                             "exclusive grant",
                              view->flags);
     return view->device != NULL ? validate_device_pointer(view, obj) : 0;
 }
@@ -889,10 +895,15 @@ static void clear_released(pyxbuf_view *view) {
 }
 #endif
 
-/* A TRACKED view: its registry entry first. Out of line so that the common
- * release keeps no register across its tail call. */
+/* A TRACKED view: its registry entry first. A native producer's TRACKED
+ * grant is its own (pyxbuf never tracks native views): nothing to undo here.
+ * Out of line so that the common release keeps no register across its tail
+ * call. */
 static PYXBUF_NOINLINE void release_tracked(pyxbuf_view *view) {
-    pyxbuf__tracked_release(view); /* clears TRACKED */
+    if (view->path == PYXBUF_PATH_NATIVE)
+        view->ext_flags &= ~PYXBUF_EXT_TRACKED;
+    else
+        pyxbuf__tracked_release(view); /* clears TRACKED */
     pyxbuf_release(view);
 }
 

@@ -139,8 +139,11 @@ PYXBUF_API int pyxbuf_error_raise(const pyxbuf_error *err);
 /* Grants, set by the producer in pyxbuf_view.ext_flags. */
 #define PYXBUF_EXT_SHARED 0x1    /* nobody writes the memory while the view lives */
 #define PYXBUF_EXT_EXCLUSIVE 0x2 /* this view alone reads and writes the memory */
-/* The grant comes from pyxbuf's cooperative registry, not the producer: other
- * pyxbuf consumers respect it, code that bypasses pyxbuf does not. */
+/* Set beside SHARED or EXCLUSIVE: the grant is cooperative, not enforced.
+ * Either pyxbuf's registry gave it (a producer that knows nothing of borrows)
+ * or a producer whose own hold on the memory is cooperative (a zero-copy
+ * wrapper of tracked memory) did. Other pyxbuf consumers respect it; code that
+ * bypasses pyxbuf does not. A producer may set it, never without a grant. */
 #define PYXBUF_EXT_TRACKED 0x4
 #define PYXBUF_EXT_ALL (PYXBUF_EXT_SHARED | PYXBUF_EXT_EXCLUSIVE | PYXBUF_EXT_TRACKED)
 
@@ -451,7 +454,10 @@ typedef struct pyxbuf_export_desc {
     Py_ssize_t *shape;        /* ndim entries; must outlive every view */
     Py_ssize_t *strides;      /* ndim entries in bytes, or NULL for C order */
     int32_t readonly;         /* nonzero: refuse PyBUF_WRITABLE */
-    int32_t reserved0;
+    int32_t tracked;          /* nonzero: nothing enforces that the memory stays
+                                 unwritten (a tracked borrow of it, or none is
+                                 held), so every grant given for it is
+                                 PYXBUF_EXT_TRACKED; read by pyxbuf_exporter_wrap */
     const char *device;       /* NULL = host memory; else a device identifier */
     void *device_info;        /* for `device`; must outlive every view */
     int64_t reserved[2];
@@ -509,7 +515,10 @@ PYXBUF_API int pyxbuf_exporter_device(PyObject *obj, pyxbuf_device *out);
 PYXBUF_API int pyxbuf_exporter_set_event(PyObject *obj, void *event, int64_t stream);
 
 /* An exporter over memory the caller allocated: `free_fn(free_ctx)` runs once
- * when the exporter dies (free_fn may be NULL). `desc->shape`/`strides` and
+ * when the exporter dies (free_fn may be NULL). Its grants are never stronger
+ * than the caller's hold on the memory: with `desc->tracked` set (a zero-copy
+ * wrapper of another object's memory held through a tracked borrow, or through
+ * none) every grant carries PYXBUF_EXT_TRACKED. `desc->shape`/`strides` and
  * `desc->format` are copied. For device PYXBUF_DEVICE_DLPACK the
  * pyxbuf_device_info is copied and the exporter owns its sync_event from then
  * on; other device identifiers' device_info is kept as given (it must outlive

@@ -260,8 +260,8 @@ LIES = [
     ("cpu_device", t.PyBUF_FULL_RO | t.PYXBUF_DEVICE, 'reserved device "cpu"'),
     ("unrequested_grant", t.PyBUF_FULL_RO | t.PYXBUF_BORROW_SHARED,
      "granted a borrow that was not requested"),
-    ("tracked_grant", t.PyBUF_FULL_RO | t.PYXBUF_BORROW_SHARED,
-     "granted a borrow that was not requested"),
+    ("tracked_alone", t.PyBUF_FULL_RO | t.PYXBUF_BORROW_SHARED,
+     "set PYXBUF_EXT_TRACKED in ext_flags without a shared or exclusive grant"),
     ("readonly_for_writable", t.PyBUF_FULL, "read-only memory for a WRITABLE request"),
     # a consumer reads no extended field whose bit in flags is clear
     ("grant_without_flag", t.PyBUF_FULL_RO | t.PYXBUF_BORROW_SHARED,
@@ -320,6 +320,22 @@ def test_exclusive_request_may_get_the_weaker_shared_grant():
     assert info["path"] == "native" and info["flags"] == t.PYXBUF_BORROW_EXCLUSIVE
     assert info["ext_flags"] == t.PYXBUF_EXT_SHARED
     assert (liar.gets, liar.releases) == (1, 1)
+
+
+def test_a_producer_may_mark_its_grant_tracked():
+    """A producer whose own hold on the memory is cooperative (a wrapper of
+    tracked memory) weakens its grant with EXT_TRACKED; pyxbuf passes it on
+    and, the grant being the producer's, takes no registry entry for it."""
+    liar = t.Liar("tracked_grant")
+    live = t.shared_info()[1]
+    v = t.acquire(liar, t.PyBUF_RECORDS_RO | t.PYXBUF_BORROW_SHARED)
+    info = v.info()
+    assert info["path"] == "native" and info["flags"] == t.PYXBUF_BORROW_SHARED
+    assert info["ext_flags"] == t.PYXBUF_EXT_SHARED | t.PYXBUF_EXT_TRACKED
+    assert t.shared_info()[1] == live
+    v.release()
+    assert (liar.gets, liar.releases) == (1, 1)
+    assert t.shared_info()[1] == live
 
 
 class DLPackAndCAI(DLPackOnly):

@@ -562,7 +562,7 @@ static const char *const liar_modes[] = {
     "null_device_with_bit", /* 3: sets the PYXBUF_DEVICE bit with a NULL device */
     "cpu_device",           /* 4: names the reserved "cpu" device */
     "unrequested_grant",    /* 5: grants EXT_EXCLUSIVE though only SHARED was asked */
-    "tracked_grant",        /* 6: claims the registry's EXT_TRACKED grant */
+    "tracked_grant",        /* 6: honest: marks its shared grant EXT_TRACKED (a wrapper of tracked memory) */
     "readonly_for_writable",/* 7: hands out read-only memory for a WRITABLE request */
     "device_unrequested",   /* 8: fills device fields without PYXBUF_DEVICE asked */
     "wrong_device_pointer", /* 9: claims emulated device 0 for host memory */
@@ -583,6 +583,7 @@ static const char *const liar_modes[] = {
     "device_info_too_small",/* 24: pyxbuf.dlpack info whose size field is 8 */
     "device_empty",         /* 25: the device identifier "" */
     "shared_for_exclusive", /* 26: honest: answers BORROW_EXCLUSIVE with the weaker EXT_SHARED */
+    "tracked_alone",        /* 27: EXT_TRACKED with BORROW_SHARED in flags but no grant */
     NULL,
 };
 
@@ -663,6 +664,7 @@ static int Liar_getbuffer(PyObject *self, Py_buffer *view, int flags) {
     case 8:
     case 9: x->flags |= PYXBUF_DEVICE; x->device = PYXBUF_DEVICE_DLPACK; x->device_info = &liar_info; break;
     case 21: x->ext_flags |= PYXBUF_EXT_SHARED; break;
+    case 27: x->flags |= PYXBUF_BORROW_SHARED; x->ext_flags |= PYXBUF_EXT_TRACKED; break;
     case 22: x->device_info = &liar_info; break;
     case 23: x->flags |= PYXBUF_DEVICE; x->device = "liar.dev\x80ice"; break;
     case 24: x->flags |= PYXBUF_DEVICE; x->device = PYXBUF_DEVICE_DLPACK; x->device_info = &liar_small_info; break;

@@ -90,9 +90,34 @@ def test_from_dlpack_is_zero_copy():
     assert e.shape == (2, 3) and e.format == "d"
     a[1, 2] = 42.0
     assert np.asarray(e)[1, 2] == 42.0
+    # The wrapper's exclusive borrow of `a` is tracked (NumPy knows nothing of
+    # borrows), so its own grants are tracked too: never stronger than that.
     info = pyxbuf.inspect(e, pyxbuf.PyBUF_RECORDS_RO | pyxbuf.PYXBUF_BORROW_SHARED)
-    assert info["grants"]["shared"] and not info["grants"]["tracked"]
+    assert info["grants"] == {"shared": True, "exclusive": False, "tracked": True}
     del e  # releases its view of a
+
+
+def test_a_wrapper_of_tracked_memory_grants_tracked():
+    """Issue 25, item 1: a wrapper must not launder its tracked borrow of the
+    source into an enforced grant -- NumPy can still write `a` behind it."""
+    a = np.arange(4.0)
+    w = pyxbuf.from_dlpack(a)
+    info = pyxbuf.inspect(w, pyxbuf.PyBUF_RECORDS_RO | pyxbuf.PYXBUF_BORROW_SHARED)
+    assert info["grants"] == {"shared": True, "exclusive": False, "tracked": True}
+    rw = pyxbuf.from_dlpack(np.arange(4.0), writable=True)
+    info = pyxbuf.inspect(rw, pyxbuf.PyBUF_RECORDS | pyxbuf.PYXBUF_BORROW_EXCLUSIVE)
+    assert info["grants"] == {"shared": False, "exclusive": True, "tracked": True}
+    # A wrapper of an enforcing producer (another wrapper's exporter, which
+    # counts its borrows) is exactly as strong as its source: tracked here.
+    ww = pyxbuf.from_dlpack(w)
+    info = pyxbuf.inspect(ww, pyxbuf.PyBUF_RECORDS_RO | pyxbuf.PYXBUF_BORROW_SHARED)
+    assert info["grants"]["tracked"] is True
+    # ... and of an enforcing exporter that owns its memory: enforced.
+    own = pyxbuf.exporter((4,), "d")
+    wo = pyxbuf.from_dlpack(own)
+    info = pyxbuf.inspect(wo, pyxbuf.PyBUF_RECORDS_RO | pyxbuf.PYXBUF_BORROW_SHARED)
+    assert info["grants"] == {"shared": True, "exclusive": False, "tracked": False}
+    del ww, w, rw, wo
 
 
 def test_from_dlpack_holds_a_borrow_of_its_source():

@@ -587,7 +587,11 @@ pub struct pyxbuf_export_desc {
     pub strides: *mut Py_ssize_t,
     /// nonzero: refuse PyBUF_WRITABLE
     pub readonly: i32,
-    pub reserved0: i32,
+    /** nonzero: nothing enforces that the memory stays
+unwritten (a tracked borrow of it, or none is
+held), so every grant given for it is
+PYXBUF_EXT_TRACKED; read by pyxbuf_exporter_wrap*/
+    pub tracked: i32,
     /// NULL = host memory; else a device identifier
     pub device: *const ::std::os::raw::c_char,
     /// for `device`; must outlive every view
@@ -627,8 +631,8 @@ const _: () = {
         "Offset of field: pyxbuf_export_desc::readonly",
     ][::std::mem::offset_of!(pyxbuf_export_desc, readonly) - 48usize];
     [
-        "Offset of field: pyxbuf_export_desc::reserved0",
-    ][::std::mem::offset_of!(pyxbuf_export_desc, reserved0) - 52usize];
+        "Offset of field: pyxbuf_export_desc::tracked",
+    ][::std::mem::offset_of!(pyxbuf_export_desc, tracked) - 52usize];
     [
         "Offset of field: pyxbuf_export_desc::device",
     ][::std::mem::offset_of!(pyxbuf_export_desc, device) - 56usize];
@@ -1196,7 +1200,10 @@ unsafe extern "C" {
         stream: i64,
     ) -> ::std::os::raw::c_int;
     /** An exporter over memory the caller allocated: `free_fn(free_ctx)` runs once
- when the exporter dies (free_fn may be NULL). `desc->shape`/`strides` and
+ when the exporter dies (free_fn may be NULL). Its grants are never stronger
+ than the caller's hold on the memory: with `desc->tracked` set (a zero-copy
+ wrapper of another object's memory held through a tracked borrow, or through
+ none) every grant carries PYXBUF_EXT_TRACKED. `desc->shape`/`strides` and
  `desc->format` are copied. For device PYXBUF_DEVICE_DLPACK the
  pyxbuf_device_info is copied and the exporter owns its sync_event from then
  on; other device identifiers' device_info is kept as given (it must outlive

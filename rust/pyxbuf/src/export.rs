@@ -645,7 +645,9 @@ unsafe extern "C" fn release_boxed_view(ctx: *mut std::ffi::c_void) {
 /// hands out an exclusive one. When `obj`'s producer enforces borrows
 /// (pyxbuf's exporters, [`ExportBuffer`] classes), nobody can; when the
 /// borrow is tracked (NumPy and other classic producers), code that bypasses
-/// pyxbuf still can, as for any tracked grant. A producer that grants no
+/// pyxbuf still can, as for any tracked grant — and so every grant the
+/// exporter gives is tracked too ([`Grants::tracked`](crate::Grants::tracked)):
+/// a wrapper never claims more than it holds. A producer that grants no
 /// borrow is refused with `BufferError`.
 pub fn wrap<'py>(
     obj: &Bound<'py, PyAny>,
@@ -737,6 +739,9 @@ pub fn wrap<'py>(
         // Read-only unless asked otherwise: the shared borrow held on `obj`
         // promises that nobody writes it.
         readonly: if writable { b.readonly } else { 1 },
+        // The exporter's grants are never stronger than its own borrow of
+        // `obj`: tracked there, tracked on every grant it gives.
+        tracked: i32::from(grants.tracked()),
         device: v.device,
         device_info,
         ..Default::default()

@@ -475,3 +475,31 @@ fn pyclass_gets_the_dlpack_c_exchange_table() {
         assert_eq!(g.get().data.borrows().views(), 0);
     });
 }
+
+/// Issue 25, item 1: a zero-copy wrapper over tracked memory (NumPy) must not
+/// hand out enforced grants. Before the fix `PyXBuffer` of the wrapper said
+/// `is_enforced()` while NumPy's `a[0] = 99.0` changed the live `&[f64]`.
+#[test]
+fn a_wrapper_never_grants_more_than_it_holds() {
+    Python::attach(|py| {
+        let a = eval(py, "np.arange(4.0)", &[]);
+        let w = export::wrap(&a, false, None).unwrap();
+        let r = PyXBuffer::<f64>::get(&w).unwrap();
+        assert!(r.grants().shared() && r.grants().tracked(), "{:?}", r.grants());
+        assert!(!r.grants().is_enforced());
+        // What a tracked grant cannot stop: the source's own writes.
+        run(py, "a[0] = 99.0", &[("a", &a)]);
+        assert_eq!(r.as_slice().unwrap()[0], 99.0);
+        drop(r);
+        let rw = export::wrap(&eval(py, "np.zeros(3)", &[]), true, None).unwrap();
+        let x = PyXBuffer::<f64, Exclusive>::get(&rw).unwrap();
+        assert!(x.grants().exclusive() && x.grants().tracked());
+        drop(x);
+        // Over an enforcing producer (a pyclass exporter) the wrapper's grants
+        // are enforced too.
+        let g = grid(py);
+        let wg = export::wrap(g.as_any(), false, None).unwrap();
+        let r = PyXBuffer::<f64>::get(&wg).unwrap();
+        assert!(r.grants().is_enforced(), "{:?}", r.grants());
+    });
+}
