@@ -16,30 +16,34 @@
 /* Supported flags                                                           */
 /* ------------------------------------------------------------------------- */
 
-#define KNOWN_REQUEST_FLAGS (PYXBUF_CLASSIC_FLAGS | PYXBUF_EXTENDED_FLAGS)
-
 /* The mask a supported-flags value stands for: 0 every classic flag, -1
- * PyBUF_SIMPLE only (the empty mask, as the proposal says). A SIMPLE-only
- * type still receives FORMAT requests: FORMAT is soft (not in
- * PYXBUF_REQUIRED_FLAGS), and a producer that ignores it leaves format NULL,
- * which means "B". */
+ * PyBUF_SIMPLE only (the empty mask, as the proposal says: a SIMPLE-only type
+ * is refused FORMAT, a required flag, before its producer runs). */
 static int32_t expand_supported(long value) {
     if (value == PYXBUF_SUPPORTS_CLASSIC) return PYXBUF_CLASSIC_FLAGS;
     if (value == PYXBUF_SUPPORTS_SIMPLE_ONLY) return 0;
     return (int32_t)value;
 }
 
+/* Bits pyxbuf does not know are allowed (a producer backporting a newer
+ * flag declares it); bits 29 and 30 are the cache's route bits below. */
 static int check_supported_value(const char *type_name, long value) {
     if (value == PYXBUF_SUPPORTS_SIMPLE_ONLY) return 0;
-    if (value < 0 || (value & ~(long)KNOWN_REQUEST_FLAGS) != 0) {
+    if (value < 0 || value > PYXBUF_SUPPORTED_FLAGS_MAX) {
         PyErr_Format(PyExc_ValueError,
                      "pyxbuf: supported flags %ld for type '%.200s' are invalid: expected 0 "
-                     "(every classic flag), -1 (PyBUF_SIMPLE only) or a mask of classic and "
-                     "PYXBUF_* request flags (0x%x)",
-                     value, type_name, (unsigned)KNOWN_REQUEST_FLAGS);
+                     "(every classic flag), -1 (PyBUF_SIMPLE only) or a mask of request flags "
+                     "within 0x%x (bits 29 and up are reserved)",
+                     value, type_name, (unsigned)PYXBUF_SUPPORTED_FLAGS_MAX);
         return -1;
     }
     return 0;
+}
+
+/* A type that declares any bit beyond the classic ones speaks the extended
+ * protocol: pyxbuf passes it the extended (and newer) bits it declares. */
+static inline int speaks_extended(int32_t supported) {
+    return (supported & ~PYXBUF_CLASSIC_FLAGS) != 0;
 }
 
 /* One entry per type version seen recently, indexed by the version tag's low
@@ -54,7 +58,7 @@ static int check_supported_value(const char *type_name, long value) {
  * table (the bridge DESIGN.md tries first). A route then tests one word, and
  * a type without a tag (0) never hits. */
 #define SUPPORTED_CACHE_SIZE 256
-#define CACHE_FAST 0x40000000     /* outside KNOWN_REQUEST_FLAGS */
+#define CACHE_FAST 0x40000000     /* above PYXBUF_SUPPORTED_FLAGS_MAX */
 #define CACHE_DLPACK_C 0x20000000 /* likewise */
 #define CACHE_ROUTES (CACHE_FAST | CACHE_DLPACK_C)
 /* data: CACHE_DLPACK_C's table (kept alive by the type's dict). */
@@ -205,31 +209,44 @@ static int has_cai_quietly(PyObject *obj) {
     return 0;
 }
 
-/* Whether pyxbuf_get would find a protocol to try on `obj`: a buffer slot,
- * DLPack (__dlpack__ or a C exchange table on the type) or the CUDA Array
- * Interface. The __array_interface__ bridge reads only NumPy arrays of user
- * dtypes, which have a buffer slot already. */
-static int speaks_a_protocol(PyObject *obj) {
-    PyBufferProcs *pb = Py_TYPE(obj)->tp_as_buffer;
-    if (pb != NULL && pb->bf_getbuffer != NULL) return 1;
+/* Whether `obj` speaks a protocol that can describe device memory: DLPack
+ * (__dlpack__ or a C exchange table on the type) or the CUDA Array Interface. */
+static int speaks_a_device_protocol(PyObject *obj) {
     if (pyxbuf__dlpack_type_speaks(Py_TYPE(obj))) return 1;
     return has_cai_quietly(obj);
 }
 
-/* What pyxbuf_get would do with the request before calling a producer: 0
- * where it would refuse (unknown bits, a required flag the type does not
- * support, no protocol at all), 1 where it would go ahead. Soft flags never
- * make the answer 0: producers may ignore them, and the consumer reads
- * view->flags and ext_flags to see what was honoured. */
+/* Whether pyxbuf_get would find a protocol to try on `obj`: a buffer slot,
+ * DLPack or the CUDA Array Interface. The __array_interface__ bridge reads
+ * only NumPy arrays of user dtypes, which have a buffer slot already. */
+static int speaks_a_protocol(PyObject *obj) {
+    PyBufferProcs *pb = Py_TYPE(obj)->tp_as_buffer;
+    if (pb != NULL && pb->bf_getbuffer != NULL) return 1;
+    return speaks_a_device_protocol(obj);
+}
+
+#define BORROW_FLAGS (PYXBUF_BORROW_SHARED | PYXBUF_BORROW_EXCLUSIVE)
+
+/* The proposal's query: does `obj` advertise every bit of `flags`? Its type's
+ * supported flags, and for a type outside the extended protocol what pyxbuf
+ * answers for it (borrows from its registry; device memory through a bridge
+ * that can carry it). */
 int pyxbuf_check_supports(PyObject *obj, int32_t flags) {
     if (obj == NULL) {
         PyErr_SetString(PyExc_ValueError, "pyxbuf_check_supports: obj is NULL");
         return -1;
     }
-    if (flags & ~KNOWN_REQUEST_FLAGS) return 0;
-    int32_t mask;
-    if (pyxbuf_type_supported_flags(Py_TYPE(obj), &mask) < 0) return -1;
-    if (flags & PYXBUF_REQUIRED_FLAGS & ~mask) return 0;
+    int32_t advertised;
+    if (pyxbuf_type_supported_flags(Py_TYPE(obj), &advertised) < 0) return -1;
+    if (!speaks_extended(advertised)) {
+        advertised |= BORROW_FLAGS;
+        if (flags & PYXBUF_DEVICE) {
+            int device = speaks_a_device_protocol(obj);
+            if (device < 0) return -1;
+            if (device) advertised |= PYXBUF_DEVICE;
+        }
+    }
+    if (flags & ~advertised) return 0;
     return speaks_a_protocol(obj);
 }
 
@@ -387,7 +404,7 @@ static int validate_device_id(pyxbuf_view *view, PyObject *obj) {
  * clear, so a producer that fills one without its bit broke the protocol --
  * pyxbuf refuses the view rather than guess which half to believe. */
 static int validate_extended(pyxbuf_view *view, PyObject *obj, int32_t passed) {
-    int32_t passed_ext = passed & PYXBUF_EXTENDED_FLAGS;
+    int32_t passed_ext = passed & ~PYXBUF_CLASSIC_FLAGS; /* newer bits included */
     if (view->flags & ~passed_ext)
         return refuse_answer(view, obj, "it set extended flags that were not requested",
                              view->flags & ~passed_ext);
@@ -398,9 +415,7 @@ static int validate_extended(pyxbuf_view *view, PyObject *obj, int32_t passed) {
         return refuse_answer(view, obj,
                              "it set device_info without setting PYXBUF_DEVICE in flags",
                              view->flags);
-    if ((view->flags & PYXBUF_DEVICE) && view->device == NULL)
-        return refuse_answer(view, obj, "it set PYXBUF_DEVICE in flags but left device NULL",
-                             view->flags);
+    /* PYXBUF_DEVICE with device NULL is CPU memory: the proposal allows NULL. */
     if (view->device != NULL && validate_device_id(view, obj) < 0) return -1;
     int32_t allowed = allowed_grants(passed);
     if (view->ext_flags & ~allowed)
@@ -503,9 +518,10 @@ static int validate_native_layout(pyxbuf_view *view, PyObject *obj, int32_t pass
 }
 
 static int acquire_native(PyObject *obj, pyxbuf_view *view, int32_t flags, int32_t supported) {
-    /* Extended bits go only to types that advertise them; unsupported soft
-     * flags are dropped (the consumer sees them clear in view->flags). */
-    int32_t passed = flags & (PYXBUF_CLASSIC_FLAGS | (supported & PYXBUF_EXTENDED_FLAGS));
+    /* Extended and newer bits go only to types that advertise them; the
+     * others are dropped, as a producer that does not know them would ignore
+     * them (the consumer sees them clear in view->flags). */
+    int32_t passed = flags & (PYXBUF_CLASSIC_FLAGS | supported);
     if (PyObject_GetBuffer(obj, &view->base, passed) < 0) {
         reset_view(view, flags);
         add_context(obj, "native extended", passed);
@@ -742,7 +758,6 @@ void *pyxbuf__holder_storage(PyObject *holder) { return ((holder_object *)holder
 /* The request bits the fast path serves: classic ones, the soft device and
  * temporary flags (a classic producer honours neither) and borrows, which
  * pyxbuf's cooperative registry grants for classic producers. */
-#define BORROW_FLAGS (PYXBUF_BORROW_SHARED | PYXBUF_BORROW_EXCLUSIVE)
 #define FAST_PATH_FLAGS (PYXBUF_CLASSIC_FLAGS | PYXBUF_DEVICE | PYXBUF_TEMPORARY | BORROW_FLAGS)
 
 /* A view acquired from a producer that knows nothing of borrows: take the
@@ -814,13 +829,8 @@ static PYXBUF_COLD int get_view_slow(PyObject *obj, pyxbuf_view *view, int32_t f
         return -1;
     }
     reset_view(view, flags);
-    if (PYXBUF_UNLIKELY(flags & ~KNOWN_REQUEST_FLAGS)) {
-        PyErr_Format(PyExc_ValueError,
-                     "pyxbuf_get: request flags 0x%x contain unknown bits 0x%x; use PyBUF_* and "
-                     "PYXBUF_* flags only",
-                     (unsigned)flags, (unsigned)(flags & ~KNOWN_REQUEST_FLAGS));
-        return -1;
-    }
+    /* Unknown request bits are not refused: only a type that declares them
+     * receives them (acquire_native). */
     int32_t supported;
     if (!cached_supported(Py_TYPE(obj), &supported) &&
         pyxbuf_type_supported_flags(Py_TYPE(obj), &supported) < 0)
@@ -829,7 +839,7 @@ static PYXBUF_COLD int get_view_slow(PyObject *obj, pyxbuf_view *view, int32_t f
     if (PYXBUF_UNLIKELY(missing)) return refuse_unsupported(obj, flags, missing);
 
     int rc;
-    if (supported & PYXBUF_EXTENDED_FLAGS) {
+    if (speaks_extended(supported)) {
         rc = acquire_native(obj, view, flags, supported);
     } else if (PYXBUF_LIKELY(Py_TYPE(obj)->tp_as_buffer != NULL &&
                              Py_TYPE(obj)->tp_as_buffer->bf_getbuffer != NULL)) {

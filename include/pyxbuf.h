@@ -125,16 +125,17 @@ PYXBUF_API int pyxbuf_error_raise(const pyxbuf_error *err);
 #define PYXBUF_EXTENDED_FLAGS \
     (PYXBUF_DEVICE | PYXBUF_BORROW_SHARED | PYXBUF_BORROW_EXCLUSIVE | PYXBUF_TEMPORARY)
 
-/* Flags a producer may not ignore: the answer decides whether the consumer's
- * code is correct -- PyBUF_WRITABLE (0x1), PyBUF_ND (0x8), the strides bit of
- * PyBUF_STRIDES (0x10) and the contiguity bits of PyBUF_C/F/ANY_CONTIGUOUS
- * (0x20, 0x40, 0x80). pyxbuf_get refuses, before calling the producer, a
- * request with one of these bits that the producer's type does not support.
- * Soft (capability) flags may be ignored, and the consumer checks the answer:
- * PyBUF_FORMAT (format NULL means "B"), the INDIRECT bit 0x100 (a producer
- * without suboffsets answers NULL suboffsets, as NumPy answers FULL_RO) and
- * every extended flag (read view->flags). */
-#define PYXBUF_REQUIRED_FLAGS 0x00F9
+/* Flags a producer may not ignore (the proposal's PyBUF_REQUIRED_FLAGS: "some
+ * flags are soft request/capability flags. This is currently PyBUF_INDIRECT"):
+ * every classic bit but INDIRECT's own -- PyBUF_WRITABLE (0x1), PyBUF_FORMAT
+ * (0x4), PyBUF_ND (0x8), the strides bit of PyBUF_STRIDES (0x10) and the
+ * contiguity bits of PyBUF_C/F/ANY_CONTIGUOUS (0x20, 0x40, 0x80). pyxbuf_get
+ * refuses, before calling the producer, a request with one of these bits that
+ * the producer's type does not support. Soft flags may be ignored, and the
+ * consumer checks the answer: the INDIRECT bit 0x100 (a producer without
+ * suboffsets answers NULL suboffsets, as NumPy answers FULL_RO) and every
+ * extended flag (read view->flags and ext_flags). */
+#define PYXBUF_REQUIRED_FLAGS 0x00FD
 
 /* Grants, set by the producer in pyxbuf_view.ext_flags. */
 #define PYXBUF_EXT_SHARED 0x1    /* nobody writes the memory while the view lives */
@@ -149,9 +150,14 @@ PYXBUF_API int pyxbuf_error_raise(const pyxbuf_error *err);
 
 /* Supported-flags values (the bf_supported_flags backport). A type's value is
  * the class attribute `__pyxbuf_supported_flags__` (an int), set from C with
- * pyxbuf_type_set_supported_flags. Absent means 0. */
+ * pyxbuf_type_set_supported_flags. Absent means 0. A mask may hold request
+ * bits newer than pyxbuf (a producer backporting a future flag declares it and
+ * receives it), below bit 29: bits 29 and 30 are pyxbuf's own, and the sign
+ * bit is the proposal's (-1). A type whose mask has any bit outside
+ * PYXBUF_CLASSIC_FLAGS speaks the extended protocol (pyxbuf's native path). */
 #define PYXBUF_SUPPORTS_CLASSIC 0      /* every classic flag, no extended one */
 #define PYXBUF_SUPPORTS_SIMPLE_ONLY (-1) /* PyBUF_SIMPLE only: the mask 0 */
+#define PYXBUF_SUPPORTED_FLAGS_MAX 0x1FFFFFFF /* the widest mask a type may declare */
 #define PYXBUF_SUPPORTED_FLAGS_ATTR "__pyxbuf_supported_flags__"
 
 /* Record the flags `type` supports: 0, -1, or a mask of classic and extended
@@ -165,17 +171,22 @@ PYXBUF_API int pyxbuf_type_set_supported_flags(PyTypeObject *type, int32_t flags
  * *supported set, or -1 with a Python exception set (a non-int attribute). */
 PYXBUF_API int pyxbuf_type_supported_flags(PyTypeObject *type, int32_t *supported);
 
-/* The PyObject_CheckBufferSupports of the proposal, answered as pyxbuf_get
- * would act, without calling the producer: 1 if pyxbuf_get would go ahead with
- * the request, 0 if it would refuse it up front -- `flags` has bits pyxbuf does
- * not know, a PYXBUF_REQUIRED_FLAGS bit the type does not support, or `obj`
- * speaks no protocol pyxbuf reads (a buffer slot, __dlpack__ or a DLPack C
- * exchange table on its type, __cuda_array_interface__). Soft flags (FORMAT,
- * INDIRECT, the extended ones) never make it 0: a producer or bridge may
- * ignore them, and view->flags / ext_flags say what was honoured. The answer
- * is per type and request: a producer may still refuse one object (read-only
- * memory for WRITABLE, a layout that is not contiguous). -1 with a Python
- * exception set on error. */
+/* The PyObject_CheckBufferSupports of the proposal, without calling the
+ * producer: 1 if `obj` speaks a protocol pyxbuf reads (a buffer slot,
+ * __dlpack__ or a DLPack C exchange table on its type,
+ * __cuda_array_interface__) and advertises support for every bit of `flags`,
+ * soft ones included (that is how a consumer that needs device memory skips
+ * CPU-only producers); else 0. What an object advertises is its type's
+ * supported flags, and for a type that does not speak the extended protocol
+ * also what pyxbuf answers for it: PYXBUF_BORROW_SHARED/EXCLUSIVE (pyxbuf's
+ * registry grants tracked borrows) and, when it speaks DLPack or the CUDA
+ * Array Interface, PYXBUF_DEVICE (whether this object's memory is on a device
+ * is known only once acquired: read view->device). A bit nobody advertises
+ * (an unknown one, PYXBUF_TEMPORARY of an undeclared type) answers 0.
+ * pyxbuf_get itself refuses only the PYXBUF_REQUIRED_FLAGS bits a type lacks.
+ * The answer is per type and request: a producer may still refuse one object
+ * (read-only memory for WRITABLE, a layout that is not contiguous). -1 with a
+ * Python exception set on error. */
 PYXBUF_API int pyxbuf_check_supports(PyObject *obj, int32_t flags);
 
 /* ------------------------------------------------------------------------- */
@@ -225,10 +236,13 @@ typedef struct pyxbuf_view {
  * checked against `flags & PYXBUF_REQUIRED_FLAGS`; then the first protocol that
  * applies is used (native extended buffer, then the classic buffer; the
  * DLPack, CUDA Array Interface and array-interface bridges slot in around
- * them). What a producer returns is validated: an extended bit in `flags` that
- * was not requested, a device without PYXBUF_DEVICE, PYXBUF_DEVICE with a NULL
- * device, a grant that was not asked for, or read-only memory for a writable
- * request all raise BufferError. Needs the GIL.
+ * them). Request bits pyxbuf does not know are not refused ("it is typical
+ * practice to ignore unknown flags"): a native producer whose type advertises
+ * one receives it, other producers never see it. What a producer returns is
+ * validated: a bit in `flags` that was not requested, a device without
+ * PYXBUF_DEVICE, a grant that was not asked for, or read-only memory for a
+ * writable request all raise BufferError. PYXBUF_DEVICE set with a NULL device
+ * is CPU memory, as the proposal allows. Needs the GIL.
  *
  * Returns 0, or -1 with a Python exception set (BufferError for refusals,
  * TypeError when the object speaks no buffer protocol pyxbuf knows). On

@@ -204,13 +204,33 @@ static PyObject *acquire(PyObject *mod, PyObject *args) {
 static PyObject *inspect(PyObject *mod, PyObject *args) {
     (void)mod;
     PyObject *obj;
-    int flags = PyBUF_FULL_RO;
-    if (!PyArg_ParseTuple(args, "O|i", &obj, &flags)) return NULL;
+    int flags = PyBUF_FULL_RO, dirty = 0;
+    if (!PyArg_ParseTuple(args, "O|ip", &obj, &flags, &dirty)) return NULL;
     pyxbuf_view view;
+    /* dirty: a view full of garbage, as a consumer's stack may hold */
+    memset(&view, dirty ? 0xAB : 0, sizeof view);
     if (pyxbuf_get(obj, &view, flags) < 0) return NULL;
     PyObject *d = view_dict(&view);
     pyxbuf_release(&view);
     return d;
+}
+
+/* fill_and_getbuffer(obj, flags): PyObject_GetBuffer straight into a
+ * pyxbuf_view full of 0xAB bytes, as no pyxbuf consumer would call it, then
+ * release. Returns the extended fields as the producer left them:
+ * (flags, ext_flags, device set, device_info set). */
+static PyObject *fill_and_getbuffer(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *obj;
+    int flags;
+    if (!PyArg_ParseTuple(args, "Oi", &obj, &flags)) return NULL;
+    pyxbuf_view view;
+    memset(&view, 0xAB, sizeof view);
+    if (PyObject_GetBuffer(obj, &view.base, flags) < 0) return NULL;
+    PyObject *out = Py_BuildValue("(iiii)", (int)view.flags, (int)view.ext_flags,
+                                  view.device != NULL, view.device_info != NULL);
+    PyBuffer_Release(&view.base);
+    return out;
 }
 
 static PyObject *classic(PyObject *mod, PyObject *args) {
@@ -553,6 +573,9 @@ typedef struct {
     testext_counter gets, releases;
     Py_ssize_t shape;
     unsigned char data[16];
+    /* "recorder": the extended fields as the last getbuffer call found them */
+    int32_t entry_flags, entry_ext_flags;
+    int entry_device_set, entry_device_info_set;
 } LiarObject;
 
 static const char *const liar_modes[] = {
@@ -584,6 +607,8 @@ static const char *const liar_modes[] = {
     "device_empty",         /* 25: the device identifier "" */
     "shared_for_exclusive", /* 26: honest: answers BORROW_EXCLUSIVE with the weaker EXT_SHARED */
     "tracked_alone",        /* 27: EXT_TRACKED with BORROW_SHARED in flags but no grant */
+    "recorder",             /* 28: honest; records the extended fields it finds on entry
+                               (called through pyxbuf only: it reads past a Py_buffer) */
     NULL,
 };
 
@@ -615,6 +640,12 @@ static int Liar_getbuffer(PyObject *self, Py_buffer *view, int flags) {
     LiarObject *l = (LiarObject *)self;
     pyxbuf_view *x = (pyxbuf_view *)view; /* valid: pyxbuf passes a pyxbuf_view */
     atomic_store(&l->last_flags, flags);
+    if (l->mode == 28) {
+        l->entry_flags = x->flags;
+        l->entry_ext_flags = x->ext_flags;
+        l->entry_device_set = x->device != NULL;
+        l->entry_device_info_set = x->device_info != NULL;
+    }
     view->obj = Py_NewRef(self);
     view->buf = l->data;
     view->len = l->shape;
@@ -697,7 +728,16 @@ static PyObject *Liar_last_flags(PyObject *self, void *closure) {
     return PyLong_FromLong(atomic_load(&((LiarObject *)self)->last_flags));
 }
 
+static PyObject *Liar_entry(PyObject *self, void *closure) {
+    (void)closure;
+    LiarObject *l = (LiarObject *)self;
+    return Py_BuildValue("(iiii)", (int)l->entry_flags, (int)l->entry_ext_flags,
+                         l->entry_device_set, l->entry_device_info_set);
+}
+
 static PyGetSetDef Liar_getset[] = {
+    {"entry", Liar_entry, NULL,
+     "recorder: (flags, ext_flags, device set, device_info set) found on entry", NULL},
     TESTEXT_COUNTER_GETSET(LiarObject, gets, "getbuffer calls"),
     {"last_flags", Liar_last_flags, NULL, "request flags of the last getbuffer call", NULL},
     TESTEXT_COUNTER_GETSET(LiarObject, releases, "releasebuffer calls"),
@@ -728,8 +768,13 @@ static PyType_Spec Liar_spec = {
 
 static PyMethodDef module_methods[] = {
     {"acquire", acquire, METH_VARARGS, "acquire(obj, flags) -> View held until release()."},
-    {"inspect", inspect, METH_VARARGS, "inspect(obj, flags) -> dict of the pyxbuf view."},
+    {"inspect", inspect, METH_VARARGS,
+     "inspect(obj, flags, dirty=False) -> dict of the pyxbuf view (dirty: fill it with 0xAB "
+     "before pyxbuf_get)."},
     {"classic", classic, METH_VARARGS, "classic(obj, flags) -> dict from PyObject_GetBuffer."},
+    {"fill_and_getbuffer", fill_and_getbuffer, METH_VARARGS,
+     "fill_and_getbuffer(obj, flags) -> the extended fields after PyObject_GetBuffer into a "
+     "view full of 0xAB"},
     {"cycle", cycle, METH_VARARGS, "cycle(obj, flags, n): n pyxbuf_get/pyxbuf_release pairs."},
     {"release_twice", release_twice, METH_VARARGS, "Acquire, release twice; report states."},
     {"check_supports", check_supports, METH_VARARGS, "pyxbuf_check_supports(obj, flags)."},

@@ -84,11 +84,16 @@ TEST_CASE(no_buffer_is_type_error) {
     Py_DECREF(obj);
 }
 
-TEST_CASE(unknown_request_bits_are_value_error) {
-    PyObject *obj = py_eval("b''");
+TEST_CASE(unknown_request_bits_pass_through) {
+    /* The proposal: "it is typical practice to ignore unknown flags". */
+    PyObject *obj = py_eval("b'abc'");
     pyxbuf_view v;
-    CHECK(pyxbuf_get(obj, &v, 0x40000) == -1);
-    CHECK_CONTAINS(take_error(PyExc_ValueError), "unknown bits 0x40000");
+    CHECK(pyxbuf_get(obj, &v, PyBUF_FULL_RO | 0x40000) == 0);
+    CHECK_INT_EQ(v.base.len, 3);
+    CHECK_INT_EQ(v.flags, 0);
+    CHECK_INT_EQ(v.requested, PyBUF_FULL_RO | 0x40000);
+    pyxbuf_release(&v);
+    CHECK_INT_EQ(pyxbuf_check_supports(obj, 0x40000), 0); /* nobody advertises it */
     Py_DECREF(obj);
 }
 
@@ -110,16 +115,16 @@ TEST_CASE(supported_flags_values) {
     PyObject *obj = PyObject_CallNoArgs(cls);
     CHECK_INT_EQ(pyxbuf_check_supports(obj, PyBUF_SIMPLE), 1);
     CHECK_INT_EQ(pyxbuf_check_supports(obj, PyBUF_ND), 0);
-    /* FORMAT is soft: asked of a SIMPLE-only type, it still goes ahead. */
-    CHECK_INT_EQ(pyxbuf_check_supports(obj, PyBUF_FORMAT), 1);
+    /* FORMAT is required: a SIMPLE-only type is refused it up front. */
+    CHECK_INT_EQ(pyxbuf_check_supports(obj, PyBUF_FORMAT), 0);
     pyxbuf_view v;
     CHECK(pyxbuf_get(obj, &v, PyBUF_STRIDES) == -1);
     const char *msg = take_error(PyExc_BufferError);
     CHECK_CONTAINS(msg, "'SimpleOnly' does not support the required flag(s) ND|STRIDES");
     CHECK(pyxbuf_get(obj, &v, PyBUF_SIMPLE) == 0);
     pyxbuf_release(&v);
-    CHECK(pyxbuf_get(obj, &v, PyBUF_FORMAT) == 0);
-    pyxbuf_release(&v);
+    CHECK(pyxbuf_get(obj, &v, PyBUF_FORMAT) == -1);
+    CHECK_CONTAINS(take_error(PyExc_BufferError), "required flag(s) FORMAT");
 
     /* The cache follows the type: changing the attribute changes the answer. */
     CHECK(PyObject_SetAttrString(cls, "__pyxbuf_supported_flags__", PyLong_FromLong(0)) == 0);
@@ -136,8 +141,12 @@ TEST_CASE(supported_flags_bad_values) {
     int32_t mask;
     CHECK(pyxbuf_type_supported_flags((PyTypeObject *)cls, &mask) == -1);
     CHECK_CONTAINS(take_error(PyExc_TypeError), "must be an int, found 'str'");
-    CHECK(pyxbuf_type_set_supported_flags((PyTypeObject *)cls, 0x100000) == -1);
-    CHECK_CONTAINS(take_error(PyExc_ValueError), "supported flags 1048576 for type 'Bad'");
+    CHECK(pyxbuf_type_set_supported_flags((PyTypeObject *)cls, 0x20000000) == -1);
+    CHECK_CONTAINS(take_error(PyExc_ValueError), "supported flags 536870912 for type 'Bad'");
+    /* A bit newer than pyxbuf is a valid declaration (a backported flag). */
+    CHECK(pyxbuf_type_set_supported_flags((PyTypeObject *)cls, PYXBUF_CLASSIC_FLAGS | 0x100000) == 0);
+    CHECK(pyxbuf_type_supported_flags((PyTypeObject *)cls, &mask) == 0);
+    CHECK_INT_EQ(mask, PYXBUF_CLASSIC_FLAGS | 0x100000);
     CHECK(pyxbuf_type_set_supported_flags((PyTypeObject *)cls, -2) == -1);
     take_error(PyExc_ValueError);
     Py_DECREF(cls);
@@ -173,7 +182,8 @@ static PyObject *declaring(int32_t mask) {
 }
 
 TEST_CASE(required_flags_are_the_proposals_hard_ones) {
-    CHECK_INT_EQ(PYXBUF_REQUIRED_FLAGS, PyBUF_WRITABLE | PyBUF_ND | (PyBUF_STRIDES & ~PyBUF_ND) |
+    CHECK_INT_EQ(PYXBUF_REQUIRED_FLAGS, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_ND |
+                                            (PyBUF_STRIDES & ~PyBUF_ND) |
                                             (PyBUF_C_CONTIGUOUS & ~PyBUF_STRIDES) |
                                             (PyBUF_F_CONTIGUOUS & ~PyBUF_STRIDES) |
                                             (PyBUF_ANY_CONTIGUOUS & ~PyBUF_STRIDES));
@@ -184,6 +194,7 @@ TEST_CASE(required_flags_are_the_proposals_hard_ones) {
         const char *name;
     } hard[] = {
         {PyBUF_WRITABLE, PyBUF_WRITABLE, "WRITABLE"},
+        {PyBUF_FORMAT, PyBUF_FORMAT, "FORMAT"},
         {PyBUF_ND, PyBUF_ND, "ND"},
         {PyBUF_STRIDES & ~PyBUF_ND, PyBUF_STRIDES, "STRIDES"},
         {PyBUF_C_CONTIGUOUS & ~PyBUF_STRIDES, PyBUF_C_CONTIGUOUS, "C_CONTIGUOUS"},
@@ -204,20 +215,19 @@ TEST_CASE(required_flags_are_the_proposals_hard_ones) {
         Py_DECREF(lacks);
         Py_DECREF(has);
     }
-    /* The soft bits, both ways: never refused up front. */
-    static const int32_t soft[] = {PyBUF_FORMAT, PyBUF_INDIRECT & ~PyBUF_STRIDES};
-    static const int32_t soft_request[] = {PyBUF_FORMAT, PyBUF_INDIRECT};
-    for (size_t i = 0; i < 2; i++) {
-        CHECK(!(PYXBUF_REQUIRED_FLAGS & soft[i]));
-        for (int with = 0; with < 2; with++) {
-            PyObject *obj = declaring(with ? PYXBUF_CLASSIC_FLAGS : PYXBUF_CLASSIC_FLAGS & ~soft[i]);
-            pyxbuf_view v;
-            CHECK_INT_EQ(pyxbuf_check_supports(obj, soft_request[i]), 1);
-            CHECK(pyxbuf_get(obj, &v, soft_request[i]) == 0);
-            CHECK(v.base.suboffsets == NULL);
-            pyxbuf_release(&v);
-            Py_DECREF(obj);
-        }
+    /* The one soft classic bit, both ways: never refused up front, though
+     * check_supports answers whether the type advertises it. */
+    const int32_t soft = PyBUF_INDIRECT & ~PyBUF_STRIDES;
+    CHECK(!(PYXBUF_REQUIRED_FLAGS & soft));
+    CHECK_INT_EQ(PYXBUF_REQUIRED_FLAGS | soft, PYXBUF_CLASSIC_FLAGS & ~0x2); /* 0x2: no flag */
+    for (int with = 0; with < 2; with++) {
+        PyObject *obj = declaring(with ? PYXBUF_CLASSIC_FLAGS : PYXBUF_CLASSIC_FLAGS & ~soft);
+        pyxbuf_view v;
+        CHECK_INT_EQ(pyxbuf_check_supports(obj, PyBUF_INDIRECT), with);
+        CHECK(pyxbuf_get(obj, &v, PyBUF_INDIRECT) == 0);
+        CHECK(v.base.suboffsets == NULL);
+        pyxbuf_release(&v);
+        Py_DECREF(obj);
     }
 }
 
@@ -226,8 +236,10 @@ TEST_CASE(full_requests_reach_records_plus_device_types) {
      * answered with NULL suboffsets as NumPy answers them. */
     PyObject *obj = declaring(PyBUF_RECORDS | PYXBUF_DEVICE);
     pyxbuf_view v;
-    CHECK_INT_EQ(pyxbuf_check_supports(obj, PyBUF_FULL_RO), 1);
-    CHECK_INT_EQ(pyxbuf_check_supports(obj, PyBUF_FULL | PYXBUF_DEVICE), 1);
+    /* INDIRECT is soft: pyxbuf_get goes ahead, but the type does not
+     * advertise it, and check_supports asks about every bit. */
+    CHECK_INT_EQ(pyxbuf_check_supports(obj, PyBUF_FULL_RO), 0);
+    CHECK_INT_EQ(pyxbuf_check_supports(obj, PyBUF_RECORDS | PYXBUF_DEVICE), 1);
     CHECK(pyxbuf_get(obj, &v, PyBUF_FULL_RO) == 0);
     CHECK_INT_EQ(v.path, PYXBUF_PATH_NATIVE);
     CHECK(v.base.suboffsets == NULL);
@@ -245,12 +257,14 @@ TEST_CASE(check_supports_means_what_get_does) {
     CHECK_INT_EQ(pyxbuf_check_supports(list, PyBUF_FULL_RO), 0);
     CHECK(pyxbuf_get(list, &v, PyBUF_SIMPLE) == -1);
     take_error(PyExc_TypeError);
-    /* A classic buffer: every known request goes ahead, soft bits too. */
+    /* A classic buffer: every classic flag, and borrows (pyxbuf's registry);
+     * not device memory, which no protocol of bytes can carry. */
     PyObject *bytes = py_eval("b'xyz'");
     CHECK_INT_EQ(pyxbuf_check_supports(bytes, PyBUF_FULL_RO), 1);
-    CHECK_INT_EQ(pyxbuf_check_supports(bytes, PyBUF_FULL_RO | PYXBUF_DEVICE), 1);
+    CHECK_INT_EQ(pyxbuf_check_supports(bytes, PyBUF_FULL_RO | PYXBUF_DEVICE), 0);
     CHECK_INT_EQ(pyxbuf_check_supports(bytes, PyBUF_RECORDS_RO | PYXBUF_BORROW_SHARED), 1);
-    /* Bits pyxbuf does not know: pyxbuf_get refuses them (ValueError). */
+    CHECK_INT_EQ(pyxbuf_check_supports(bytes, PyBUF_RECORDS_RO | PYXBUF_TEMPORARY), 0);
+    /* Bits nobody advertises. */
     CHECK_INT_EQ(pyxbuf_check_supports(bytes, 0x100000), 0);
     /* DLPack only (no buffer slot): answered from the type, not called. */
     PyObject *dl = py_eval("type('DLPackOnly', (), {'__dlpack__': lambda self, **kw: "
@@ -276,14 +290,39 @@ TEST_CASE(check_supports_means_what_get_does) {
     Py_DECREF(dynamic);
 }
 
+/* The proposal: "A producer must not touch additional fields if the
+ * corresponding request flag was not passed." pyxbuf_export_fill, asked with
+ * classic flags only, writes none of the extended fields of a view full of
+ * 0xAB bytes; asked with PYXBUF_DEVICE for host memory it writes no device. */
+TEST_CASE(export_fill_leaves_extended_fields_alone) {
+    float data[6] = {0};
+    Py_ssize_t shape[2] = {2, 3}, strides[2] = {12, 4};
+    pyxbuf_export_desc d = {.size = sizeof d, .ndim = 2, .buf = data, .format = "f",
+                            .shape = shape, .strides = strides};
+    static const int32_t classic[] = {PyBUF_SIMPLE, PyBUF_FULL_RO, PyBUF_RECORDS,
+                                      PyBUF_CONTIG_RO, PyBUF_ND | PyBUF_FORMAT};
+    pyxbuf_view v, sentinel;
+    memset(&sentinel, 0xAB, sizeof sentinel);
+    for (size_t i = 0; i < sizeof classic / sizeof *classic; i++) {
+        memset(&v, 0xAB, sizeof v);
+        CHECK(pyxbuf_export_fill(&v.base, NULL, classic[i], &d) == 0);
+        CHECK(memcmp((char *)&v + sizeof v.base, (char *)&sentinel + sizeof v.base,
+                     sizeof v - sizeof v.base) == 0);
+    }
+    memset(&v, 0xAB, sizeof v);
+    CHECK(pyxbuf_export_fill(&v.base, NULL, PyBUF_RECORDS_RO | PYXBUF_DEVICE, &d) == 0);
+    CHECK(v.device == sentinel.device && v.device_info == sentinel.device_info);
+}
+
 PYTHON_TEST_MAIN(TEST_ENTRY(abi_version_matches_header), TEST_ENTRY(classic_path_matches_getbuffer),
                  TEST_ENTRY(extended_fields_are_zeroed_before_the_producer),
                  TEST_ENTRY(extended_bits_are_not_passed_to_classic_producers),
                  TEST_ENTRY(release_twice_is_a_noop), TEST_ENTRY(no_buffer_is_type_error),
-                 TEST_ENTRY(unknown_request_bits_are_value_error),
+                 TEST_ENTRY(unknown_request_bits_pass_through),
                  TEST_ENTRY(producer_refusal_names_type_path_and_request),
                  TEST_ENTRY(supported_flags_values), TEST_ENTRY(supported_flags_bad_values),
                  TEST_ENTRY(set_supported_flags_on_immutable_type), TEST_ENTRY(device_equal_rules),
                  TEST_ENTRY(required_flags_are_the_proposals_hard_ones),
                  TEST_ENTRY(full_requests_reach_records_plus_device_types),
-                 TEST_ENTRY(check_supports_means_what_get_does))
+                 TEST_ENTRY(check_supports_means_what_get_does),
+                 TEST_ENTRY(export_fill_leaves_extended_fields_alone))

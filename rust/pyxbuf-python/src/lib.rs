@@ -355,11 +355,11 @@ fn exporter<'py>(
     }
 }
 
-/// check_supports(obj, flags) -> bool: whether `pyxbuf_get` would go ahead
-/// with the request, answered without calling the producer (the proposal's
-/// PyObject_CheckBufferSupports): False for objects that speak no protocol,
-/// unknown bits, or a required flag the type does not support; soft flags
-/// never make it False.
+/// check_supports(obj, flags) -> bool: the proposal's
+/// PyObject_CheckBufferSupports, answered without calling the producer:
+/// whether `obj` speaks a protocol pyxbuf reads and advertises every bit of
+/// `flags`, soft ones included (PYXBUF_DEVICE asked of a host-only producer
+/// is False). `pyxbuf_get` itself refuses only required flags a type lacks.
 #[pyfunction]
 fn check_supports(obj: &Bound<'_, PyAny>, flags: i32) -> PyResult<bool> {
     // SAFETY: a live object, attached thread; -1 means an exception is set.

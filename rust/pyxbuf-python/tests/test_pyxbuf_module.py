@@ -151,9 +151,10 @@ def test_from_dlpack_holds_a_borrow_of_its_source():
 def test_check_supports():
     e = pyxbuf.exporter((1,))
     assert pyxbuf.check_supports(e, pyxbuf.PYXBUF_DEVICE)
-    # what pyxbuf_get would do: soft flags go ahead (the answer says which
-    # were honoured), objects that speak no protocol do not
+    # every bit is asked about: NumPy speaks DLPack, which can carry device
+    # memory (its device is known once acquired), bytes cannot
     assert pyxbuf.check_supports(np.zeros(1), pyxbuf.PYXBUF_DEVICE)
+    assert not pyxbuf.check_supports(b"x", pyxbuf.PYXBUF_DEVICE)
     assert pyxbuf.inspect(np.zeros(1), pyxbuf.PyBUF_RECORDS_RO | pyxbuf.PYXBUF_DEVICE)["device"] == "cpu"
     assert pyxbuf.check_supports(np.zeros(1), pyxbuf.PyBUF_RECORDS)
     assert not pyxbuf.check_supports([0.0], pyxbuf.PyBUF_SIMPLE)
