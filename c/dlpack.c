@@ -42,7 +42,10 @@
  *    None there), 1 for pyxbuf's 0 on CUDA (DLPack forbids 0 on CUDA; 1 is the
  *    legacy default stream that 0 means in pyxbuf's convention), the integer
  *    otherwise. The producer then orders its work before that stream, so the
- *    view's sync_event is NULL. The C exchange table is "no sync": for a device
+ *    view's sync_event is NULL (ready for work on that stream). Without a
+ *    stream the producer orders its work before the default stream only, so
+ *    for a device tensor pyxbuf records an event there and hands it over as
+ *    sync_event, destroyed with the view. The C exchange table is "no sync": for a device
  *    tensor pyxbuf records an event on the producer's current work stream
  *    (current_work_stream) and hands it over as sync_event (the consumer waits
  *    with pyxbuf_device_wait; a stream given to pyxbuf_get_stream is made to
@@ -724,6 +727,36 @@ static int order_after_producer(const DLPackExchangeAPI *api, dl_hold *h, int64_
     return 0;
 }
 
+/* Undo an adopted tensor whose view cannot be handed out: the holder's
+ * reference goes (its finalizer calls the deleter), and the view holds
+ * nothing. Returns -1. */
+static int drop_adopted(pyxbuf_view *view) {
+    PyObject *holder = view->owner;
+    view->owner = NULL;
+    Py_CLEAR(view->base.obj);
+    Py_DECREF(holder);
+    return -1;
+}
+
+/* __dlpack__ called without a stream (DLPack's None): the producer ordered
+ * its work before the device's default stream only. An event recorded on
+ * that stream now is what a consumer on any other stream must wait for, so
+ * the view carries it; a NULL sync_event would tell that consumer the data
+ * is ready when nothing ordered it. Without a backend for the device there is
+ * no way to record one, and no way for pyxbuf to use the memory either. */
+static int order_after_default_stream(dl_hold *h) {
+    pyxbuf_backend b;
+    pyxbuf_error err;
+    if (h->info.size == 0 || pyxbuf_backend_get(h->info.device_type, &b, NULL) < 0 ||
+        b.event_record == NULL)
+        return 0;
+    void *event = NULL;
+    if (b.event_record(b.ctx, h->info.device_id, PYXBUF_STREAM_DEFAULT, &event, &err) < 0)
+        return pyxbuf_error_raise(&err);
+    h->info.sync_event = event; /* destroyed by hold_finalize */
+    return 0;
+}
+
 /* 1 = acquired, -1 = failed (exception set). */
 static PYXBUF_ALWAYS_INLINE int acquire_c(PyObject *obj, pyxbuf_view *view, int32_t flags,
                                           int64_t stream, const DLPackExchangeAPI *api) {
@@ -737,13 +770,7 @@ static PYXBUF_ALWAYS_INLINE int acquire_c(PyObject *obj, pyxbuf_view *view, int3
     }
     dl_hold *h;
     if (adopt_tensor(obj, view, flags, stream, m, 1, PYXBUF_PATH_DLPACK_C, &h) < 0) return -1;
-    if (h != NULL && order_after_producer(api, h, stream) < 0) {
-        PyObject *holder = view->owner;
-        view->owner = NULL;
-        Py_CLEAR(view->base.obj);
-        Py_DECREF(holder); /* calls the deleter */
-        return -1;
-    }
+    if (h != NULL && order_after_producer(api, h, stream) < 0) return drop_adopted(view);
     return 1;
 }
 
@@ -933,7 +960,11 @@ static int acquire_py(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t s
     Py_DECREF(capsule);
     if (tensor == NULL) return -1;
     dl_hold *h;
-    return adopt_tensor(obj, view, flags, stream, tensor, versioned, PYXBUF_PATH_DLPACK, &h);
+    if (adopt_tensor(obj, view, flags, stream, tensor, versioned, PYXBUF_PATH_DLPACK, &h) < 0)
+        return -1;
+    if (stream == PYXBUF__STREAM_UNSET && h != NULL && order_after_default_stream(h) < 0)
+        return drop_adopted(view);
+    return 1;
 }
 
 int pyxbuf__dlpack_type_speaks(PyTypeObject *type) {

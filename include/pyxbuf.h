@@ -254,7 +254,11 @@ PYXBUF_API int pyxbuf_get(PyObject *obj, pyxbuf_view *view, int32_t flags);
  * DLPack bridge passes it to __dlpack__(stream=...) so the producer orders its
  * work before that stream; the CUDA Array Interface bridge records an event on
  * the producer's stream for pyxbuf_device_wait. pyxbuf_get passes no stream
- * (DLPack's None: producers assume the default stream). */
+ * (DLPack's None: producers order their work before the default stream only),
+ * and the DLPack bridge then records an event on the default stream for the
+ * view. Either way a NULL sync_event means ready for work on the request's
+ * stream, never on any other: a consumer on another stream waits for the
+ * event when there is one (pyxbuf_device_wait). */
 PYXBUF_API int pyxbuf_get_stream(PyObject *obj, pyxbuf_view *view, int32_t flags,
                                  int64_t consumer_stream);
 
@@ -342,7 +346,10 @@ typedef struct pyxbuf_device_info {
     int32_t device_type;  /* DLPack DLDeviceType (PYXBUF_DL_*) */
     int32_t device_id;    /* ordinal */
     int32_t reserved0;
-    void *sync_event;     /* e.g. a CUevent; NULL = ready now */
+    void *sync_event;     /* e.g. a CUevent to wait for before touching the
+                             memory; NULL = the producer ordered its work
+                             before the stream the request named
+                             (pyxbuf_get_stream), or has none pending */
     int64_t stream;       /* producer's stream, informational (DLPack convention) */
     uint64_t dl_flags;    /* PYXBUF_DL_FLAG_* */
     int64_t reserved[3];  /* zero */

@@ -24,13 +24,14 @@ pub const PYXBUF_BORROW_SHARED: i32 = 2048;
 pub const PYXBUF_BORROW_EXCLUSIVE: i32 = 4096;
 pub const PYXBUF_TEMPORARY: i32 = 8192;
 pub const PYXBUF_EXTENDED_FLAGS: i32 = 15360;
-pub const PYXBUF_REQUIRED_FLAGS: i32 = 249;
+pub const PYXBUF_REQUIRED_FLAGS: i32 = 253;
 pub const PYXBUF_EXT_SHARED: i32 = 1;
 pub const PYXBUF_EXT_EXCLUSIVE: i32 = 2;
 pub const PYXBUF_EXT_TRACKED: i32 = 4;
 pub const PYXBUF_EXT_ALL: i32 = 7;
 pub const PYXBUF_SUPPORTS_CLASSIC: i32 = 0;
 pub const PYXBUF_SUPPORTS_SIMPLE_ONLY: i32 = -1;
+pub const PYXBUF_SUPPORTED_FLAGS_MAX: i32 = 536870911;
 pub const PYXBUF_SUPPORTED_FLAGS_ATTR: &::std::ffi::CStr = c"__pyxbuf_supported_flags__";
 pub const PYXBUF_PATH_NONE: i32 = 0;
 pub const PYXBUF_PATH_NATIVE: i32 = 1;
@@ -319,7 +320,10 @@ pub struct pyxbuf_device_info {
     /// ordinal
     pub device_id: i32,
     pub reserved0: i32,
-    /// e.g. a CUevent; NULL = ready now
+    /** e.g. a CUevent to wait for before touching the
+memory; NULL = the producer ordered its work
+before the stream the request named
+(pyxbuf_get_stream), or has none pending*/
     pub sync_event: *mut ::std::os::raw::c_void,
     /// producer's stream, informational (DLPack convention)
     pub stream: i64,
@@ -996,17 +1000,22 @@ unsafe extern "C" {
         type_: *mut PyTypeObject,
         supported: *mut i32,
     ) -> ::std::os::raw::c_int;
-    /** The PyObject_CheckBufferSupports of the proposal, answered as pyxbuf_get
- would act, without calling the producer: 1 if pyxbuf_get would go ahead with
- the request, 0 if it would refuse it up front -- `flags` has bits pyxbuf does
- not know, a PYXBUF_REQUIRED_FLAGS bit the type does not support, or `obj`
- speaks no protocol pyxbuf reads (a buffer slot, __dlpack__ or a DLPack C
- exchange table on its type, __cuda_array_interface__). Soft flags (FORMAT,
- INDIRECT, the extended ones) never make it 0: a producer or bridge may
- ignore them, and view->flags / ext_flags say what was honoured. The answer
- is per type and request: a producer may still refuse one object (read-only
- memory for WRITABLE, a layout that is not contiguous). -1 with a Python
- exception set on error.*/
+    /** The PyObject_CheckBufferSupports of the proposal, without calling the
+ producer: 1 if `obj` speaks a protocol pyxbuf reads (a buffer slot,
+ __dlpack__ or a DLPack C exchange table on its type,
+ __cuda_array_interface__) and advertises support for every bit of `flags`,
+ soft ones included (that is how a consumer that needs device memory skips
+ CPU-only producers); else 0. What an object advertises is its type's
+ supported flags, and for a type that does not speak the extended protocol
+ also what pyxbuf answers for it: PYXBUF_BORROW_SHARED/EXCLUSIVE (pyxbuf's
+ registry grants tracked borrows) and, when it speaks DLPack or the CUDA
+ Array Interface, PYXBUF_DEVICE (whether this object's memory is on a device
+ is known only once acquired: read view->device). A bit nobody advertises
+ (an unknown one, PYXBUF_TEMPORARY of an undeclared type) answers 0.
+ pyxbuf_get itself refuses only the PYXBUF_REQUIRED_FLAGS bits a type lacks.
+ The answer is per type and request: a producer may still refuse one object
+ (read-only memory for WRITABLE, a layout that is not contiguous). -1 with a
+ Python exception set on error.*/
     pub fn pyxbuf_check_supports(
         obj: *mut PyObject,
         flags: i32,
@@ -1017,10 +1026,13 @@ unsafe extern "C" {
  checked against `flags & PYXBUF_REQUIRED_FLAGS`; then the first protocol that
  applies is used (native extended buffer, then the classic buffer; the
  DLPack, CUDA Array Interface and array-interface bridges slot in around
- them). What a producer returns is validated: an extended bit in `flags` that
- was not requested, a device without PYXBUF_DEVICE, PYXBUF_DEVICE with a NULL
- device, a grant that was not asked for, or read-only memory for a writable
- request all raise BufferError. Needs the GIL.
+ them). Request bits pyxbuf does not know are not refused ("it is typical
+ practice to ignore unknown flags"): a native producer whose type advertises
+ one receives it, other producers never see it. What a producer returns is
+ validated: a bit in `flags` that was not requested, a device without
+ PYXBUF_DEVICE, a grant that was not asked for, or read-only memory for a
+ writable request all raise BufferError. PYXBUF_DEVICE set with a NULL device
+ is CPU memory, as the proposal allows. Needs the GIL.
 
  Returns 0, or -1 with a Python exception set (BufferError for refusals,
  TypeError when the object speaks no buffer protocol pyxbuf knows). On
@@ -1035,7 +1047,11 @@ unsafe extern "C" {
  DLPack bridge passes it to __dlpack__(stream=...) so the producer orders its
  work before that stream; the CUDA Array Interface bridge records an event on
  the producer's stream for pyxbuf_device_wait. pyxbuf_get passes no stream
- (DLPack's None: producers assume the default stream).*/
+ (DLPack's None: producers order their work before the default stream only),
+ and the DLPack bridge then records an event on the default stream for the
+ view. Either way a NULL sync_event means ready for work on the request's
+ stream, never on any other: a consumer on another stream waits for the
+ event when there is one (pyxbuf_device_wait).*/
     pub fn pyxbuf_get_stream(
         obj: *mut PyObject,
         view: *mut pyxbuf_view,

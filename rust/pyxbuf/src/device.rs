@@ -143,14 +143,23 @@ unsafe impl<T: Send + Sync> Sync for DevicePtr<'_, T> {}
 
 /// What a consumer must wait for before touching device memory.
 ///
-/// `Ready` and `Unknown` are different answers: `Ready` is the producer
-/// saying "no pending work" (a `"pyxbuf.dlpack"` device whose `sync_event` is
-/// NULL); `Unknown` is pyxbuf not being able to tell, because the producer's
-/// device identifier is one pyxbuf has no description for. Treat `Unknown`
-/// as "synchronise the whole device" (or refuse), never as ready.
+/// `Ready` means exactly: the producer's writes are ordered before work the
+/// consumer enqueues on the request's stream ([`Request::stream`]
+/// (crate::Request::stream)), or it has none pending. It says nothing about any
+/// other stream. pyxbuf hands out `Ready` only where that holds: a DLPack
+/// producer asked with a stream orders its work before it; asked without one
+/// it orders it before the default stream only, and pyxbuf then records an
+/// event there and answers `Event`; a zero-copy exporter
+/// ([`wrap`](crate::export::wrap)) records its own event after the source's.
+///
+/// `Ready` and `Unknown` are different answers: `Unknown` is pyxbuf not being
+/// able to tell, because the producer's device identifier is one pyxbuf has
+/// no description for. Treat `Unknown` as "synchronise the whole device" (or
+/// refuse), never as ready.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SyncEvent {
-    /// The data is ready now.
+    /// Ordered before the request's stream: work enqueued there after
+    /// acquisition sees the producer's data (see above).
     Ready,
     /// Wait for this event (a `CUevent` for CUDA) before reading or writing.
     Event(NonNull<c_void>),

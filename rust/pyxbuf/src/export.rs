@@ -622,6 +622,34 @@ pub fn new_exporter<'py, T: Element>(
     }
 }
 
+/// A new event recorded on `stream` of `info`'s device, after the work queued
+/// there so far; NULL when no backend for the device is registered (pyxbuf
+/// then cannot order anything on it, and neither can its consumers).
+fn record_event(
+    py: Python<'_>,
+    info: &sys::pyxbuf_device_info,
+    stream: i64,
+) -> PyResult<*mut c_void> {
+    let mut backend = sys::pyxbuf_backend::default();
+    let mut err = sys::pyxbuf_error::default();
+    // SAFETY: out-pointers to live locals; the backend's functions take the
+    // context it gave and a device of its type.
+    unsafe {
+        if sys::pyxbuf_backend_get(info.device_type, &mut backend, ptr::null_mut()) != 0 {
+            return Ok(ptr::null_mut());
+        }
+        let Some(record) = backend.event_record else {
+            return Ok(ptr::null_mut());
+        };
+        let mut event = ptr::null_mut();
+        if record(backend.ctx, info.device_id, stream, &mut event, &mut err) != 0 {
+            sys::pyxbuf_error_raise(&err);
+            return Err(PyErr::fetch(py));
+        }
+        Ok(event)
+    }
+}
+
 /// The view a [`wrap`] exporter keeps alive, released when it dies.
 unsafe extern "C" fn release_boxed_view(ctx: *mut std::ffi::c_void) {
     // SAFETY: `ctx` is the Box<pyxbuf_view> `wrap` leaked, acquired in
@@ -706,12 +734,16 @@ pub fn wrap<'py>(
         return Err(err);
     }
     // The exporter adopts (and one day destroys) the event in the device info
-    // it is given; the producer owns this one. Wait for it now and hand over
-    // an info without it: later consumers find the data ready.
+    // it is given; the view's event is not ours to give. The request's stream
+    // (`stream`, else the default stream) is made to wait for it, and a new
+    // event recorded there after that wait is the exporter's: a consumer on
+    // any stream that waits for it finds the producer's data, and one that
+    // finds no event may trust it (SyncEvent::Ready).
     let mut own_info: Option<sys::pyxbuf_device_info> = None;
     if !v.device.is_null() && !v.device_info.is_null() {
-        // SAFETY: an acquired device view; waits on the default stream.
-        if unsafe { sys::pyxbuf_device_wait(v, sys::PYXBUF_STREAM_DEFAULT) } != 0 {
+        let on = stream.unwrap_or(sys::PYXBUF_STREAM_DEFAULT);
+        // SAFETY: an acquired device view.
+        if unsafe { sys::pyxbuf_device_wait(v, on) } != 0 {
             // SAFETY: not adopted by an exporter: release it here.
             unsafe { release_boxed_view(raw.cast()) };
             return Err(PyErr::fetch(py));
@@ -720,7 +752,15 @@ pub fn wrap<'py>(
         if unsafe { CStr::from_ptr(v.device) } == sys::PYXBUF_DEVICE_DLPACK {
             // SAFETY: a "pyxbuf.dlpack" device's info is a pyxbuf_device_info.
             let mut info = unsafe { *v.device_info.cast::<sys::pyxbuf_device_info>() };
-            info.sync_event = ptr::null_mut();
+            match record_event(py, &info, on) {
+                Ok(event) => info.sync_event = event,
+                Err(err) => {
+                    // SAFETY: not adopted by an exporter: release it here.
+                    unsafe { release_boxed_view(raw.cast()) };
+                    return Err(err);
+                }
+            }
+            info.stream = on;
             own_info = Some(info);
         }
     }

@@ -192,3 +192,135 @@ fn device_pointers_cross_into_detach() {
         assert_eq!((addr, device), (ptr.addr(), EMU));
     });
 }
+
+/// The emulated device's backend.
+fn emulated_backend() -> pyxbuf::sys::pyxbuf_backend {
+    let mut b = pyxbuf::sys::pyxbuf_backend::default();
+    let mut err = pyxbuf::sys::pyxbuf_error::default();
+    // SAFETY: out-pointers to live locals.
+    let rc = unsafe {
+        pyxbuf::sys::pyxbuf_backend_get(pyxbuf::sys::PYXBUF_DL_EXT_DEV, &mut b, &mut err)
+    };
+    assert_eq!(rc, 0);
+    b
+}
+
+/// A producer "kernel" on a stream of its own writes `values` into the
+/// emulated-device exporter `dev` and hands it the event recorded after it;
+/// on the emulated device nothing runs until someone waits.
+fn pending_write(dev: &Bound<'_, PyAny>, values: &[f32]) -> i64 {
+    let b = emulated_backend();
+    let mut err = pyxbuf::sys::pyxbuf_error::default();
+    let mut stream = 0i64;
+    let mut event = std::ptr::null_mut();
+    // SAFETY: `dev` is a live exporter with room for `values` (the tests make
+    // it so); the backend functions get live out-pointers.
+    unsafe {
+        let data = pyxbuf::sys::pyxbuf_exporter_data(dev.as_ptr());
+        assert_eq!(
+            pyxbuf::sys::testdev::pyxbuf_testdev_stream_create(0, &mut stream, &mut err),
+            0
+        );
+        let n = std::mem::size_of_val(values);
+        let rc = pyxbuf::sys::testdev::pyxbuf_testdev_enqueue_write(
+            0,
+            stream,
+            data,
+            values.as_ptr().cast(),
+            n,
+            &mut err,
+        );
+        assert_eq!(rc, 0);
+        assert_eq!(
+            b.event_record.unwrap()(b.ctx, 0, stream, &mut event, &mut err),
+            0
+        );
+        assert_eq!(
+            pyxbuf::sys::pyxbuf_exporter_set_event(dev.as_ptr(), event, stream),
+            0
+        );
+    }
+    stream
+}
+
+/// A consumer working on a stream of its own that reads `buf` as
+/// [`SyncEvent`] tells it to: it waits for an event, and trusts `Ready`.
+fn read_on_own_stream(buf: &PyXBuffer<'_, f32>) -> Vec<f32> {
+    let b = emulated_backend();
+    let mut err = pyxbuf::sys::pyxbuf_error::default();
+    let ptr = buf.device_ptr().unwrap();
+    let mut own = 0i64;
+    let mut out = vec![0f32; buf.item_count()];
+    // SAFETY: the view is acquired and on emulated device 0; `out` holds
+    // exactly the view's bytes (a C-contiguous exporter).
+    unsafe {
+        assert_eq!(
+            pyxbuf::sys::testdev::pyxbuf_testdev_stream_create(0, &mut own, &mut err),
+            0
+        );
+        if let SyncEvent::Event(e) = ptr.sync_event() {
+            assert_eq!(
+                b.event_wait.unwrap()(b.ctx, 0, e.as_ptr(), own, &mut err),
+                0
+            );
+        }
+        let n = out.len() * 4;
+        let rc = b.copy_to_host.unwrap()(
+            b.ctx,
+            0,
+            out.as_mut_ptr().cast(),
+            ptr.as_ptr().cast(),
+            n,
+            own,
+            &mut err,
+        );
+        assert_eq!(rc, 0);
+        assert_eq!(
+            pyxbuf::sys::testdev::pyxbuf_testdev_stream_destroy(own, &mut err),
+            0
+        );
+    }
+    out
+}
+
+/// Issue 25, item 4: `SyncEvent::Ready` means "ordered before the request's
+/// stream", and a view taken without a stream has none: a consumer on another
+/// stream that trusts what the view says must read the producer's data. Before
+/// the fix a DLPack view taken without `Request::stream` and a `wrap` exporter
+/// (which waited on the default stream and dropped the event) said `Ready`,
+/// and such a consumer read the device's stale bytes.
+#[test]
+fn a_consumer_on_its_own_stream_that_trusts_the_sync_event_reads_current_data() {
+    Python::attach(|py| {
+        let fresh = [7.0f32, 8.0, 9.0];
+        // Through DLPack, without a consumer stream.
+        let dev = on_device(py, &[0.0; 3], &[3]);
+        let producer = pending_write(&dev, &fresh);
+        let only = eval(
+            py,
+            "type('DLPackOnly', (), {'__dlpack__': lambda s, **k: d.__dlpack__(**k), \
+             '__dlpack_device__': lambda s: d.__dlpack_device__()})()",
+            &[("d", &dev)],
+        );
+        let buf = PyXBuffer::<f32>::request().device().get(&only).unwrap();
+        assert_eq!(buf.path(), Path::Dlpack);
+        assert_eq!(read_on_own_stream(&buf), fresh);
+        drop(buf);
+
+        // Through a zero-copy wrapper of a device array with pending work.
+        let dev = on_device(py, &[0.0; 3], &[3]);
+        let producer2 = pending_write(&dev, &fresh);
+        let w = pyxbuf::export::wrap(&dev, false, None).unwrap();
+        let buf = PyXBuffer::<f32>::request().device().get(&w).unwrap();
+        assert_eq!(read_on_own_stream(&buf), fresh);
+        drop(buf);
+        let mut err = pyxbuf::sys::pyxbuf_error::default();
+        for s in [producer, producer2] {
+            // SAFETY: streams this test created.
+            assert_eq!(
+                unsafe { pyxbuf::sys::testdev::pyxbuf_testdev_stream_destroy(s, &mut err) },
+                0
+            );
+        }
+    });
+}

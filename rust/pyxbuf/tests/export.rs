@@ -485,7 +485,11 @@ fn a_wrapper_never_grants_more_than_it_holds() {
         let a = eval(py, "np.arange(4.0)", &[]);
         let w = export::wrap(&a, false, None).unwrap();
         let r = PyXBuffer::<f64>::get(&w).unwrap();
-        assert!(r.grants().shared() && r.grants().tracked(), "{:?}", r.grants());
+        assert!(
+            r.grants().shared() && r.grants().tracked(),
+            "{:?}",
+            r.grants()
+        );
         assert!(!r.grants().is_enforced());
         // What a tracked grant cannot stop: the source's own writes.
         run(py, "a[0] = 99.0", &[("a", &a)]);
