@@ -171,11 +171,12 @@ void pyxbuf__borrow_counts(const pyxbuf_borrow_counter *counter, pyxbuf_borrow_c
 
 /* Borrows are keyed by device and address range: two objects that share
  * memory share addresses, so this catches more than "same base object" would
- * (a NumPy array and a view of it are different objects). Strided views
- * count by their whole span: interleaved views conflict, conservatively. */
+ * (a NumPy array and a view of it are different objects). Within a range, a
+ * strided view's items sit on a lattice (pyxbuf_borrow_key), so interleaved
+ * views do not conflict. */
 typedef struct tracked_borrow {
     int64_t token;
-    pyxbuf_borrow_range range;
+    pyxbuf_borrow_key key;
     int32_t exclusive;
 } tracked_borrow;
 
@@ -202,12 +203,39 @@ static int ranges_overlap(const pyxbuf_borrow_range *a, const pyxbuf_borrow_rang
            b->lo < a->hi;
 }
 
+/* Whether an item of `a` can share a byte with an item of `b`, ranges aside.
+ * Every item of either starts at its `first` plus a multiple of g, the gcd of
+ * both lattices, so the distance between an item of a and one of b is
+ * d = a.first - b.first modulo g. Items [x, x + ia) and [y, y + ib) meet iff
+ * -ia < x - y < ib: possible iff the residue r of d, or r - g, lies there.
+ * Sound for any strides and itemsizes (rust-numpy's test is the same lattice
+ * argument without the item lengths, exact only for equal itemsizes); it
+ * ignores where the lattices end, which the ranges bound. */
+static int lattices_meet(const pyxbuf_borrow_key *a, const pyxbuf_borrow_key *b) {
+    uint64_t g = pyxbuf__gcd(a->stride_gcd, b->stride_gcd);
+    if (g == 0) return 1; /* two single items: the ranges decided */
+    uint64_t r = a->first >= b->first ? (a->first - b->first) % g
+                                      : (g - (b->first - a->first) % g) % g;
+    return r < b->itemsize || g - r < a->itemsize;
+}
+
+static int keys_overlap(const pyxbuf_borrow_key *a, const pyxbuf_borrow_key *b) {
+    return ranges_overlap(&a->range, &b->range) && lattices_meet(a, b);
+}
+
+/* A version-1 range: one item covering all of it. */
+static pyxbuf_borrow_key key_of_range(const pyxbuf_borrow_range *range) {
+    pyxbuf_borrow_key key = {*range, range->lo, 0, range->hi - range->lo};
+    return key;
+}
+
 /* `why` may be NULL: the caller only wants to know (see tracked_acquire). */
 static PYXBUF_COLD int registry_conflict(const tracked_borrow *t, char *why, size_t why_cap) {
     if (why != NULL)
-        snprintf(why, why_cap, "%s borrow of [0x%llx, 0x%llx)",
-                 t->exclusive ? "an exclusive" : "a shared", (unsigned long long)t->range.lo,
-                 (unsigned long long)t->range.hi);
+        snprintf(why, why_cap, "%s borrow of [0x%llx, 0x%llx) (items of %llu bytes every %llu)",
+                 t->exclusive ? "an exclusive" : "a shared", (unsigned long long)t->key.range.lo,
+                 (unsigned long long)t->key.range.hi, (unsigned long long)t->key.itemsize,
+                 (unsigned long long)t->key.stride_gcd);
     return PYXBUF_EBORROW;
 }
 
@@ -226,38 +254,44 @@ static PYXBUF_COLD int registry_grow(char *why, size_t why_cap) {
 /* The first live borrow that conflicts with a request, or NULL. A shared
  * request conflicts only with exclusive borrows, so it scans only when some
  * are live (the common case: none). */
-static const tracked_borrow *registry_find_conflict(const pyxbuf_borrow_range *range,
+static const tracked_borrow *registry_find_conflict(const pyxbuf_borrow_key *key,
                                                     int32_t exclusive) {
     if (!exclusive && tracked_exclusive == 0) return NULL;
     for (size_t i = 0; i < tracked_count; i++) {
         const tracked_borrow *t = &tracked[i];
-        if ((exclusive || t->exclusive) && ranges_overlap(range, &t->range)) return t;
+        if ((exclusive || t->exclusive) && keys_overlap(key, &t->key)) return t;
     }
     return NULL;
 }
 
 /* The live borrows are few (those of views alive right now), so a linear
  * scan beats any index. */
-static inline int registry_acquire_locked(const pyxbuf_borrow_range *range, int32_t exclusive,
+static inline int registry_acquire_locked(const pyxbuf_borrow_key *key, int32_t exclusive,
                                           int64_t *token, char *why, size_t why_cap) {
-    const tracked_borrow *conflict = registry_find_conflict(range, exclusive);
+    const tracked_borrow *conflict = registry_find_conflict(key, exclusive);
     if (PYXBUF_UNLIKELY(conflict != NULL)) return registry_conflict(conflict, why, why_cap);
     if (PYXBUF_UNLIKELY(tracked_count == tracked_capacity)) {
         int rc = registry_grow(why, why_cap);
         if (rc != 0) return rc;
     }
     *token = next_token++;
-    tracked[tracked_count++] = (tracked_borrow){*token, *range, exclusive};
+    tracked[tracked_count++] = (tracked_borrow){*token, *key, exclusive};
     tracked_exclusive += exclusive != 0;
     return 0;
 }
 
-static int registry_acquire(const pyxbuf_borrow_range *range, int32_t exclusive, int64_t *token,
-                            char *why, size_t why_cap) {
+static int registry_acquire_key(const pyxbuf_borrow_key *key, int32_t exclusive, int64_t *token,
+                                char *why, size_t why_cap) {
     registry_lock();
-    int rc = registry_acquire_locked(range, exclusive, token, why, why_cap);
+    int rc = registry_acquire_locked(key, exclusive, token, why, why_cap);
     registry_unlock();
     return rc;
+}
+
+static int registry_acquire(const pyxbuf_borrow_range *range, int32_t exclusive, int64_t *token,
+                            char *why, size_t why_cap) {
+    pyxbuf_borrow_key key = key_of_range(range);
+    return registry_acquire_key(&key, exclusive, token, why, why_cap);
 }
 
 /* The newest borrow is the likeliest to go first: scan from the end. */
@@ -293,6 +327,7 @@ static const pyxbuf_shared_api own_api = {
     .borrow_acquire = registry_acquire,
     .borrow_release = registry_release,
     .borrow_live = registry_live,
+    .borrow_acquire_key = registry_acquire_key,
 };
 
 /* The table in use: own_api, or the one a copy loaded earlier installed. */
@@ -350,7 +385,8 @@ static PYXBUF_COLD int refuse_writable_shared(PyObject *obj) {
 }
 
 static PYXBUF_COLD int refuse_tracked(PyObject *obj, int32_t exclusive,
-                                      const pyxbuf_borrow_range *range, const char *why) {
+                                      const pyxbuf_borrow_key *key, const char *why) {
+    const pyxbuf_borrow_range *range = &key->range;
     PyErr_Format(PyExc_BufferError,
                  "pyxbuf: cannot grant %s borrow of '%.200s': its memory [%p, %p) overlaps %s "
                  "held by another pyxbuf consumer (in any copy of pyxbuf in this process); "
@@ -367,42 +403,76 @@ static PYXBUF_COLD int refuse_span(PyObject *obj) {
     return -1;
 }
 
-/* What a tracked borrow covers: the view's device and byte span. */
-static inline int tracked_range(PyObject *obj, const pyxbuf_view *view, pyxbuf_borrow_range *range) {
+/* The lattice of a view whose items do not fill [0, len) in C order: the gcd
+ * of its strides over dimensions of more than one item. A view without
+ * strides is one run of items; suboffsets (pointers to follow) are counted
+ * as every byte of the range (1). */
+static PYXBUF_NOINLINE uint64_t strided_lattice(const Py_buffer *b) {
+    if (b->itemsize <= 0 || b->suboffsets != NULL) return 1;
+    if (b->shape == NULL || b->strides == NULL)
+        return b->len > b->itemsize ? (uint64_t)b->itemsize : 0;
+    uint64_t g = 0;
+    for (int i = 0; i < b->ndim; i++)
+        if (b->shape[i] > 1) g = pyxbuf__gcd(g, pyxbuf__magnitude(b->strides[i]));
+    return g;
+}
+
+/* What a tracked borrow covers: the view's device, byte span and lattice. */
+static inline int tracked_key(PyObject *obj, const pyxbuf_view *view, pyxbuf_borrow_key *key) {
+    const Py_buffer *b = &view->base;
     pyxbuf_device device = {PYXBUF_DL_CPU, 0};
     if (PYXBUF_UNLIKELY(view->device != NULL)) pyxbuf_view_device(view, &device, NULL);
-    range->device_type = device.device_type;
-    range->device_id = device.device_id;
-    Py_ssize_t lo = 0, hi = 0;
-    if (PYXBUF_UNLIKELY(pyxbuf__view_span(&view->base, &lo, &hi) < 0)) return refuse_span(obj);
-    range->lo = (uint64_t)((uintptr_t)view->base.buf + (uintptr_t)lo);
-    range->hi = (uint64_t)((uintptr_t)view->base.buf + (uintptr_t)hi);
+    key->range.device_type = device.device_type;
+    key->range.device_id = device.device_id;
+    Py_ssize_t lo = 0, hi = b->len;
+    if (PYXBUF_LIKELY(pyxbuf__fills_c_order(b))) {
+        key->stride_gcd = b->len > b->itemsize ? (uint64_t)b->itemsize : 0;
+    } else {
+        if (PYXBUF_UNLIKELY(pyxbuf__view_span_walk(b, &lo, &hi) < 0)) return refuse_span(obj);
+        key->stride_gcd = strided_lattice(b);
+    }
+    uint64_t buf = (uint64_t)(uintptr_t)b->buf;
+    key->range.lo = buf + (uint64_t)lo;
+    key->range.hi = buf + (uint64_t)hi;
+    key->first = buf;
+    key->itemsize = b->itemsize > 0 ? (uint64_t)b->itemsize : 1;
     return 0;
 }
 
 /* Through the installed table (another copy's, or this one's on a conflict):
  * the grant with the registry's reason when it refuses. */
-static PYXBUF_COLD int tracked_grant_slow(PyObject *obj, const pyxbuf_borrow_range *range,
+/* A table installed by a copy of pyxbuf older than version 2 compares
+ * whole ranges only. */
+int pyxbuf__shared_acquire_key(const pyxbuf_shared_api *api, const pyxbuf_borrow_key *key,
+                               int32_t exclusive, int64_t *token, char *why, size_t why_cap) {
+    if (api->size >= offsetof(pyxbuf_shared_api, borrow_acquire_key) + sizeof(void *) &&
+        api->borrow_acquire_key != NULL)
+        return api->borrow_acquire_key(key, exclusive, token, why, why_cap);
+    return api->borrow_acquire(&key->range, exclusive, token, why, why_cap);
+}
+
+static PYXBUF_COLD int tracked_grant_slow(PyObject *obj, const pyxbuf_borrow_key *key,
                                           int32_t exclusive, int64_t *token) {
     const pyxbuf_shared_api *api = pyxbuf_shared_api_get();
     if (api == NULL) return -1;
     char why[256];
-    if (PYXBUF_UNLIKELY(api->borrow_acquire(range, exclusive, token, why, sizeof why) != 0))
-        return refuse_tracked(obj, exclusive, range, why);
+    if (PYXBUF_UNLIKELY(pyxbuf__shared_acquire_key(api, key, exclusive, token, why, sizeof why) !=
+                        0))
+        return refuse_tracked(obj, exclusive, key, why);
     return 0;
 }
 
 /* The registry's grant: inline when the installed table is this copy's own
  * (no call through the table, no message buffer), else through the table. */
-static inline int tracked_grant(PyObject *obj, const pyxbuf_borrow_range *range,
-                                int32_t exclusive, int64_t *token) {
+static inline int tracked_grant(PyObject *obj, const pyxbuf_borrow_key *key, int32_t exclusive,
+                                int64_t *token) {
     if (PYXBUF_LIKELY(PYXBUF__FT_LOAD_ACQUIRE(&shared_api) == &own_api)) {
         registry_lock();
-        int rc = registry_acquire_locked(range, exclusive, token, NULL, 0);
+        int rc = registry_acquire_locked(key, exclusive, token, NULL, 0);
         registry_unlock();
         if (PYXBUF_LIKELY(rc == 0)) return 0;
     }
-    return tracked_grant_slow(obj, range, exclusive, token);
+    return tracked_grant_slow(obj, key, exclusive, token);
 }
 
 static inline void tracked_ungrant(int64_t token) {
@@ -419,10 +489,10 @@ static inline void tracked_ungrant(int64_t token) {
 int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags) {
     int32_t exclusive = (flags & PYXBUF_BORROW_EXCLUSIVE) != 0;
     if (PYXBUF_UNLIKELY(!exclusive && (flags & PyBUF_WRITABLE))) return refuse_writable_shared(obj);
-    pyxbuf_borrow_range range;
-    if (PYXBUF_UNLIKELY(tracked_range(obj, view, &range) < 0)) return -1;
+    pyxbuf_borrow_key key;
+    if (PYXBUF_UNLIKELY(tracked_key(obj, view, &key) < 0)) return -1;
     int64_t token = 0;
-    if (PYXBUF_UNLIKELY(tracked_grant(obj, &range, exclusive, &token) < 0)) return -1;
+    if (PYXBUF_UNLIKELY(tracked_grant(obj, &key, exclusive, &token) < 0)) return -1;
     view->reserved[0] = 0;
     if (PYXBUF_UNLIKELY(!PYXBUF__FT_LOAD_RELAXED(&pyxbuf__rust_numpy_table_is_ours)) &&
         pyxbuf__rust_numpy_acquire(view, exclusive) < 0) {

@@ -287,7 +287,24 @@ int pyxbuf__rust_numpy_acquire(pyxbuf_view *view, int32_t exclusive);
 extern int pyxbuf__rust_numpy_table_is_ours;
 void pyxbuf__rust_numpy_release(pyxbuf_view *view);
 
+/* Borrow lattices (pyxbuf_borrow_key): gcd(0, x) = x. */
+static inline uint64_t pyxbuf__gcd(uint64_t a, uint64_t b) {
+    while (b != 0) {
+        uint64_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+static inline uint64_t pyxbuf__magnitude(Py_ssize_t x) {
+    return x < 0 ? 0u - (uint64_t)x : (uint64_t)x;
+}
+
 int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags);
+/* borrow.c: the shared table's grant of `key`, by range alone when the table
+ * was installed by a copy older than version 2. */
+int pyxbuf__shared_acquire_key(const pyxbuf_shared_api *api, const pyxbuf_borrow_key *key,
+                               int32_t exclusive, int64_t *token, char *why, size_t why_cap);
 void pyxbuf__tracked_release(pyxbuf_view *view);
 
 /* Whether b's items fill [0, len) in C order: every stride the C-order one

@@ -69,15 +69,30 @@ static numpy_borrow *numpy_borrows;
 static size_t numpy_borrow_count, numpy_borrow_cap;
 static pthread_mutex_t numpy_borrow_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* The bytes `array` spans, as rust-numpy computes them: empty when a
- * dimension is 0. Returns -1 with an exception set (no itemsize). */
-static int array_range(PyObject *array, uint64_t *lo, uint64_t *hi) {
+/* The lattice of `array`'s items: the gcd of its strides' magnitudes over
+ * dimensions of more than one item (0 for a single item), as
+ * pyxbuf_borrow_key describes and rust-numpy computes. */
+static uint64_t array_lattice(const numpy_array_head *a) {
+    uint64_t g = 0;
+    for (int d = 0; d < a->nd; d++) {
+        if (a->dimensions[d] <= 1) continue;
+        Py_ssize_t s = a->strides[d];
+        g = pyxbuf__gcd(g, pyxbuf__magnitude(s));
+    }
+    return g;
+}
+
+/* The bytes `array` spans, as rust-numpy computes them (empty when a
+ * dimension is 0), and its itemsize. Returns -1 with an exception set (no
+ * itemsize). */
+static int array_range(PyObject *array, uint64_t *lo, uint64_t *hi, Py_ssize_t *item) {
     const numpy_array_head *a = (const numpy_array_head *)array;
     PyObject *size_obj = PyObject_GetAttrString(array, "itemsize");
     if (size_obj == NULL) return -1;
     Py_ssize_t itemsize = PyLong_AsSsize_t(size_obj);
     Py_DECREF(size_obj);
     if (itemsize < 0) return -1;
+    *item = itemsize;
     Py_ssize_t start = 0, end = 0;
     int empty = 0;
     for (int d = 0; d < a->nd; d++)
@@ -98,14 +113,17 @@ static int array_range(PyObject *array, uint64_t *lo, uint64_t *hi) {
 static int table_acquire(PyObject *array, int32_t exclusive) {
     const pyxbuf_shared_api *api = pyxbuf_shared_api_get();
     uint64_t lo, hi;
-    if (api == NULL || array_range(array, &lo, &hi) < 0) {
+    Py_ssize_t itemsize;
+    if (api == NULL || array_range(array, &lo, &hi, &itemsize) < 0) {
         PyErr_WriteUnraisable(array); /* rust-numpy's callers expect no exception */
         return -1;
     }
-    pyxbuf_borrow_range range = {PYXBUF_DL_CPU, 0, lo, hi};
+    const numpy_array_head *a = (const numpy_array_head *)array;
+    pyxbuf_borrow_key key = {{PYXBUF_DL_CPU, 0, lo, hi}, (uint64_t)(uintptr_t)a->data,
+                             array_lattice(a), itemsize > 0 ? (uint64_t)itemsize : 1};
     char why[160];
     int64_t token = 0;
-    if (api->borrow_acquire(&range, exclusive, &token, why, sizeof why) != 0) return -1;
+    if (pyxbuf__shared_acquire_key(api, &key, exclusive, &token, why, sizeof why) != 0) return -1;
     pthread_mutex_lock(&numpy_borrow_lock);
     if (numpy_borrow_count == numpy_borrow_cap) {
         size_t cap = numpy_borrow_cap ? 2 * numpy_borrow_cap : 16;
@@ -126,7 +144,8 @@ static int table_acquire(PyObject *array, int32_t exclusive) {
 static void table_release(PyObject *array, int32_t exclusive) {
     const pyxbuf_shared_api *api = pyxbuf_shared_api_get();
     uint64_t lo, hi;
-    if (api == NULL || array_range(array, &lo, &hi) < 0) {
+    Py_ssize_t itemsize;
+    if (api == NULL || array_range(array, &lo, &hi, &itemsize) < 0) {
         PyErr_WriteUnraisable(array);
         return;
     }

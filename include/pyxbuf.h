@@ -275,7 +275,7 @@ PYXBUF_API void pyxbuf_release(pyxbuf_view *view);
  * registry (PYXBUF_EXT_TRACKED grants). */
 #define PYXBUF_SHARED_MODULE "_pyxbuf_shared"
 #define PYXBUF_SHARED_CAPSULE "_pyxbuf_shared.API"
-#define PYXBUF_SHARED_API_VERSION 1
+#define PYXBUF_SHARED_API_VERSION 2
 
 /* The bytes a borrow covers: [lo, hi) on one device. */
 typedef struct pyxbuf_borrow_range {
@@ -284,6 +284,20 @@ typedef struct pyxbuf_borrow_range {
     uint64_t lo;
     uint64_t hi;
 } pyxbuf_borrow_range;
+
+/* Which bytes of its range a strided borrow covers (version 2): items of
+ * `itemsize` bytes, each starting at `first` plus a multiple of `stride_gcd`
+ * (the gcd of the magnitudes of the strides of the dimensions with more than
+ * one item; 0 for a single item). Two borrows overlap only if their ranges
+ * overlap and an item of one can meet an item of the other, so interleaved
+ * views -- a[::2] and a[1::2], the real and imaginary parts of complex data,
+ * the columns of a C-ordered matrix -- do not conflict. */
+typedef struct pyxbuf_borrow_key {
+    pyxbuf_borrow_range range;
+    uint64_t first;
+    uint64_t stride_gcd;
+    uint64_t itemsize;
+} pyxbuf_borrow_key;
 
 typedef struct pyxbuf_shared_api {
     uint32_t version;              /* PYXBUF_SHARED_API_VERSION of the installer */
@@ -296,6 +310,10 @@ typedef struct pyxbuf_shared_api {
                           char *why, size_t why_cap);
     void (*borrow_release)(int64_t token);
     int64_t (*borrow_live)(void); /* borrows held now, all copies together */
+    /* Version 2: borrow_acquire for the items of a strided view (a version-1
+     * range counts as one item covering all of it). */
+    int (*borrow_acquire_key)(const pyxbuf_borrow_key *key, int32_t exclusive, int64_t *token,
+                              char *why, size_t why_cap);
 } pyxbuf_shared_api;
 
 /* The shared table (installed on first call). Needs the GIL the first time.

@@ -71,6 +71,54 @@ def test_overlap_is_by_memory_not_by_object():
     x.release()
 
 
+INTERLEAVED = {
+    # name: (array, a view, a view interleaved with it: no byte in common)
+    "even-odd": lambda: (lambda a: (a[::2], a[1::2]))(np.arange(16.0)),
+    "real-imag": lambda: (lambda c: (c.real, c.imag))(np.zeros(8, np.complex128)),
+    "columns": lambda: (lambda m: (m[:, 0], m[:, 1]))(np.zeros((4, 3))),
+    "column-pairs-2d": lambda: (lambda m: (m[:, 0:2:2], m[:, 1:3:2]))(np.zeros((5, 4), np.int32)),
+    "rgb-channels": lambda: (lambda im: (im[..., 0], im[..., 2]))(np.zeros((3, 4, 3), np.uint8)),
+    "mixed-itemsize": lambda: (lambda b: (b[::2], b.view(np.uint8)[4::8]))(
+        np.zeros(16, np.uint32)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INTERLEAVED))
+def test_interleaved_views_do_not_conflict(name):
+    """Issue 25, item 18: exclusive borrows of views that share a range but no
+    byte are both granted, through either copy of the library."""
+    one, two = INTERLEAVED[name]()
+    assert not np.shares_memory(one, two)
+    x = t.acquire(one, EXCLUSIVE)
+    y = other.acquire(two, EXCLUSIVE)
+    x.release()
+    y.release()
+
+
+OVERLAPPING = {
+    # a view, and one that shares at least one byte with it
+    "every-third-vs-every-second": lambda: (lambda a: (a[::3], a[::2]))(np.arange(12.0)),
+    "column-vs-row": lambda: (lambda m: (m[:, 1], m[2]))(np.zeros((4, 3))),
+    "halves-of-items": lambda: (lambda b: (b[::2], b.view(np.uint16)[1::4]))(
+        np.zeros(8, np.uint32)),
+    # rust-numpy's test (pointer distance modulo the stride gcd, no item
+    # lengths) calls these two disjoint: 2 % 8 != 0, yet bytes 2-3 are shared.
+    "odd-offset-int32": lambda: (lambda raw: (raw[0:32].view(np.int32)[::2],
+                                              raw[2:34].view(np.int32)[::2]))(
+        np.zeros(40, np.uint8)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OVERLAPPING))
+def test_interleaved_views_that_share_a_byte_conflict(name):
+    one, two = OVERLAPPING[name]()
+    assert np.shares_memory(one, two)
+    x = t.acquire(one, EXCLUSIVE)
+    with pytest.raises(BufferError, match="overlaps an exclusive borrow"):
+        other.acquire(two, SHARED)
+    x.release()
+
+
 def test_writable_shared_borrow_is_refused():
     with pytest.raises(BufferError, match="ask for PYXBUF_BORROW_EXCLUSIVE to write"):
         t.acquire(bytearray(4), t.PyBUF_RECORDS | t.PYXBUF_BORROW_SHARED)

@@ -44,7 +44,7 @@ pub const PYXBUF_INLINE_NDIM: usize = 8;
 pub const PYXBUF_MAX_NDIM: usize = 64;
 pub const PYXBUF_SHARED_MODULE: &::std::ffi::CStr = c"_pyxbuf_shared";
 pub const PYXBUF_SHARED_CAPSULE: &::std::ffi::CStr = c"_pyxbuf_shared.API";
-pub const PYXBUF_SHARED_API_VERSION: u32 = 1;
+pub const PYXBUF_SHARED_API_VERSION: u32 = 2;
 pub const PYXBUF_DEVICE_DLPACK: &::std::ffi::CStr = c"pyxbuf.dlpack";
 pub const PYXBUF_DEVICE_CPU: &::std::ffi::CStr = c"cpu";
 pub const PYXBUF_DL_CPU: i32 = 1;
@@ -251,6 +251,40 @@ const _: () = {
         "Offset of field: pyxbuf_borrow_range::hi",
     ][::std::mem::offset_of!(pyxbuf_borrow_range, hi) - 16usize];
 };
+/** Which bytes of its range a strided borrow covers (version 2): items of
+ `itemsize` bytes, each starting at `first` plus a multiple of `stride_gcd`
+ (the gcd of the magnitudes of the strides of the dimensions with more than
+ one item; 0 for a single item). Two borrows overlap only if their ranges
+ overlap and an item of one can meet an item of the other, so interleaved
+ views -- a[::2] and a[1::2], the real and imaginary parts of complex data,
+ the columns of a C-ordered matrix -- do not conflict.*/
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct pyxbuf_borrow_key {
+    pub range: pyxbuf_borrow_range,
+    pub first: u64,
+    pub stride_gcd: u64,
+    pub itemsize: u64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pyxbuf_borrow_key"][::std::mem::size_of::<pyxbuf_borrow_key>() - 48usize];
+    [
+        "Alignment of pyxbuf_borrow_key",
+    ][::std::mem::align_of::<pyxbuf_borrow_key>() - 8usize];
+    [
+        "Offset of field: pyxbuf_borrow_key::range",
+    ][::std::mem::offset_of!(pyxbuf_borrow_key, range) - 0usize];
+    [
+        "Offset of field: pyxbuf_borrow_key::first",
+    ][::std::mem::offset_of!(pyxbuf_borrow_key, first) - 24usize];
+    [
+        "Offset of field: pyxbuf_borrow_key::stride_gcd",
+    ][::std::mem::offset_of!(pyxbuf_borrow_key, stride_gcd) - 32usize];
+    [
+        "Offset of field: pyxbuf_borrow_key::itemsize",
+    ][::std::mem::offset_of!(pyxbuf_borrow_key, itemsize) - 40usize];
+};
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pyxbuf_shared_api {
@@ -275,10 +309,21 @@ pub struct pyxbuf_shared_api {
     pub borrow_release: ::std::option::Option<unsafe extern "C" fn(token: i64)>,
     /// borrows held now, all copies together
     pub borrow_live: ::std::option::Option<unsafe extern "C" fn() -> i64>,
+    /** Version 2: borrow_acquire for the items of a strided view (a version-1
+ range counts as one item covering all of it).*/
+    pub borrow_acquire_key: ::std::option::Option<
+        unsafe extern "C" fn(
+            key: *const pyxbuf_borrow_key,
+            exclusive: i32,
+            token: *mut i64,
+            why: *mut ::std::os::raw::c_char,
+            why_cap: usize,
+        ) -> ::std::os::raw::c_int,
+    >,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of pyxbuf_shared_api"][::std::mem::size_of::<pyxbuf_shared_api>() - 40usize];
+    ["Size of pyxbuf_shared_api"][::std::mem::size_of::<pyxbuf_shared_api>() - 48usize];
     [
         "Alignment of pyxbuf_shared_api",
     ][::std::mem::align_of::<pyxbuf_shared_api>() - 8usize];
@@ -300,6 +345,9 @@ const _: () = {
     [
         "Offset of field: pyxbuf_shared_api::borrow_live",
     ][::std::mem::offset_of!(pyxbuf_shared_api, borrow_live) - 32usize];
+    [
+        "Offset of field: pyxbuf_shared_api::borrow_acquire_key",
+    ][::std::mem::offset_of!(pyxbuf_shared_api, borrow_acquire_key) - 40usize];
 };
 impl Default for pyxbuf_shared_api {
     fn default() -> Self {

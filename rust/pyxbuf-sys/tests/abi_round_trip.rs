@@ -135,6 +135,7 @@ fn c_and_rust_agree_on_every_struct() {
         "pyxbuf_format",
         "pyxbuf_format_node",
         "pyxbuf_shared_api",
+        "pyxbuf_borrow_key",
     ] {
         assert!(
             names.iter().any(|n| n == must),

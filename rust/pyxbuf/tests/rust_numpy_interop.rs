@@ -18,5 +18,6 @@ fn pyxbuf_installs_the_table_when_it_comes_first() {
         drop(pyxbuf::PyXBuffer::<f64>::get(a.as_any()).unwrap());
         assert_eq!(cases::table_owner(py), "pyxbuf");
         cases::both_directions(py);
+        cases::interleaved(py);
     });
 }

@@ -117,3 +117,55 @@ pub fn both_directions(py: Python<'_>) {
     drop(a.readwrite());
     drop(PyXBuffer::<f64, Exclusive>::get(any).unwrap());
 }
+
+/// Interleaved views share a range but no byte: rust-numpy's borrows and
+/// pyxbuf's tracked ones of them coexist, whichever registry is in charge
+/// (issue 25, item 18); views that do share a byte still conflict.
+pub fn interleaved(py: Python<'_>) {
+    let c = numpy::PyArray1::<num_complex::Complex<f64>>::zeros(py, 8, false);
+    let real = c.getattr("real").unwrap();
+    let imag = c.getattr("imag").unwrap();
+    let real_a = real.cast::<PyArray1<f64>>().unwrap();
+    let imag_a = imag.cast::<PyArray1<f64>>().unwrap();
+    // pyxbuf writes the real parts while rust-numpy writes the imaginary ones,
+    let mut ex = PyXBuffer::<f64, Exclusive>::get(&real).unwrap();
+    let mut rw = imag_a
+        .try_readwrite()
+        .expect("imag under pyxbuf exclusive of real");
+    ex.as_array_mut().unwrap()[[0]] = 1.0; // strided: through ndarray
+    rw.as_array_mut()[0] = 2.0;
+    drop((ex, rw));
+    // and the other way round.
+    let rw = real_a.try_readwrite().unwrap();
+    let ex = PyXBuffer::<f64, Exclusive>::get(&imag).expect("imag under rust-numpy's real");
+    drop((ex, rw));
+    let z = c.readonly();
+    assert_eq!(
+        z.as_slice().unwrap()[0],
+        num_complex::Complex::new(1.0, 2.0)
+    );
+    drop(z);
+
+    // Columns of a C-ordered matrix.
+    let m = numpy::PyArray2::<f64>::zeros(py, (4, 3), false);
+    let col = |j: usize| {
+        m.call_method1("__getitem__", ((pyo3::types::PySlice::full(py), j),))
+            .unwrap()
+    };
+    let (c0, c1) = (col(0), col(1));
+    let ex = PyXBuffer::<f64, Exclusive>::get(&c0).unwrap();
+    let rw = c1
+        .cast::<PyArray1<f64>>()
+        .unwrap()
+        .try_readwrite()
+        .expect("column 1 under pyxbuf exclusive of column 0");
+    // A row shares one item with each column.
+    let row = m.call_method1("__getitem__", (2,)).unwrap();
+    refused(
+        py,
+        PyXBuffer::<f64>::get(&row),
+        "a row under column borrows",
+    );
+    assert!(row.cast::<PyArray1<f64>>().unwrap().try_readonly().is_err());
+    drop((ex, rw));
+}
