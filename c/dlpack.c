@@ -660,18 +660,38 @@ typedef struct type_offer {
 #define API_CACHE_HAS_DLPACK ((uint64_t)1 << 32)
 static pyxbuf__type_cache_entry api_cache[API_CACHE_SIZE];
 
-static PyObject *name_exchange_api, *name_dlpack, *name_dlpack_device;
+static PyObject *name_exchange_api, *name_exchange_api_older, *name_dlpack, *name_dlpack_device;
 
-/* The table of major version 1 reachable from the capsule, or NULL. */
-static const DLPackExchangeAPI *api_from_capsule(PyObject *capsule) {
-    if (capsule == NULL || !PyCapsule_IsValid(capsule, CAPSULE_EXCHANGE_API)) return NULL;
-    const DLPackExchangeAPIHeader *h = PyCapsule_GetPointer(capsule, CAPSULE_EXCHANGE_API);
+/* The table of major version 1 reachable from a table's header (its own,
+ * or one of its prev_api chain), or NULL. */
+static const DLPackExchangeAPI *api_from_header(const DLPackExchangeAPIHeader *h) {
     for (int hops = 0; h != NULL && hops < 16; hops++, h = h->prev_api) {
         if (h->version.major != DL_MAJOR) continue;
         const DLPackExchangeAPI *api = (const DLPackExchangeAPI *)h;
         return api->managed_tensor_from_py_object_no_sync != NULL ? api : NULL;
     }
     return NULL;
+}
+
+/* DLPack 1.3's __dlpack_c_exchange_api__: a "dlpack_exchange_api" capsule. */
+static const DLPackExchangeAPI *api_from_capsule(PyObject *capsule) {
+    if (capsule == NULL || !PyCapsule_IsValid(capsule, CAPSULE_EXCHANGE_API)) return NULL;
+    return api_from_header(PyCapsule_GetPointer(capsule, CAPSULE_EXCHANGE_API));
+}
+
+/* The same table under its name before DLPack 1.3, __c_dlpack_exchange_api__:
+ * the table's address as an int in the 1.2-era proposal (apache-tvm-ffi
+ * before the rename), or the capsule (PaddlePaddle 3.3 sets both names). The
+ * header's version is checked before any function pointer is read. */
+static const DLPackExchangeAPI *api_from_older_name(PyObject *value) {
+    if (value == NULL) return NULL;
+    if (!PyLong_Check(value)) return api_from_capsule(value);
+    unsigned long long address = PyLong_AsUnsignedLongLong(value);
+    if (address == 0 || address > UINTPTR_MAX || PyErr_Occurred()) {
+        PyErr_Clear(); /* 0, negative or too large: not a table */
+        return NULL;
+    }
+    return api_from_header((const DLPackExchangeAPIHeader *)(uintptr_t)address);
 }
 
 /* What the type offers, from the cache when its version tag still matches. */
@@ -685,15 +705,17 @@ static type_offer type_dlpack(PyTypeObject *type) {
                       (uint32_t)key == tag))
         return (type_offer){(key & API_CACHE_HAS_DLPACK) != 0, data};
     PyObject *n_api = pyxbuf__interned(&name_exchange_api, "__dlpack_c_exchange_api__");
+    PyObject *n_older = pyxbuf__interned(&name_exchange_api_older, "__c_dlpack_exchange_api__");
     PyObject *n_dl = pyxbuf__interned(&name_dlpack, "__dlpack__");
-    if (n_api == NULL || n_dl == NULL) {
+    if (n_api == NULL || n_older == NULL || n_dl == NULL) {
         PyErr_Clear();
         return (type_offer){0, NULL};
     }
     /* _PyType_Lookup: MRO only, raises nothing, and gives the type a version
-     * tag to cache under. */
+     * tag to cache under. DLPack 1.3's name first, then the older one. */
     type_offer offer = {_PyType_Lookup(type, n_dl) != NULL,
                         api_from_capsule(_PyType_Lookup(type, n_api))};
+    if (offer.api == NULL) offer.api = api_from_older_name(_PyType_Lookup(type, n_older));
     tag = pyxbuf__type_tag(type);
     if (tag != 0) /* else it cannot be cached */
         pyxbuf__type_cache_put(e, type, tag | (offer.has_dlpack ? API_CACHE_HAS_DLPACK : 0),

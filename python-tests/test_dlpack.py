@@ -9,6 +9,7 @@ first (the fast path): to reach their DLPack export, wrap them in DL, an object
 that has nothing but __dlpack__ and __dlpack_device__.
 """
 
+import ctypes
 import gc
 import sys
 
@@ -522,6 +523,64 @@ def test_c_exchange_table_lookup_follows_the_type():
     Sub.__dlpack_c_exchange_api__ = 12345  # not a capsule: ignored
     assert t.dlpack_info(p)["path"] == "dlpack"
     assert p.exported == p.deleted == 4
+
+
+def table_address(capsule):
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    return get(capsule, b"dlpack_exchange_api")
+
+
+class DLPackHeader(ctypes.Structure):
+    """DLPackExchangeAPIHeader: DLPackVersion, then prev_api."""
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32),
+                ("prev_api", ctypes.c_void_p)]
+
+
+@pytest.mark.parametrize("form", ["capsule", "address"])
+def test_the_pre_1_3_name_of_the_c_exchange_table_is_read(form):
+    """Before DLPack 1.3 the table was __c_dlpack_exchange_api__: its address
+    as an int (the 1.2-era proposal, older apache-tvm-ffi) or a capsule
+    (PaddlePaddle 3.3). Issue 25, item 19."""
+    table = t.DLPackCProducer.__dlpack_c_exchange_api__
+
+    class Older(t.DLPackProducer):
+        __c_dlpack_exchange_api__ = table if form == "capsule" else table_address(table)
+
+    p = Older(np.arange(3, dtype=np.int8))
+    for calls in range(1, 3):  # the first call and the cached route
+        assert t.dlpack_info(p)["path"] == "dlpack-c"
+        assert (p.dlpack_calls, p.c_calls, p.deleted) == (0, calls, calls)
+
+
+@pytest.mark.parametrize("value", ["major-2-header", 0, -1, "not a table"])
+def test_an_older_name_without_a_version_1_table_is_ignored(value):
+    """The header's version is read before anything else: a table of another
+    major version with no version-1 table behind it, or a value that is no
+    address, leaves the object to __dlpack__."""
+    header = DLPackHeader(2, 0, None)
+    if value == "major-2-header":
+        value = ctypes.addressof(header)
+
+    class Older(t.DLPackProducer):
+        __c_dlpack_exchange_api__ = value
+
+    p = Older(np.arange(3, dtype=np.int8))
+    assert t.dlpack_info(p)["path"] == "dlpack"
+    assert (p.dlpack_calls, p.c_calls) == (1, 0)
+
+
+def test_the_older_name_answers_when_the_1_3_name_holds_no_table():
+    """DLPack 1.3's name takes only a capsule; an int there is not a table,
+    and the older name is read next."""
+    table = t.DLPackCProducer.__dlpack_c_exchange_api__
+
+    class Both(t.DLPackProducer):
+        __dlpack_c_exchange_api__ = table_address(table)
+        __c_dlpack_exchange_api__ = table
+
+    p = Both(np.arange(3, dtype=np.int8))
+    assert t.dlpack_info(p)["path"] == "dlpack-c" and p.c_calls == 1
 
 
 def test_c_exchange_refusal_is_the_same_on_every_call():
