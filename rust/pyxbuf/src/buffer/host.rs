@@ -70,7 +70,8 @@ impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
         } else {
             self.is_c_contiguous()
         };
-        if !self.is_host() || !contiguous || !self.view.base.suboffsets.is_null() {
+        // Contiguity is false with suboffsets (the items are behind pointers).
+        if !self.is_host() || !contiguous {
             return None;
         }
         let n = self.item_count();
@@ -217,6 +218,18 @@ impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
     }
 
     fn copy_into(&self, target: &mut [T], order: u8) -> PyResult<()> {
+        // SAFETY: a valid view and a destination of exactly nbytes.
+        self.copy_into_with(target, |v, dst, nbytes| unsafe {
+            sys::pyxbuf_view_copy_contiguous(v, dst, nbytes, order as std::ffi::c_char)
+        })
+    }
+
+    /// `copy_into` with the C copy as a parameter (the tests' seam).
+    fn copy_into_with(
+        &self,
+        target: &mut [T],
+        copy: impl FnOnce(*const sys::pyxbuf_view, *mut c_void, usize) -> i32,
+    ) -> PyResult<()> {
         if target.len() != self.item_count() {
             return Err(PyBufferError::new_err(format!(
                 "pyxbuf: slice of {} items cannot receive the buffer's {} items",
@@ -225,23 +238,17 @@ impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
             )));
         }
         let nbytes = mem::size_of_val(target);
-        // SAFETY: a valid view and a destination of exactly nbytes.
-        let rc = self.with_view(|v| unsafe {
-            sys::pyxbuf_view_copy_contiguous(
-                v,
-                target.as_mut_ptr().cast(),
-                nbytes,
-                order as std::ffi::c_char,
-            )
-        });
-        self.check(rc)?;
-        // SAFETY: `target`'s bytes, just written; viewing them as
-        // MaybeUninit<u8> allows any bits.
+        let rc = self.with_view(|v| copy(v, target.as_mut_ptr().cast(), nbytes));
+        // Valid values first, whatever the copy returned: a copy that wrote
+        // some bytes and then failed must not leave a `bool` of 2 behind in
+        // the caller's slice.
+        // SAFETY: `target`'s bytes, initialised (a `&mut [T]`) and perhaps
+        // overwritten; viewing them as MaybeUninit<u8> allows any bits.
         let bytes = unsafe {
             std::slice::from_raw_parts_mut(target.as_mut_ptr().cast::<MaybeUninit<u8>>(), nbytes)
         };
         T::normalize_bytes(bytes);
-        Ok(())
+        self.check(rc)
     }
 
     /// Copy the items of host memory, in C order, into `target` (exactly
@@ -359,5 +366,41 @@ impl<'py, T: Element> PyXBuffer<'py, T, Exclusive> {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 25, item 8: a copy into `&mut [bool]` that writes bytes and then
+    /// fails leaves no invalid `bool` behind (the bytes are made 0 or 1
+    /// before the error is returned).
+    #[test]
+    fn failed_copy_leaves_only_valid_bools() {
+        Python::attach(|py| {
+            let data = py
+                .eval(c"memoryview(bytes([0, 1, 1, 0])).cast('?')", None, None)
+                .unwrap();
+            let buf = PyXBuffer::<bool>::get(&data).unwrap();
+            let mut target = [false; 4];
+            let err = buf
+                .copy_into_with(&mut target, |_, dst, n| {
+                    // SAFETY: `dst` is the target's n bytes.
+                    unsafe { ptr::write_bytes(dst.cast::<u8>(), 2, n) };
+                    PyBufferError::new_err("pyxbuf: the copy failed halfway").restore(py);
+                    -1
+                })
+                .unwrap_err();
+            assert!(err.is_instance_of::<PyBufferError>(py), "{err}");
+            assert!(err.to_string().contains("failed halfway"), "{err}");
+            // Read as bytes: a `bool` read of a 2 would itself be the bug.
+            // SAFETY: the target's 4 initialised bytes.
+            let bytes = unsafe { std::slice::from_raw_parts(target.as_ptr().cast::<u8>(), 4) };
+            assert!(
+                bytes.iter().all(|&b| b <= 1),
+                "invalid bools left: {bytes:?}"
+            );
+        });
     }
 }
