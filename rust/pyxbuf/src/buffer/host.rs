@@ -1,5 +1,6 @@
-//! Host memory: plain slices under grants, cells without, raw slice
-//! pointers, and copies in C or Fortran order.
+//! Host memory: plain slices and cells under grants (cells without one
+//! only in `unsafe` code), raw slice pointers, and copies in C or Fortran
+//! order.
 
 use std::cell::UnsafeCell;
 use std::ffi::c_void;
@@ -17,11 +18,17 @@ use crate::element::Element;
 
 /// Like [`std::cell::Cell`], but read-only: a `&ReadOnlyCell<T>` is an item
 /// that this code only reads but others may write. What
-/// [`PyXBuffer::as_cells`] hands out when no borrow was granted.
+/// [`PyXBuffer::as_cells`] hands out under a borrow grant, and the `unsafe`
+/// [`PyXBuffer::as_cells_unchecked`] without one.
 ///
-/// Reads are plain loads: as with PyO3's cells, a *thread* that writes the
-/// memory without holding the GIL while you read would be a data race, which
-/// no cell type can prevent — ask for a borrow (the default) to be sure.
+/// Reads are plain loads. They tolerate writes made *on this thread*
+/// between two reads (Python code you call while holding the cells), but a
+/// write from *another thread* at the same time is a data race, which no
+/// cell type can prevent: on free-threaded CPython any thread runs Python at
+/// any time, and with the GIL a NumPy ufunc that released it
+/// (`np.add(a, 1, out=a)`) writes from another thread too. That is why
+/// PyO3 0.30 deprecated its safe cell accessors, and why cells without a
+/// grant are `unsafe` here.
 ///
 /// The cell holds a `MaybeUninit<T>`, not a `T`: the bytes belong to the
 /// producer and need not be a valid `T` (a `bool` item may hold 2..=255), so
@@ -36,8 +43,9 @@ impl<T: Element> ReadOnlyCell<T> {
     #[inline]
     pub fn get(&self) -> T {
         // SAFETY: the cell lives in an aligned, readable item of the view
-        // (as_cells checks host memory, alignment and bounds); `read_item`
-        // turns any bits into a valid T.
+        // (cells_in checks host memory, alignment and bounds), which no other
+        // thread writes meanwhile (as_cells' grant, or as_cells_unchecked's
+        // caller); `read_item` turns any bits into a valid T.
         unsafe { T::read_item(self.as_ptr()) }
     }
 
@@ -85,8 +93,8 @@ impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
     /// The items as a plain slice — only when the producer (or pyxbuf's
     /// registry) granted a shared or exclusive borrow, the memory is on the
     /// host, C-contiguous and aligned for `T`. `None` otherwise: use
-    /// [`as_cells`](PyXBuffer::as_cells), [`to_vec`](PyXBuffer::to_vec) or
-    /// [`copy_to_host`](PyXBuffer::copy_to_host).
+    /// [`to_vec`](PyXBuffer::to_vec), [`copy_to_host`](PyXBuffer::copy_to_host)
+    /// or, under a grant, [`as_cells`](PyXBuffer::as_cells).
     ///
     /// What the grant promises is described at [`Grants`](crate::Grants); a `bool` buffer
     /// whose bytes are not all 0 or 1 gives `None` too.
@@ -119,25 +127,68 @@ impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
         Some(unsafe { std::slice::from_raw_parts(p, n) })
     }
 
-    /// The items as read-only cells: for host, C-contiguous, aligned memory
-    /// whatever the grants (PyO3's `as_slice`). Values may change between
-    /// reads when no borrow was granted.
+    /// The items as read-only cells -- under a shared or exclusive grant
+    /// (the promise [`as_slice`](PyXBuffer::as_slice) needs, enforced or
+    /// tracked: see [`Grants`](crate::Grants)), for host, C-contiguous,
+    /// aligned memory. Unlike the slice, cells tolerate writes made on this
+    /// thread between reads (by Python code you call) and `bool` items whose
+    /// bytes are not 0 or 1. `None` without a grant (a producer that ignores
+    /// borrow requests): another thread may be writing the memory, which
+    /// cells cannot make safe; use a copy ([`to_vec`](PyXBuffer::to_vec)),
+    /// or [`as_cells_unchecked`](PyXBuffer::as_cells_unchecked) where you
+    /// can promise that no other thread writes.
     pub fn as_cells(&self) -> Option<&[ReadOnlyCell<T>]> {
+        if !self.grants().any() {
+            return None;
+        }
         self.cells_in(false)
     }
 
     /// [`as_cells`](PyXBuffer::as_cells) for memory contiguous in Fortran
-    /// order (PyO3's `as_fortran_slice`).
+    /// order.
     pub fn as_fortran_cells(&self) -> Option<&[ReadOnlyCell<T>]> {
+        if !self.grants().any() {
+            return None;
+        }
         self.cells_in(true)
     }
 
+    /// The items as read-only cells whatever the grants: PyO3's `as_slice`,
+    /// which PyO3 0.30 deprecated as unsound. For host, C-contiguous,
+    /// aligned memory.
+    ///
+    /// # Safety
+    ///
+    /// While the returned cells are used, no *other* thread writes the
+    /// memory: not another Python thread (any thread, on free-threaded
+    /// CPython), not C code that released the GIL (a NumPy ufunc writing
+    /// `out=`), not a Rust thread. Writes from this thread between reads --
+    /// Python code you call -- are allowed; that is what cells are for.
+    pub unsafe fn as_cells_unchecked(&self) -> Option<&[ReadOnlyCell<T>]> {
+        self.cells_in(false)
+    }
+
+    /// [`as_cells_unchecked`](PyXBuffer::as_cells_unchecked) for memory
+    /// contiguous in Fortran order (PyO3's deprecated `as_fortran_slice`).
+    ///
+    /// # Safety
+    ///
+    /// As for [`as_cells_unchecked`](PyXBuffer::as_cells_unchecked).
+    pub unsafe fn as_fortran_cells_unchecked(&self) -> Option<&[ReadOnlyCell<T>]> {
+        self.cells_in(true)
+    }
+
+    /// The cells of `as_cells` and `as_cells_unchecked`, whose callers
+    /// answer for other threads (a grant, or the caller's promise).
     fn cells_in(&self, fortran: bool) -> Option<&[ReadOnlyCell<T>]> {
         let (p, n) = self.host_items_in(fortran)?;
         // SAFETY: n aligned, readable items of host memory alive while the
         // view is; ReadOnlyCell<T> is a transparent UnsafeCell<MaybeUninit<T>>,
-        // so others' writes are permitted by the type, no validity is assumed
-        // of the bytes, and every read goes through `Element::read_item`.
+        // so writes by code this thread runs are permitted by the type, no
+        // validity is assumed of the bytes, and every read goes through
+        // `Element::read_item`. Writes from other threads are excluded by
+        // the callers: a borrow grant (as_cells) or the caller's promise
+        // (as_cells_unchecked).
         Some(unsafe { std::slice::from_raw_parts(p.cast::<ReadOnlyCell<T>>(), n) })
     }
 
