@@ -44,8 +44,9 @@ impl<T: Element> ReadOnlyCell<T> {
     pub fn get(&self) -> T {
         // SAFETY: the cell lives in an aligned, readable item of the view
         // (cells_in checks host memory, alignment and bounds), which no other
-        // thread writes meanwhile (as_cells' grant, or as_cells_unchecked's
-        // caller); `read_item` turns any bits into a valid T.
+        // thread writes meanwhile: as_cells' grant promises it (enforced, or
+        // tracked under the crate's trust model), as_cells_unchecked's caller
+        // does; `read_item` turns any bits into a valid T.
         unsafe { T::read_item(self.as_ptr()) }
     }
 
@@ -187,8 +188,8 @@ impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
         // so writes by code this thread runs are permitted by the type, no
         // validity is assumed of the bytes, and every read goes through
         // `Element::read_item`. Writes from other threads are excluded by
-        // the callers: a borrow grant (as_cells) or the caller's promise
-        // (as_cells_unchecked).
+        // the callers: a borrow grant (as_cells; a tracked one under the
+        // crate's trust model) or the caller's promise (as_cells_unchecked).
         Some(unsafe { std::slice::from_raw_parts(p.cast::<ReadOnlyCell<T>>(), n) })
     }
 

@@ -165,7 +165,7 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
             && !b.strides.is_null()
             && b.ndim >= 0
             && (b.ndim == 0 || !b.shape.is_null());
-        if !simple || !self.len_consistent() {
+        if !simple || !self.fast_len_consistent() {
             self.check_layout(obj)?;
         }
         if flags & sys::PYXBUF_BORROW_EXCLUSIVE != 0 {
@@ -335,10 +335,27 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
         Some(if empty { 0 } else { bytes })
     }
 
-    #[inline(always)]
+    /// `len` is the shape's bytes, exactly: the full check (check_len).
     fn len_consistent(&self) -> bool {
         self.extent_bytes()
             .is_some_and(|b| b as isize == self.view.base.len)
+    }
+
+    /// The hot path's check, as cheap as before extents were checked: the
+    /// extents read as `usize` multiply (checked) to `len / itemsize` with
+    /// `len > 0`. That proves every extent is in `1..=isize::MAX` (a
+    /// negative one reads as at least 2^63) and their product bounded, so a
+    /// view that passes needs no `check_extents`. Empty views and zero item
+    /// sizes (`len == 0`, where a zero extent hides the others) take the cold
+    /// path, which checks every extent.
+    #[inline(always)]
+    fn fast_len_consistent(&self) -> bool {
+        let len = self.view.base.len;
+        self.shape()
+            .iter()
+            .try_fold(1usize, |acc, &n| acc.checked_mul(n))
+            .and_then(|n| n.checked_mul(self.view.base.itemsize.max(0) as usize))
+            .is_some_and(|b| b as isize == len && len > 0)
     }
 
     /// Run `f` with the C view's address, for the C functions that read a view.
@@ -417,9 +434,10 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
         }
         // SAFETY: checked at acquisition: shape is non-NULL with ndim
         // entries, alive while the view is (rebased if it points into it);
-        // Py_ssize_t and usize share a layout, and every extent was checked
-        // non-negative (check_extents; a negative one refuses the view), so
-        // each reads as the same value.
+        // Py_ssize_t and usize share a layout (any bits are a usize). Once
+        // acquired, every extent is known non-negative (fast_len_consistent
+        // or check_extents; a negative one refuses the view), so each reads
+        // as the same value.
         unsafe { std::slice::from_raw_parts(self.view.base.shape.cast::<usize>(), n) }
     }
 
