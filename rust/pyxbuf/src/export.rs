@@ -149,19 +149,125 @@ impl BorrowCounter {
         self.lock().views
     }
 
-    /// `BufferError` while any view is live: call before reallocating,
-    /// resizing or reshaping exported memory (like `bytearray`'s "Existing
+    /// `BufferError` while any view is live (like `bytearray`'s "Existing
     /// exports of data: object cannot be re-sized").
+    ///
+    /// Only a check: a view may be taken right after it answers (by Python
+    /// code the act runs, or another thread), so to *act* on the answer --
+    /// reallocate, resize, reshape or write exported memory -- hold
+    /// [`exclusive_guard`](BorrowCounter::exclusive_guard) across the act
+    /// instead.
     pub fn ensure_no_views(&self, what: &str) -> PyResult<()> {
         let c = self.counts();
         if c.views == 0 {
             return Ok(());
         }
-        Err(PyBufferError::new_err(format!(
-            "pyxbuf: cannot {what}: {} view(s) of the memory are live ({} shared, {} exclusive \
-             borrow(s)); release them first",
-            c.views, c.shared, c.exclusive
-        )))
+        Err(no_views_error(what, &c))
+    }
+
+    /// Borrow the memory as its owner, exclusively, for as long as the
+    /// guard lives: `BufferError` while any view is live (the message names
+    /// `what` and the live views), and while the guard lives every request
+    /// is refused -- so the check holds across what the owner then does
+    /// (reallocate, resize, reshape, write). The guard counts as one view
+    /// with an exclusive borrow ([`views`](BorrowCounter::views) says 1).
+    ///
+    /// ```
+    /// use pyxbuf::export::BorrowCounter;
+    /// let counter = BorrowCounter::new();
+    /// {
+    ///     let _guard = counter.exclusive_guard("resize the array").unwrap();
+    ///     // ... reallocate: no consumer can acquire a view meanwhile.
+    ///     assert_eq!(counter.views(), 1);
+    /// }
+    /// assert_eq!(counter.views(), 0);
+    /// ```
+    pub fn exclusive_guard(&self, what: &str) -> PyResult<OwnerBorrow<'_>> {
+        self.owner_borrow(true, what)
+    }
+
+    /// Borrow the memory as its owner, shared, for as long as the guard
+    /// lives: `BufferError` while a writable view or an exclusive borrow is
+    /// live; while the guard lives, writable and exclusive requests are
+    /// refused and shared ones granted -- so the owner may read the memory
+    /// knowing nobody writes it.
+    pub fn shared_guard(&self, what: &str) -> PyResult<OwnerBorrow<'_>> {
+        self.owner_borrow(false, what)
+    }
+
+    fn owner_borrow(&self, exclusive: bool, what: &str) -> PyResult<OwnerBorrow<'_>> {
+        let mut c = self.lock();
+        // The owner is one more borrower, under the consumers' rules: reading
+        // is a shared borrow (no exclusive borrow, no writable view), writing
+        // an exclusive one (no other view at all).
+        let conflict = if exclusive {
+            c.views > 0
+        } else {
+            c.exclusive > 0 || c.writable > 0
+        };
+        if conflict {
+            let counts = *c;
+            // Format the error without the lock: it can run Python (a
+            // finalizer releasing another view takes the lock).
+            drop(c);
+            return Err(if exclusive {
+                no_views_error(what, &counts)
+            } else {
+                PyBufferError::new_err(format!(
+                    "pyxbuf: cannot {what}: a writable view or an exclusive borrow of the memory \
+                     is live ({} view(s), {} writable, {} exclusive borrow(s)); release it first",
+                    counts.views, counts.writable, counts.exclusive
+                ))
+            });
+        }
+        c.views += 1;
+        if exclusive {
+            c.exclusive += 1;
+        } else {
+            c.shared += 1;
+        }
+        Ok(OwnerBorrow {
+            counter: self,
+            exclusive,
+        })
+    }
+}
+
+fn no_views_error(what: &str, c: &sys::pyxbuf_borrow_counter) -> PyErr {
+    PyBufferError::new_err(format!(
+        "pyxbuf: cannot {what}: {} view(s) of the memory are live ({} shared, {} exclusive \
+         borrow(s)); release them first",
+        c.views, c.shared, c.exclusive
+    ))
+}
+
+/// The owner's borrow of its exported memory, from
+/// [`BorrowCounter::exclusive_guard`] or [`BorrowCounter::shared_guard`]:
+/// counted as a view with a borrow until dropped, so consumers' requests
+/// are decided as if a consumer held it.
+#[must_use = "the borrow ends when the guard is dropped"]
+#[derive(Debug)]
+pub struct OwnerBorrow<'a> {
+    counter: &'a BorrowCounter,
+    exclusive: bool,
+}
+
+impl OwnerBorrow<'_> {
+    /// Whether this is an exclusive borrow (else shared).
+    pub fn is_exclusive(&self) -> bool {
+        self.exclusive
+    }
+}
+
+impl Drop for OwnerBorrow<'_> {
+    fn drop(&mut self) {
+        let mut c = self.counter.lock();
+        c.views -= 1;
+        if self.exclusive {
+            c.exclusive -= 1;
+        } else {
+            c.shared -= 1;
+        }
     }
 }
 
@@ -432,40 +538,53 @@ impl<T: Element> std::fmt::Debug for HostArray<T> {
     }
 }
 
-/// Marks the owner's access as a borrow for the duration of a closure.
-struct OwnerBorrow<'a> {
-    counter: &'a BorrowCounter,
-    exclusive: bool,
-}
-
-impl Drop for OwnerBorrow<'_> {
-    fn drop(&mut self) {
-        let mut c = self.counter.lock();
-        c.views -= 1;
-        if self.exclusive {
-            c.exclusive -= 1;
-        } else {
-            c.shared -= 1;
-        }
-    }
-}
-
 impl<T: Element> HostArray<T> {
     /// `data` as an array of `shape` (C order); `ValueError` when the item
-    /// count differs.
+    /// count differs, when there are more than `PYXBUF_MAX_NDIM` dimensions,
+    /// or when the shape does not fit in memory (its non-zero extents, or
+    /// their bytes, exceed `isize::MAX`: consumers size slices and strides
+    /// by them).
     pub fn new(data: Vec<T>, shape: &[usize]) -> PyResult<HostArray<T>> {
-        let count: usize = shape.iter().product();
-        if count != data.len() || shape.len() > sys::PYXBUF_MAX_NDIM {
+        if shape.len() > sys::PYXBUF_MAX_NDIM {
             return Err(PyValueError::new_err(format!(
-                "pyxbuf: {} items cannot have shape {shape:?}",
+                "pyxbuf: shape {shape:?} has {} dimensions, more than the {} a buffer may have",
+                shape.len(),
+                sys::PYXBUF_MAX_NDIM
+            )));
+        }
+        // Items with the zero extents left out (what strides multiply), and
+        // their bytes: both bounded, with checked arithmetic.
+        let spanned = shape
+            .iter()
+            .try_fold(1usize, |acc, &n| acc.checked_mul(n.max(1)))
+            .and_then(|n| n.checked_mul(mem::size_of::<T>().max(1)))
+            .filter(|&bytes| bytes <= isize::MAX as usize);
+        if spanned.is_none() {
+            return Err(PyValueError::new_err(format!(
+                "pyxbuf: shape {shape:?} of {}-byte items does not fit in memory (its non-zero \
+                 extents times the item size exceed isize::MAX bytes); give a smaller shape",
+                mem::size_of::<T>()
+            )));
+        }
+        let count = if shape.contains(&0) {
+            0
+        } else {
+            shape.iter().product()
+        };
+        if count != data.len() {
+            return Err(PyValueError::new_err(format!(
+                "pyxbuf: {} items cannot have shape {shape:?} ({count} items); give a shape \
+                 whose extents multiply to the data's length",
                 data.len()
             )));
         }
+        // C-order strides: products of the extents after each dimension,
+        // bounded by `spanned` above.
         let mut strides = vec![0isize; shape.len()].into_boxed_slice();
         let mut stride = mem::size_of::<T>() as isize;
         for i in (0..shape.len()).rev() {
             strides[i] = stride;
-            stride *= shape[i].max(1) as isize;
+            stride = stride.saturating_mul(shape[i].max(1) as isize);
         }
         let data: Box<[T]> = data.into_boxed_slice();
         // SAFETY: UnsafeCell<T> is repr(transparent) over T.
@@ -508,49 +627,13 @@ impl<T: Element> HostArray<T> {
         self.shape.iter().map(|&n| n as usize).collect()
     }
 
-    fn owner_borrow(&self, exclusive: bool) -> PyResult<OwnerBorrow<'_>> {
-        let mut c = self.borrows.lock();
-        // The owner is one more borrower, under the consumers' rules: reading
-        // is a shared borrow (no exclusive borrow, no writable view), writing
-        // an exclusive one (no other view at all).
-        let conflict = if exclusive {
-            c.views > 0
-        } else {
-            c.exclusive > 0 || c.writable > 0
-        };
-        if conflict {
-            return Err(PyBufferError::new_err(format!(
-                "pyxbuf: the owner cannot {} its array while {} (live now: {} view(s), {} \
-                 writable, {} shared and {} exclusive borrow(s)); release those views first",
-                if exclusive { "write" } else { "read" },
-                if exclusive {
-                    "views of it are live"
-                } else {
-                    "a writable view or an exclusive borrow is live"
-                },
-                c.views,
-                c.writable,
-                c.shared,
-                c.exclusive
-            )));
-        }
-        c.views += 1;
-        if exclusive {
-            c.exclusive += 1;
-        } else {
-            c.shared += 1;
-        }
-        Ok(OwnerBorrow {
-            counter: &self.borrows,
-            exclusive,
-        })
-    }
-
     /// Read the items (C order), as a shared borrower would: `BufferError`
     /// while a writable view or an exclusive borrow is live; during `f`,
     /// writable and exclusive requests are refused.
     pub fn read<R>(&self, f: impl FnOnce(&[T]) -> R) -> PyResult<R> {
-        let _guard = self.owner_borrow(false)?;
+        let _guard = self
+            .borrows
+            .shared_guard("read its HostArray as the owner")?;
         // SAFETY: no writable view and no exclusive borrow is live, and none
         // can be granted until the guard drops (it counts as a shared borrow
         // under the counter's lock), so nobody writes the items meanwhile.
@@ -569,7 +652,9 @@ impl<T: Element> HostArray<T> {
     /// Takes `&self`, so it works in a `#[pyclass(frozen)]`: the counter, not
     /// the borrow checker, makes concurrent owner writes impossible.
     pub fn write<R>(&self, f: impl FnOnce(&mut [T]) -> R) -> PyResult<R> {
-        let _guard = self.owner_borrow(true)?;
+        let _guard = self
+            .borrows
+            .exclusive_guard("write its HostArray as the owner")?;
         // SAFETY: no view (and no other owner access, which counts as one) is
         // live, and none can start until the guard drops (it counts as an
         // exclusive borrow under the counter's lock): this is the only access

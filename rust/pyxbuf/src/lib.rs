@@ -47,8 +47,12 @@
 //! [`copy_to_fortran_slice`](PyXBuffer::copy_to_fortran_slice),
 //! [`copy_from_slice`](PyXBuffer::copy_from_slice), [`release`](PyXUntypedBuffer::release)
 //! — minus the `py` arguments (the buffer carries its `Python<'py>`). PyO3's
-//! `as_slice` (cells) is [`as_cells`](PyXBuffer::as_cells) here (and its
-//! `as_fortran_slice` is [`as_fortran_cells`](PyXBuffer::as_fortran_cells));
+//! `as_slice` (cells, deprecated in PyO3 0.30 as unsound) is
+//! [`as_cells`](PyXBuffer::as_cells) here, which needs a borrow grant, or
+//! the `unsafe` [`as_cells_unchecked`](PyXBuffer::as_cells_unchecked)
+//! without one (and its `as_fortran_slice` is
+//! [`as_fortran_cells`](PyXBuffer::as_fortran_cells) /
+//! [`as_fortran_cells_unchecked`](PyXBuffer::as_fortran_cells_unchecked));
 //! [`as_slice`](PyXBuffer::as_slice) / [`as_fortran_slice`](PyXBuffer::as_fortran_slice)
 //! give a plain `&[T]` under a borrow grant, and
 //! [`as_mut_slice`](PyXBuffer::as_mut_slice) /
@@ -71,24 +75,27 @@
 //! themselves; other producers (NumPy, `bytearray`, DLPack tensors...) get a
 //! *tracked* grant from pyxbuf's process-wide cooperative registry, which
 //! every pyxbuf consumer in the process respects but code that bypasses
-//! pyxbuf does not. [`Grants`] says which one a view holds.
+//! pyxbuf does not. [`Grants`] says which one a view holds, and
+//! [`Request::require_enforced`] refuses anything weaker than an enforced
+//! one.
 //!
 //! # Soundness
 //!
-//! Plain slices are handed out only under a borrow grant, and a grant is only
-//! as good as whoever keeps it. There are two kinds ([`Grants::tracked`]
-//! tells them apart):
+//! Plain slices (and cells) are handed out only under a borrow grant, and a
+//! grant is only as good as whoever keeps it. There are two kinds
+//! ([`Grants::tracked`] tells them apart):
 //!
 //! - **Enforced** (no `tracked` bit): the producer itself refuses every
 //!   request that would break the promise until the view is released —
 //!   pyxbuf's exporters (`pyxbuf.Exporter`, the [`export`] module's
 //!   `#[pyclass]`es) and any extended producer that grants borrows. There
 //!   [`as_slice`](PyXBuffer::as_slice) and
-//!   [`as_mut_slice`](PyXBuffer::as_mut_slice) are sound outright: no Python
-//!   code can get at the memory while the slice lives. A zero-copy wrapper
-//!   of another object's memory (`pyxbuf.from_dlpack`) holds a borrow of
-//!   that memory for its whole life, so its grants are as strong as the
-//!   borrow it holds.
+//!   [`as_mut_slice`](PyXBuffer::as_mut_slice) are sound outright: no code
+//!   that reaches the memory through the producer, on any thread, can write
+//!   it while the slice lives. A zero-copy wrapper of another object's
+//!   memory (`pyxbuf.from_dlpack`) holds a borrow of that memory for its
+//!   whole life, so its grants are as strong as the borrow it holds.
+//!   [`Request::require_enforced`] accepts only these.
 //! - **Tracked** (`tracked` bit): pyxbuf's process-wide cooperative registry
 //!   granted it, for producers that know nothing of borrows (NumPy,
 //!   `bytearray`, `array.array`, DLPack and CAI tensors). Every pyxbuf
@@ -99,27 +106,45 @@
 //!   `_RUST_NUMPY_BORROW_CHECKING_API` capsule in NumPy's multiarray module
 //!   (whichever comes first installs it), so a `PyReadwriteArray` and a
 //!   `PyXBuffer` of overlapping memory refuse each other in both directions
-//!   (tests/rust_numpy_interop*.rs, with the real `numpy` crate). Code that
-//!   bypasses both is not
-//!   stopped: `array[0] = 1` from Python, a `memoryview` taken before or
-//!   after, C code writing the array. So the slice is sound **if no code
-//!   outside pyxbuf writes the memory while you hold it** — the same promise
-//!   rust-numpy's `PyReadonlyArray` relies on. You keep it by not running
-//!   Python code that may write the array (callbacks, `py.detach` while
-//!   another thread runs Python) between taking the slice and dropping it.
+//!   (tests/rust_numpy_interop*.rs, with the real `numpy` crate).
 //!
-//! Without a grant (a producer that ignores borrow requests), or when you
-//! want to reason yourself, use [`as_cells`](PyXBuffer::as_cells) (reads
-//! that tolerate concurrent writes from the same thread) or the raw
+//!   **What a tracked grant cannot stop** is code that bypasses both:
+//!   `array[0] = 1` from Python, a `memoryview` taken before or after, C
+//!   code writing the array — on this thread *or on another*. Staying
+//!   attached does not keep other threads out: on free-threaded CPython
+//!   every thread runs Python at any time, and on GIL builds C code that
+//!   released the GIL runs beside you (a NumPy ufunc writing its output,
+//!   `np.add(a, 1, out=a)`, does). So a slice under a tracked grant is sound
+//!   **only if no code outside pyxbuf writes the memory while you hold
+//!   it** — the same promise rust-numpy's `PyReadonlyArray` relies on. On
+//!   this thread you keep it by not calling Python code that may write the
+//!   array between taking the slice and dropping it; other threads you
+//!   cannot stop, so the promise is yours to make about the program: that
+//!   no other thread writes the array meanwhile. Where you cannot make it,
+//!   use [`Request::require_enforced`] (a tracked grant is then refused),
+//!   or copy ([`to_vec`](PyXBuffer::to_vec)).
+//!
+//! Without a grant (a producer that ignores borrow requests) the safe API
+//! hands out no reference to the memory: [`as_slice`](PyXBuffer::as_slice),
+//! [`as_cells`](PyXBuffer::as_cells) and `as_array` return `None`; copies
+//! ([`to_vec`](PyXBuffer::to_vec)) still work. Cells without a grant are the
+//! `unsafe` [`as_cells_unchecked`](PyXBuffer::as_cells_unchecked) (reads
+//! that tolerate writes from *this* thread between them; you promise that
+//! no other thread writes meanwhile, a data race no cell can prevent — why
+//! PyO3 0.30 deprecated its safe cells), and the raw
 //! [`as_slice_ptr`](PyXBuffer::as_slice_ptr) /
-//! [`as_mut_slice_ptr`](PyXBuffer::as_mut_slice_ptr) (`NonNull<[T]>`), whose
-//! dereference is your `unsafe` block. What the type system adds:
-//! `as_mut_slice` exists only on `PyXBuffer<T, Exclusive>`, whose acquisition
-//! fails unless an exclusive grant was given; slices borrow the buffer, the
-//! buffer borrows its `Python<'py>` and is `!Send`; cells never form a
-//! reference to a `T` over bytes that may not be a valid `T` (`bool`);
-//! [`Request::temporary`] is `unsafe` because safe code cannot promise that
-//! no Python runs before release.
+//! [`as_mut_slice_ptr`](PyXBuffer::as_mut_slice_ptr) (`NonNull<[T]>`)
+//! leave every dereference to your `unsafe` block. What the type system
+//! adds: `as_mut_slice` exists only on `PyXBuffer<T, Exclusive>`, whose
+//! acquisition fails unless an exclusive grant was given; slices borrow the
+//! buffer, the buffer borrows its `Python<'py>` and is `!Send`
+//! ([`PyXBufferOwned`], the `Send` handle, only for `Send + Sync` items);
+//! cells never form a reference to a `T` over bytes that may not be a valid
+//! `T` (`bool`); [`Request::temporary`] is `unsafe` because safe code cannot
+//! promise that no Python runs before release. Layouts are checked once, at
+//! acquisition: a negative extent, or extents whose product does not fit in
+//! memory, refuse the view before any slice, cell or ndarray view is sized
+//! by them.
 //!
 //! # Design notes
 //!

@@ -1,7 +1,8 @@
 //! What the type system refuses (trybuild): `as_mut_slice` without an
 //! exclusive borrow, buffers outliving their `Python<'py>`, slices outliving
 //! their buffer, buffers crossing threads, `temporary()` outside `unsafe`,
-//! a `HostArray` shared across threads over items that are not `Sync`. The expected compiler messages are
+//! a `HostArray` or a `PyXBufferOwned` shared across threads over items that
+//! are not `Sync`. The expected compiler messages are
 //! in tests/compile_fail/*.stderr (regenerate with TRYBUILD=overwrite after a
 //! toolchain change).
 

@@ -11,11 +11,22 @@ use pyxbuf_sys as sys;
 /// - **exclusive**: this view alone reads and writes it;
 /// - **tracked**: the grant comes from pyxbuf's process-wide registry, not
 ///   the producer (NumPy, `bytearray`, DLPack tensors...): every pyxbuf
-///   consumer in the process (all copies of the library) respects it, but
-///   code that bypasses pyxbuf does not — a Python callback you call while
-///   holding a slice could still write `array[0] = 1`, and so could a thread
-///   that released the GIL. A grant without `tracked` is enforced by the
-///   producer itself (pyxbuf's exporters refuse every conflicting request).
+///   consumer in the process (all copies of the library) and rust-numpy
+///   respect it, but code that bypasses pyxbuf does not, and the registry
+///   cannot stop it. What a tracked grant **cannot stop**: a Python callback
+///   you call while holding a slice writing `array[0] = 1`; and Python or C
+///   code on *another thread* writing the memory at any moment — every
+///   thread on free-threaded CPython, and on GIL builds C code that
+///   released the GIL (a NumPy ufunc writing `out=`, as
+///   `np.add(a, 1, out=a)` does). Staying attached (never calling
+///   `py.detach`) does not prevent the second. A slice under a tracked grant
+///   is sound only if no such write happens while you hold it; where you
+///   cannot promise that, ask for
+///   [`Request::require_enforced`](crate::Request::require_enforced) or copy.
+///
+/// A grant without `tracked` is enforced by the producer itself (pyxbuf's
+/// exporters refuse every conflicting request, from any thread, until the
+/// view is released): [`is_enforced`](Grants::is_enforced).
 ///
 /// ```
 /// use pyxbuf::Grants;

@@ -1,5 +1,6 @@
-//! Host memory: plain slices under grants, cells without, raw slice
-//! pointers, and copies in C or Fortran order.
+//! Host memory: plain slices and cells under grants (cells without one
+//! only in `unsafe` code), raw slice pointers, and copies in C or Fortran
+//! order.
 
 use std::cell::UnsafeCell;
 use std::ffi::c_void;
@@ -17,11 +18,17 @@ use crate::element::Element;
 
 /// Like [`std::cell::Cell`], but read-only: a `&ReadOnlyCell<T>` is an item
 /// that this code only reads but others may write. What
-/// [`PyXBuffer::as_cells`] hands out when no borrow was granted.
+/// [`PyXBuffer::as_cells`] hands out under a borrow grant, and the `unsafe`
+/// [`PyXBuffer::as_cells_unchecked`] without one.
 ///
-/// Reads are plain loads: as with PyO3's cells, a *thread* that writes the
-/// memory without holding the GIL while you read would be a data race, which
-/// no cell type can prevent — ask for a borrow (the default) to be sure.
+/// Reads are plain loads. They tolerate writes made *on this thread*
+/// between two reads (Python code you call while holding the cells), but a
+/// write from *another thread* at the same time is a data race, which no
+/// cell type can prevent: on free-threaded CPython any thread runs Python at
+/// any time, and with the GIL a NumPy ufunc that released it
+/// (`np.add(a, 1, out=a)`) writes from another thread too. That is why
+/// PyO3 0.30 deprecated its safe cell accessors, and why cells without a
+/// grant are `unsafe` here.
 ///
 /// The cell holds a `MaybeUninit<T>`, not a `T`: the bytes belong to the
 /// producer and need not be a valid `T` (a `bool` item may hold 2..=255), so
@@ -36,8 +43,10 @@ impl<T: Element> ReadOnlyCell<T> {
     #[inline]
     pub fn get(&self) -> T {
         // SAFETY: the cell lives in an aligned, readable item of the view
-        // (as_cells checks host memory, alignment and bounds); `read_item`
-        // turns any bits into a valid T.
+        // (cells_in checks host memory, alignment and bounds), which no other
+        // thread writes meanwhile: as_cells' grant promises it (enforced, or
+        // tracked under the crate's trust model), as_cells_unchecked's caller
+        // does; `read_item` turns any bits into a valid T.
         unsafe { T::read_item(self.as_ptr()) }
     }
 
@@ -70,7 +79,8 @@ impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
         } else {
             self.is_c_contiguous()
         };
-        if !self.is_host() || !contiguous || !self.view.base.suboffsets.is_null() {
+        // Contiguity is false with suboffsets (the items are behind pointers).
+        if !self.is_host() || !contiguous {
             return None;
         }
         let n = self.item_count();
@@ -84,8 +94,8 @@ impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
     /// The items as a plain slice — only when the producer (or pyxbuf's
     /// registry) granted a shared or exclusive borrow, the memory is on the
     /// host, C-contiguous and aligned for `T`. `None` otherwise: use
-    /// [`as_cells`](PyXBuffer::as_cells), [`to_vec`](PyXBuffer::to_vec) or
-    /// [`copy_to_host`](PyXBuffer::copy_to_host).
+    /// [`to_vec`](PyXBuffer::to_vec), [`copy_to_host`](PyXBuffer::copy_to_host)
+    /// or, under a grant, [`as_cells`](PyXBuffer::as_cells).
     ///
     /// What the grant promises is described at [`Grants`](crate::Grants); a `bool` buffer
     /// whose bytes are not all 0 or 1 gives `None` too.
@@ -118,25 +128,68 @@ impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
         Some(unsafe { std::slice::from_raw_parts(p, n) })
     }
 
-    /// The items as read-only cells: for host, C-contiguous, aligned memory
-    /// whatever the grants (PyO3's `as_slice`). Values may change between
-    /// reads when no borrow was granted.
+    /// The items as read-only cells -- under a shared or exclusive grant
+    /// (the promise [`as_slice`](PyXBuffer::as_slice) needs, enforced or
+    /// tracked: see [`Grants`](crate::Grants)), for host, C-contiguous,
+    /// aligned memory. Unlike the slice, cells tolerate writes made on this
+    /// thread between reads (by Python code you call) and `bool` items whose
+    /// bytes are not 0 or 1. `None` without a grant (a producer that ignores
+    /// borrow requests): another thread may be writing the memory, which
+    /// cells cannot make safe; use a copy ([`to_vec`](PyXBuffer::to_vec)),
+    /// or [`as_cells_unchecked`](PyXBuffer::as_cells_unchecked) where you
+    /// can promise that no other thread writes.
     pub fn as_cells(&self) -> Option<&[ReadOnlyCell<T>]> {
+        if !self.grants().any() {
+            return None;
+        }
         self.cells_in(false)
     }
 
     /// [`as_cells`](PyXBuffer::as_cells) for memory contiguous in Fortran
-    /// order (PyO3's `as_fortran_slice`).
+    /// order.
     pub fn as_fortran_cells(&self) -> Option<&[ReadOnlyCell<T>]> {
+        if !self.grants().any() {
+            return None;
+        }
         self.cells_in(true)
     }
 
+    /// The items as read-only cells whatever the grants: PyO3's `as_slice`,
+    /// which PyO3 0.30 deprecated as unsound. For host, C-contiguous,
+    /// aligned memory.
+    ///
+    /// # Safety
+    ///
+    /// While the returned cells are used, no *other* thread writes the
+    /// memory: not another Python thread (any thread, on free-threaded
+    /// CPython), not C code that released the GIL (a NumPy ufunc writing
+    /// `out=`), not a Rust thread. Writes from this thread between reads --
+    /// Python code you call -- are allowed; that is what cells are for.
+    pub unsafe fn as_cells_unchecked(&self) -> Option<&[ReadOnlyCell<T>]> {
+        self.cells_in(false)
+    }
+
+    /// [`as_cells_unchecked`](PyXBuffer::as_cells_unchecked) for memory
+    /// contiguous in Fortran order (PyO3's deprecated `as_fortran_slice`).
+    ///
+    /// # Safety
+    ///
+    /// As for [`as_cells_unchecked`](PyXBuffer::as_cells_unchecked).
+    pub unsafe fn as_fortran_cells_unchecked(&self) -> Option<&[ReadOnlyCell<T>]> {
+        self.cells_in(true)
+    }
+
+    /// The cells of `as_cells` and `as_cells_unchecked`, whose callers
+    /// answer for other threads (a grant, or the caller's promise).
     fn cells_in(&self, fortran: bool) -> Option<&[ReadOnlyCell<T>]> {
         let (p, n) = self.host_items_in(fortran)?;
         // SAFETY: n aligned, readable items of host memory alive while the
         // view is; ReadOnlyCell<T> is a transparent UnsafeCell<MaybeUninit<T>>,
-        // so others' writes are permitted by the type, no validity is assumed
-        // of the bytes, and every read goes through `Element::read_item`.
+        // so writes by code this thread runs are permitted by the type, no
+        // validity is assumed of the bytes, and every read goes through
+        // `Element::read_item`. Writes from other threads are excluded by
+        // the callers: a borrow grant (as_cells; a tracked one under the
+        // crate's trust model) or the caller's promise (as_cells_unchecked).
         Some(unsafe { std::slice::from_raw_parts(p.cast::<ReadOnlyCell<T>>(), n) })
     }
 
@@ -217,6 +270,18 @@ impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
     }
 
     fn copy_into(&self, target: &mut [T], order: u8) -> PyResult<()> {
+        // SAFETY: a valid view and a destination of exactly nbytes.
+        self.copy_into_with(target, |v, dst, nbytes| unsafe {
+            sys::pyxbuf_view_copy_contiguous(v, dst, nbytes, order as std::ffi::c_char)
+        })
+    }
+
+    /// `copy_into` with the C copy as a parameter (the tests' seam).
+    fn copy_into_with(
+        &self,
+        target: &mut [T],
+        copy: impl FnOnce(*const sys::pyxbuf_view, *mut c_void, usize) -> i32,
+    ) -> PyResult<()> {
         if target.len() != self.item_count() {
             return Err(PyBufferError::new_err(format!(
                 "pyxbuf: slice of {} items cannot receive the buffer's {} items",
@@ -225,23 +290,17 @@ impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
             )));
         }
         let nbytes = mem::size_of_val(target);
-        // SAFETY: a valid view and a destination of exactly nbytes.
-        let rc = self.with_view(|v| unsafe {
-            sys::pyxbuf_view_copy_contiguous(
-                v,
-                target.as_mut_ptr().cast(),
-                nbytes,
-                order as std::ffi::c_char,
-            )
-        });
-        self.check(rc)?;
-        // SAFETY: `target`'s bytes, just written; viewing them as
-        // MaybeUninit<u8> allows any bits.
+        let rc = self.with_view(|v| copy(v, target.as_mut_ptr().cast(), nbytes));
+        // Valid values first, whatever the copy returned: a copy that wrote
+        // some bytes and then failed must not leave a `bool` of 2 behind in
+        // the caller's slice.
+        // SAFETY: `target`'s bytes, initialised (a `&mut [T]`) and perhaps
+        // overwritten; viewing them as MaybeUninit<u8> allows any bits.
         let bytes = unsafe {
             std::slice::from_raw_parts_mut(target.as_mut_ptr().cast::<MaybeUninit<u8>>(), nbytes)
         };
         T::normalize_bytes(bytes);
-        Ok(())
+        self.check(rc)
     }
 
     /// Copy the items of host memory, in C order, into `target` (exactly
@@ -359,5 +418,41 @@ impl<'py, T: Element> PyXBuffer<'py, T, Exclusive> {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 25, item 8: a copy into `&mut [bool]` that writes bytes and then
+    /// fails leaves no invalid `bool` behind (the bytes are made 0 or 1
+    /// before the error is returned).
+    #[test]
+    fn failed_copy_leaves_only_valid_bools() {
+        Python::attach(|py| {
+            let data = py
+                .eval(c"memoryview(bytes([0, 1, 1, 0])).cast('?')", None, None)
+                .unwrap();
+            let buf = PyXBuffer::<bool>::get(&data).unwrap();
+            let mut target = [false; 4];
+            let err = buf
+                .copy_into_with(&mut target, |_, dst, n| {
+                    // SAFETY: `dst` is the target's n bytes.
+                    unsafe { ptr::write_bytes(dst.cast::<u8>(), 2, n) };
+                    PyBufferError::new_err("pyxbuf: the copy failed halfway").restore(py);
+                    -1
+                })
+                .unwrap_err();
+            assert!(err.is_instance_of::<PyBufferError>(py), "{err}");
+            assert!(err.to_string().contains("failed halfway"), "{err}");
+            // Read as bytes: a `bool` read of a 2 would itself be the bug.
+            // SAFETY: the target's 4 initialised bytes.
+            let bytes = unsafe { std::slice::from_raw_parts(target.as_ptr().cast::<u8>(), 4) };
+            assert!(
+                bytes.iter().all(|&b| b <= 1),
+                "invalid bools left: {bytes:?}"
+            );
+        });
     }
 }

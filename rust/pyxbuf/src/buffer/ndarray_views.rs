@@ -19,7 +19,11 @@ struct Parts<T> {
 impl<T: Element, M: BorrowMode> PyXBuffer<'_, T, M> {
     /// The view's layout in elements, when ndarray can describe it: host
     /// memory, no suboffsets, aligned items, byte strides that are whole
-    /// multiples of the item size.
+    /// multiples of the item size, and (ndarray's contract) a span from the
+    /// lowest to the highest reachable item of at most `isize::MAX` bytes.
+    /// The shape itself was bounded at acquisition (non-negative extents
+    /// whose non-zero product fits in `isize`); the strides of an empty
+    /// view are the producer's word only, so the span is checked here.
     fn array_parts(&self) -> Option<Parts<T>> {
         if !self.is_host() || self.suboffsets().is_some() {
             return None;
@@ -30,10 +34,17 @@ impl<T: Element, M: BorrowMode> PyXBuffer<'_, T, M> {
         let mut ptr = self.buf_ptr().cast::<u8>();
         let mut strides = Vec::with_capacity(shape.len());
         let mut flipped = Vec::new();
+        let mut span = 0usize;
         for (axis, (&n, &s)) in shape.iter().zip(self.strides()).enumerate() {
             if size == 0 || s % size != 0 {
                 return None;
             }
+            // ndarray's bound: (n - 1) steps of |s| bytes on every axis.
+            span = n
+                .saturating_sub(1)
+                .checked_mul(s.unsigned_abs())
+                .and_then(|step| span.checked_add(step))
+                .filter(|&b| b <= isize::MAX as usize)?;
             if s < 0 {
                 if !empty && n > 0 {
                     // Start from this axis's lowest address.

@@ -1,6 +1,6 @@
-//! [`PyXBufferOwned`]: an acquired buffer that is `Send` and `Sync` and
-//! needs no `Python<'py>` to be held, so it can live in a `#[pyclass]` or
-//! cross threads; [`bind`](PyXBufferOwned::bind) lends it back as a
+//! [`PyXBufferOwned`]: an acquired buffer that is `Send` and `Sync` (for
+//! `Send + Sync` items) and needs no `Python<'py>` to be held, so it can
+//! live in a `#[pyclass]` or cross threads; [`bind`](PyXBufferOwned::bind) lends it back as a
 //! [`PyXBuffer<'py, T, M>`] for an attached thread.
 
 use std::fmt;
@@ -16,6 +16,18 @@ use crate::element::Element;
 /// anywhere; reach its items through [`bind`](Self::bind) (or
 /// [`bind_mut`](Self::bind_mut)) with a `Python<'py>`, and drop it from any
 /// thread (dropping attaches to the interpreter to release the view).
+///
+/// Where no thread can attach -- the interpreter is finalizing or gone (a
+/// handle dropped on a Rust thread during shutdown, or from a `Py_AtExit`
+/// function), or the thread is inside a garbage collector's traversal --
+/// dropping does not release the view: it is leaked (its producer stays
+/// borrowed and referenced, which no longer matters once the interpreter is
+/// going away), as PyO3's own `PyBuffer` does; `Debug` then prints
+/// `<interpreter unavailable>` for the view. Neither panics.
+///
+/// It is `Send` and `Sync` when `T` is both: whichever thread binds it gets
+/// `&T` (and, under an exclusive borrow, `&mut T`) to memory the producer's
+/// thread holds too, as an `Arc<T>` shares its value.
 ///
 /// ```
 /// use pyo3::prelude::*;
@@ -45,13 +57,18 @@ pub struct PyXBufferOwned<T: Element, M: BorrowMode = Shared> {
 }
 
 // SAFETY: every use of the view goes through `bind`/`bind_mut`, which need a
-// `Python<'py>` (an attached thread), or through Drop, which attaches first;
-// the view keeps its producer alive by a strong reference, and CPython lets
-// any attached thread release a buffer. The view holds no thread-local state.
-unsafe impl<T: Element, M: BorrowMode> Send for PyXBufferOwned<T, M> {}
+// `Python<'py>` (an attached thread), or through Drop, which attaches first
+// (or leaks the view); the view keeps its producer alive by a strong
+// reference, and CPython lets any attached thread release a buffer. The view
+// holds no thread-local state. The items are reached from the receiving
+// thread as `&T` / `&mut T` while other threads may hold the same memory
+// (the producer's, another handle's shared borrow), so T: Send + Sync, as
+// for HostArray and Arc<T>.
+unsafe impl<T: Element + Send + Sync, M: BorrowMode> Send for PyXBufferOwned<T, M> {}
 // SAFETY: shared access only lends `&PyXBuffer` to attached threads, whose
-// methods read the view; writing needs `&mut self` (`bind_mut`).
-unsafe impl<T: Element, M: BorrowMode> Sync for PyXBufferOwned<T, M> {}
+// methods read the view; writing needs `&mut self` (`bind_mut`). Several
+// threads then hold `&T` to the same items: T: Sync (and Send, as above).
+unsafe impl<T: Element + Send + Sync, M: BorrowMode> Sync for PyXBufferOwned<T, M> {}
 
 impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
     /// This buffer as an owned, `Send + Sync` handle (see
@@ -97,8 +114,12 @@ impl<T: Element, M: BorrowMode> PyXBufferOwned<T, M> {
 
 impl<T: Element, M: BorrowMode> Drop for PyXBufferOwned<T, M> {
     fn drop(&mut self) {
-        // Releasing calls the producer: attach first (this may be any thread).
-        Python::attach(|_py| {
+        // Releasing calls the producer: attach first (this may be any
+        // thread). Where no thread can attach (the interpreter finalizing or
+        // finalized, a GC traversal) `try_attach` declines instead of
+        // panicking, and the view is leaked: `inner` is never dropped, so
+        // neither the release nor the slot's free runs.
+        let _released = Python::try_attach(|_py| {
             // SAFETY: dropped once, here, while attached.
             unsafe { ManuallyDrop::drop(&mut self.inner) }
         });
@@ -107,6 +128,12 @@ impl<T: Element, M: BorrowMode> Drop for PyXBufferOwned<T, M> {
 
 impl<T: Element, M: BorrowMode> fmt::Debug for PyXBufferOwned<T, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        Python::attach(|py| self.bind(py).inner.debug_as("PyXBufferOwned", f))
+        Python::try_attach(|py| self.bind(py).inner.debug_as("PyXBufferOwned", f)).unwrap_or_else(
+            || {
+                f.debug_struct("PyXBufferOwned")
+                    .field("view", &format_args!("<interpreter unavailable>"))
+                    .finish()
+            },
+        )
     }
 }

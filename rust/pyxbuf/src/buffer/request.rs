@@ -9,7 +9,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyxbuf_sys as sys;
 
-use super::{type_name, PyXBuffer, PyXUntypedBuffer};
+use super::{type_name, Grants, PyXBuffer, PyXUntypedBuffer};
 use crate::element::Element;
 
 mod sealed {
@@ -76,6 +76,7 @@ pub struct Request<T, M: BorrowMode = Shared> {
     flags: i32,
     stream: Option<i64>,
     require_borrow: bool,
+    require_enforced: bool,
     _t: PhantomData<fn() -> (T, M)>,
 }
 
@@ -92,6 +93,7 @@ impl<T, M: BorrowMode> fmt::Debug for Request<T, M> {
             .field("flags", &format_args!("{:#x}", self.flags))
             .field("stream", &self.stream)
             .field("require_borrow", &self.require_borrow)
+            .field("require_enforced", &self.require_enforced)
             .finish()
     }
 }
@@ -102,6 +104,7 @@ impl<T, M: BorrowMode> Request<T, M> {
             flags,
             stream: self.stream,
             require_borrow: self.require_borrow,
+            require_enforced: self.require_enforced,
             _t: PhantomData,
         }
     }
@@ -191,10 +194,66 @@ impl<T, M: BorrowMode> Request<T, M> {
         self
     }
 
+    /// Fail with `BufferError` unless the producer itself enforces the
+    /// borrow asked for: anything weaker than an *enforced* grant -- a
+    /// *tracked* grant from pyxbuf's cooperative registry (NumPy, `bytearray`,
+    /// DLPack tensors, and wrappers over them), or no grant at all -- is
+    /// refused, the message naming what was granted.
+    ///
+    /// Ask for it where a plain slice must stay sound whatever other code
+    /// does: a tracked grant binds pyxbuf's consumers and rust-numpy, but
+    /// Python or C code on another thread (free-threaded CPython, or a NumPy
+    /// ufunc that released the GIL, `np.add(a, 1, out=a)`) can still write
+    /// the memory while you read it. See the crate's `# Soundness` section.
+    ///
+    /// ```
+    /// use pyo3::prelude::*;
+    /// use pyxbuf::PyXBuffer;
+    /// Python::attach(|py| -> PyResult<()> {
+    ///     let array = py.import("array")?.getattr("array")?.call1(("d", vec![1.0, 2.0]))?;
+    ///     // array.array knows nothing of borrows: its grant is only tracked.
+    ///     let err = PyXBuffer::<f64>::request().require_enforced().get(&array).unwrap_err();
+    ///     assert!(err.is_instance_of::<pyo3::exceptions::PyBufferError>(py));
+    ///     assert!(err.to_string().contains("tracked shared borrow"));
+    ///     Ok(())
+    /// })
+    /// .unwrap();
+    /// ```
+    pub fn require_enforced(mut self) -> Self {
+        self.require_enforced = true;
+        self
+    }
+
     /// The request flags (`PyBUF_*` | `PYXBUF_*`) this request passes.
     pub fn flags(&self) -> i32 {
         self.flags
     }
+}
+
+/// The refusal of `require_enforced`, naming what was granted.
+#[cold]
+#[inline(never)]
+fn not_enforced(obj: &Bound<'_, PyAny>, grants: Grants) -> PyErr {
+    let kind = if grants.exclusive() {
+        "exclusive"
+    } else {
+        "shared"
+    };
+    let granted = if grants.any() {
+        format!(
+            "a tracked {kind} borrow (pyxbuf's cooperative registry granted it: its producer \
+             does not enforce borrows, so code that bypasses pyxbuf -- Python or C on another \
+             thread -- can still write the memory)"
+        )
+    } else {
+        "no borrow (its producer ignores borrow requests)".to_owned()
+    };
+    PyBufferError::new_err(format!(
+        "pyxbuf: an enforced borrow of the buffer of '{}' was required (require_enforced), but it \
+         holds {granted}; copy the data (to_vec, to_device) or export it from an object that \
+         enforces borrows, or drop require_enforced() to accept the weaker grant",
+        type_name(obj),
+    ))
 }
 
 /// The item type of a request for a [`PyXUntypedBuffer`]: none yet (see
@@ -208,17 +267,22 @@ impl<T, M: BorrowMode> Request<T, M> {
             flags,
             stream: None,
             require_borrow: false,
+            require_enforced: false,
             _t: PhantomData,
         }
     }
 
     fn check_grant(&self, obj: &Bound<'_, PyAny>, buf: &PyXUntypedBuffer<'_, M>) -> PyResult<()> {
-        if self.require_borrow && !buf.grants().any() {
+        let grants = buf.grants();
+        if self.require_borrow && !grants.any() {
             return Err(PyBufferError::new_err(format!(
                 "pyxbuf: the buffer of '{}' was handed out without the shared borrow requested \
                  (its producer ignores borrow requests); drop require_borrow() to accept it",
                 type_name(obj),
             )));
+        }
+        if self.require_enforced && !grants.is_enforced() {
+            return Err(not_enforced(obj, grants));
         }
         Ok(())
     }

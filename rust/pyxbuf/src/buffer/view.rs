@@ -165,7 +165,7 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
             && !b.strides.is_null()
             && b.ndim >= 0
             && (b.ndim == 0 || !b.shape.is_null());
-        if !simple || !self.len_consistent() {
+        if !simple || !self.fast_len_consistent() {
             self.check_layout(obj)?;
         }
         if flags & sys::PYXBUF_BORROW_EXCLUSIVE != 0 {
@@ -194,8 +194,9 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
         )))
     }
 
-    /// Checks made once at acquisition: shape present, no suboffsets unless
-    /// asked for, `len` consistent with the shape, strides available.
+    /// Checks made once at acquisition: shape present, extents non-negative
+    /// and bounded, no suboffsets unless asked for, `len` consistent with
+    /// the shape, strides available.
     #[inline(never)]
     #[cold]
     fn check_layout(&mut self, obj: &Bound<'py, PyAny>) -> PyResult<()> {
@@ -207,6 +208,7 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
                 type_name(obj)
             )));
         }
+        self.check_extents(obj)?;
         if !self.view.base.suboffsets.is_null() {
             let indirect = ffi::PyBUF_INDIRECT & !ffi::PyBUF_STRIDES;
             if self.view.requested & indirect == 0 || !self.is_host() {
@@ -233,13 +235,48 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
                     sys::PYXBUF_INLINE_NDIM
                 )));
             }
-            let mut stride = self.view.base.itemsize;
+            // C order: each stride is the item size times the extents after
+            // it, a product check_extents bounded (checked all the same).
+            let mut stride = Some(self.view.base.itemsize);
             for i in (0..ndim).rev() {
-                self.view.0.get_mut().fallback_strides[i] = stride;
-                stride *= self.shape()[i] as isize;
+                let Some(s) = stride else {
+                    return Err(self.too_big(obj));
+                };
+                self.view.0.get_mut().fallback_strides[i] = s;
+                stride = s.checked_mul(self.raw_shape()[i]);
             }
         }
         Ok(())
+    }
+
+    /// Every extent non-negative, and the items and their bytes countable in
+    /// `isize` (see `extent_bytes`): refused with the dimension and value, or
+    /// the shape, before anything multiplies or slices by them.
+    fn check_extents(&self, obj: &Bound<'py, PyAny>) -> PyResult<()> {
+        let shape = self.raw_shape();
+        if let Some((d, &n)) = shape.iter().enumerate().find(|(_, &n)| n < 0) {
+            return Err(PyBufferError::new_err(format!(
+                "pyxbuf: the buffer of '{}' has a negative extent {n} in dimension {d} (shape \
+                 {shape:?}); extents count items and cannot be negative: its producer is broken",
+                type_name(obj)
+            )));
+        }
+        if self.extent_bytes().is_none() {
+            return Err(self.too_big(obj));
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn too_big(&self, obj: &Bound<'py, PyAny>) -> PyErr {
+        PyBufferError::new_err(format!(
+            "pyxbuf: the buffer of '{}' has shape {:?} of {}-byte items, which does not fit in \
+             memory (its non-zero extents times the item size exceed isize::MAX bytes); its \
+             producer is broken",
+            type_name(obj),
+            self.raw_shape(),
+            self.view.base.itemsize,
+        ))
     }
 
     /// The view's `len` must be its items times `itemsize` on every
@@ -249,33 +286,76 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
         if self.len_consistent() {
             return Ok(());
         }
-        let bytes = self.shape_bytes();
+        let bytes = self.extent_bytes();
         Err(PyBufferError::new_err(format!(
             "pyxbuf: the buffer of '{}' is inconsistent: its len is {} bytes, but its shape {:?} \
              of {}-byte items needs {}; its producer is broken",
             type_name(obj),
             self.view.base.len,
-            self.shape(),
+            self.raw_shape(),
             self.view.base.itemsize,
             bytes.map_or_else(|| "more than fits in memory".to_owned(), |b| b.to_string()),
         )))
     }
 
-    /// The bytes the shape spans in items of `itemsize` (None on overflow).
+    /// The shape as the producer gave it (checked by `check_extents` before
+    /// [`shape`](Self::shape) reads it as `usize`).
     #[inline(always)]
-    fn shape_bytes(&self) -> Option<usize> {
-        let count = self
-            .shape()
-            .iter()
-            .try_fold(1usize, |acc, &n| acc.checked_mul(n));
-        count.and_then(|n| n.checked_mul(self.view.base.itemsize.max(0) as usize))
+    fn raw_shape(&self) -> &[isize] {
+        let n = self.view.base.ndim;
+        if n <= 0 || self.view.base.shape.is_null() {
+            return &[];
+        }
+        // SAFETY: a non-NULL shape has ndim entries, alive while the view is
+        // (rebased if it points into it).
+        unsafe { std::slice::from_raw_parts(self.view.base.shape, n as usize) }
     }
 
+    /// The bytes the shape spans in items of `itemsize`; `None` when an
+    /// extent is negative, or when the product of the non-zero extents (the
+    /// item count ndarray and slices bound), or that times `itemsize`,
+    /// exceeds `isize::MAX` -- Rust's limit for one allocation, which NumPy
+    /// enforces too. Every product formed later from the shape (item count,
+    /// C-order strides, contiguity, ndarray layouts) is one of these
+    /// partial products, or zero, so none of them can overflow.
     #[inline(always)]
+    fn extent_bytes(&self) -> Option<usize> {
+        let mut count = 1usize;
+        let mut signs = 0isize;
+        let mut empty = false;
+        for &n in self.raw_shape() {
+            signs |= n;
+            empty |= n == 0;
+            count = count.checked_mul(n.max(1) as usize)?;
+        }
+        let bytes = count.checked_mul(self.view.base.itemsize.max(0) as usize)?;
+        if signs < 0 || (count | bytes) > isize::MAX as usize {
+            return None;
+        }
+        Some(if empty { 0 } else { bytes })
+    }
+
+    /// `len` is the shape's bytes, exactly: the full check (check_len).
     fn len_consistent(&self) -> bool {
+        self.extent_bytes()
+            .is_some_and(|b| b as isize == self.view.base.len)
+    }
+
+    /// The hot path's check, as cheap as before extents were checked: the
+    /// extents read as `usize` multiply (checked) to `len / itemsize` with
+    /// `len > 0`. That proves every extent is in `1..=isize::MAX` (a
+    /// negative one reads as at least 2^63) and their product bounded, so a
+    /// view that passes needs no `check_extents`. Empty views and zero item
+    /// sizes (`len == 0`, where a zero extent hides the others) take the cold
+    /// path, which checks every extent.
+    #[inline(always)]
+    fn fast_len_consistent(&self) -> bool {
         let len = self.view.base.len;
-        self.shape_bytes()
-            .is_some_and(|b| b as isize == len && len >= 0)
+        self.shape()
+            .iter()
+            .try_fold(1usize, |acc, &n| acc.checked_mul(n))
+            .and_then(|n| n.checked_mul(self.view.base.itemsize.max(0) as usize))
+            .is_some_and(|b| b as isize == len && len > 0)
     }
 
     /// Run `f` with the C view's address, for the C functions that read a view.
@@ -354,7 +434,10 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
         }
         // SAFETY: checked at acquisition: shape is non-NULL with ndim
         // entries, alive while the view is (rebased if it points into it);
-        // Py_ssize_t and usize share a layout and shapes are non-negative.
+        // Py_ssize_t and usize share a layout (any bits are a usize). Once
+        // acquired, every extent is known non-negative (fast_len_consistent
+        // or check_extents; a negative one refuses the view), so each reads
+        // as the same value.
         unsafe { std::slice::from_raw_parts(self.view.base.shape.cast::<usize>(), n) }
     }
 
@@ -375,6 +458,7 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
 
     /// Number of items.
     pub fn item_count(&self) -> usize {
+        // Cannot overflow: acquisition bounded the product (extent_bytes).
         self.shape().iter().product()
     }
 
@@ -466,13 +550,23 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
             if n != 1 && strides[d] != expected {
                 return false;
             }
-            expected *= n as isize;
+            // Bounded at acquisition (a product of non-zero extents times
+            // the item size); checked all the same.
+            match expected.checked_mul(n as isize) {
+                Some(e) => expected = e,
+                None => return false,
+            }
         }
         true
     }
 
-    /// Whether the items are laid out in C order without gaps.
+    /// Whether the items are laid out in C order without gaps -- never with
+    /// suboffsets (the items are reached through pointers), as CPython's
+    /// `PyBuffer_IsContiguous` and PyO3 answer.
     pub fn is_c_contiguous(&self) -> bool {
+        if !self.view.base.suboffsets.is_null() {
+            return false;
+        }
         // The common cases without the iterator.
         match (self.shape(), self.strides()) {
             ([], _) => true,
@@ -481,8 +575,12 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
         }
     }
 
-    /// Whether the items are laid out in Fortran order without gaps.
+    /// Whether the items are laid out in Fortran order without gaps (never
+    /// with suboffsets).
     pub fn is_fortran_contiguous(&self) -> bool {
+        if !self.view.base.suboffsets.is_null() {
+            return false;
+        }
         match (self.shape(), self.strides()) {
             ([], _) => true,
             ([n], [s]) => *n <= 1 || *s == self.item_size() as isize,
