@@ -93,8 +93,10 @@
 //!   [`as_mut_slice`](PyXBuffer::as_mut_slice) are sound outright: no code
 //!   that reaches the memory through the producer, on any thread, can write
 //!   it while the slice lives. A zero-copy wrapper of another object's
-//!   memory (`pyxbuf.from_dlpack`) holds a borrow of that memory for its
-//!   whole life, so its grants are as strong as the borrow it holds.
+//!   memory (`pyxbuf.from_dlpack`, [`export::wrap`]) holds a borrow of that
+//!   memory for its whole life and its grants are never stronger than that
+//!   borrow: enforced only over an enforcing producer, `tracked` over NumPy
+//!   and every other tracked source.
 //!   [`Request::require_enforced`] accepts only these.
 //! - **Tracked** (`tracked` bit): pyxbuf's process-wide cooperative registry
 //!   granted it, for producers that know nothing of borrows (NumPy,
