@@ -214,9 +214,14 @@ static int ranges_overlap(const pyxbuf_borrow_range *a, const pyxbuf_borrow_rang
 static int lattices_meet(const pyxbuf_borrow_key *a, const pyxbuf_borrow_key *b) {
     uint64_t g = pyxbuf__gcd(a->stride_gcd, b->stride_gcd);
     if (g == 0) return 1; /* two single items: the ranges decided */
-    uint64_t r = a->first >= b->first ? (a->first - b->first) % g
-                                      : (g - (b->first - a->first) % g) % g;
-    return r < b->itemsize || g - r < a->itemsize;
+    /* A single item (stride_gcd 0) is its whole range; its `first` and
+     * `itemsize` are not read (the hot path does not store them). */
+    uint64_t a_first = a->stride_gcd ? a->first : a->range.lo;
+    uint64_t b_first = b->stride_gcd ? b->first : b->range.lo;
+    uint64_t a_item = a->stride_gcd ? a->itemsize : a->range.hi - a->range.lo;
+    uint64_t b_item = b->stride_gcd ? b->itemsize : b->range.hi - b->range.lo;
+    uint64_t r = a_first >= b_first ? (a_first - b_first) % g : (g - (b_first - a_first) % g) % g;
+    return r < b_item || g - r < a_item;
 }
 
 static int keys_overlap(const pyxbuf_borrow_key *a, const pyxbuf_borrow_key *b) {
@@ -275,7 +280,15 @@ static inline int registry_acquire_locked(const pyxbuf_borrow_key *key, int32_t 
         if (rc != 0) return rc;
     }
     *token = next_token++;
-    tracked[tracked_count++] = (tracked_borrow){*token, *key, exclusive};
+    tracked_borrow *t = &tracked[tracked_count++];
+    t->token = *token;
+    t->key.range = key->range;
+    t->key.stride_gcd = key->stride_gcd;
+    if (key->stride_gcd != 0) { /* else unset, and never read (lattices_meet) */
+        t->key.first = key->first;
+        t->key.itemsize = key->itemsize;
+    }
+    t->exclusive = exclusive;
     tracked_exclusive += exclusive != 0;
     return 0;
 }
@@ -405,12 +418,11 @@ static PYXBUF_COLD int refuse_span(PyObject *obj) {
 
 /* The lattice of a view whose items do not fill [0, len) in C order: the gcd
  * of its strides over dimensions of more than one item. A view without
- * strides is one run of items; suboffsets (pointers to follow) are counted
- * as every byte of the range (1). */
+ * strides, or with suboffsets (pointers to follow), counts as every byte of
+ * its range (0). */
 static PYXBUF_NOINLINE uint64_t strided_lattice(const Py_buffer *b) {
-    if (b->itemsize <= 0 || b->suboffsets != NULL) return 1;
-    if (b->shape == NULL || b->strides == NULL)
-        return b->len > b->itemsize ? (uint64_t)b->itemsize : 0;
+    if (b->itemsize <= 0 || b->suboffsets != NULL || b->shape == NULL || b->strides == NULL)
+        return 0;
     uint64_t g = 0;
     for (int i = 0; i < b->ndim; i++)
         if (b->shape[i] > 1) g = pyxbuf__gcd(g, pyxbuf__magnitude(b->strides[i]));
@@ -424,16 +436,20 @@ static inline int tracked_key(PyObject *obj, const pyxbuf_view *view, pyxbuf_bor
     if (PYXBUF_UNLIKELY(view->device != NULL)) pyxbuf_view_device(view, &device, NULL);
     key->range.device_type = device.device_type;
     key->range.device_id = device.device_id;
-    Py_ssize_t lo = 0, hi = b->len;
-    if (PYXBUF_LIKELY(pyxbuf__fills_c_order(b))) {
-        key->stride_gcd = b->len > b->itemsize ? (uint64_t)b->itemsize : 0;
-    } else {
-        if (PYXBUF_UNLIKELY(pyxbuf__view_span_walk(b, &lo, &hi) < 0)) return refuse_span(obj);
-        key->stride_gcd = strided_lattice(b);
-    }
     uint64_t buf = (uint64_t)(uintptr_t)b->buf;
+    if (PYXBUF_LIKELY(pyxbuf__fills_c_order(b))) {
+        /* Every byte of the range: one item as far as conflicts go, whose
+         * first byte and length the range gives (lattices_meet). */
+        key->range.lo = buf;
+        key->range.hi = buf + (uint64_t)b->len;
+        key->stride_gcd = 0;
+        return 0;
+    }
+    Py_ssize_t lo = 0, hi = 0;
+    if (PYXBUF_UNLIKELY(pyxbuf__view_span_walk(b, &lo, &hi) < 0)) return refuse_span(obj);
     key->range.lo = buf + (uint64_t)lo;
     key->range.hi = buf + (uint64_t)hi;
+    key->stride_gcd = strided_lattice(b);
     key->first = buf;
     key->itemsize = b->itemsize > 0 ? (uint64_t)b->itemsize : 1;
     return 0;

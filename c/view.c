@@ -266,6 +266,7 @@ static void reset_view(pyxbuf_view *view, int32_t requested) {
     view->owner = NULL;
     view->bridge_data = NULL;
     view->borrow_token = 0;
+    view->reserved[0] = 0; /* no rust-numpy borrow: a native TRACKED grant releases as one */
 }
 
 /* Replace the producer's exception with a BufferError whose message names the
@@ -906,14 +907,12 @@ static void clear_released(pyxbuf_view *view) {
 #endif
 
 /* A TRACKED view: its registry entry first. A native producer's TRACKED
- * grant is its own (pyxbuf never tracks native views): nothing to undo here.
- * Out of line so that the common release keeps no register across its tail
- * call. */
+ * grant is its own (pyxbuf never tracks native views): its view holds no
+ * registry token and no rust-numpy borrow (reset_view), so the same release
+ * undoes nothing for it. Out of line so that the common release keeps no
+ * register across its tail call. */
 static PYXBUF_NOINLINE void release_tracked(pyxbuf_view *view) {
-    if (view->path == PYXBUF_PATH_NATIVE)
-        view->ext_flags &= ~PYXBUF_EXT_TRACKED;
-    else
-        pyxbuf__tracked_release(view); /* clears TRACKED */
+    pyxbuf__tracked_release(view); /* clears TRACKED */
     pyxbuf_release(view);
 }
 

@@ -254,7 +254,9 @@ const _: () = {
 /** Which bytes of its range a strided borrow covers (version 2): items of
  `itemsize` bytes, each starting at `first` plus a multiple of `stride_gcd`
  (the gcd of the magnitudes of the strides of the dimensions with more than
- one item; 0 for a single item). Two borrows overlap only if their ranges
+ one item). stride_gcd 0 means one item covering the whole range (a single
+ item, or a run that fills it): `first` and `itemsize` are then not read.
+ Two borrows overlap only if their ranges
  overlap and an item of one can meet an item of the other, so interleaved
  views -- a[::2] and a[1::2], the real and imaginary parts of complex data,
  the columns of a C-ordered matrix -- do not conflict.*/
