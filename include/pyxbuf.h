@@ -458,8 +458,11 @@ typedef struct pyxbuf_export_desc {
 } pyxbuf_export_desc;
 
 /* Fill `view` (the Py_buffer a bf_getbuffer slot receives) for `exporter` from
- * `desc`, honouring the classic `flags` as NumPy does (shape only with ND,
- * strides only with STRIDES, contiguity checked, format only with FORMAT) and
+ * `desc`, honouring the classic `flags` as CPython's producers do (shape only
+ * with ND, strides only with STRIDES, contiguity checked, format only with
+ * FORMAT; without ND one flat C-contiguous run: ndim 1, shape NULL, as
+ * PyBuffer_FillInfo, array.array and memoryview answer (NumPy answers ndim 0);
+ * at ndim 0 shape and strides NULL), and
  * the extended ones: device fields only when PYXBUF_DEVICE was requested, and
  * BufferError for device memory when it was not. Takes a reference to
  * `exporter` in view->obj. Returns 0, or -1 with BufferError set. */
