@@ -216,6 +216,35 @@ static int speaks_a_protocol(PyObject *obj) {
     return has_cai_quietly(obj);
 }
 
+/* CPython 3.13+ refuses PyBUF_READ or PyBUF_WRITE alone in PyObject_GetBuffer
+ * (SystemError, before any producer runs); older versions pass them on.
+ * pyxbuf answers as the interpreter it runs on, on every path, for the
+ * request without its PYXBUF_* bits. The fast routes call producers
+ * directly, so such a request leaves them for get_view_slow, which refuses
+ * it (PyBUF_WRITE is outside the routes' masks already). A library built for
+ * 3.12 or older runs on no 3.13 (there is no stable-ABI build), so it pays
+ * nothing for the test. */
+#if PY_VERSION_HEX >= 0x030D0000
+#define ROUTE_READ_ALONE(flags) (((flags) & PYXBUF_CLASSIC_FLAGS) == PyBUF_READ)
+
+static int read_or_write_alone(int32_t flags) {
+    int32_t classic = flags & ~PYXBUF_EXTENDED_FLAGS;
+    return classic == PyBUF_READ || classic == PyBUF_WRITE;
+}
+
+static int refuse_read_write_alone(int32_t flags) {
+    PyErr_Format(PyExc_SystemError,
+                 "pyxbuf_get: the request 0x%x is %s alone, a PyMemoryView_FromMemory flag "
+                 "rather than a buffer request; Python 3.13+ refuses it in PyObject_GetBuffer "
+                 "and so does pyxbuf; ask for PyBUF_SIMPLE (0) or the PyBUF_* flags you need",
+                 (unsigned)flags,
+                 (flags & ~PYXBUF_EXTENDED_FLAGS) == PyBUF_READ ? "PyBUF_READ" : "PyBUF_WRITE");
+    return -1;
+}
+#else
+#define ROUTE_READ_ALONE(flags) 0
+#endif
+
 /* What pyxbuf_get would do with the request before calling a producer: 0
  * where it would refuse (unknown bits, a required flag the type does not
  * support, no protocol at all), 1 where it would go ahead. Soft flags never
@@ -227,6 +256,9 @@ int pyxbuf_check_supports(PyObject *obj, int32_t flags) {
         return -1;
     }
     if (flags & ~KNOWN_REQUEST_FLAGS) return 0;
+#if PY_VERSION_HEX >= 0x030D0000
+    if (read_or_write_alone(flags)) return 0;
+#endif
     int32_t mask;
     if (pyxbuf_type_supported_flags(Py_TYPE(obj), &mask) < 0) return -1;
     if (flags & PYXBUF_REQUIRED_FLAGS & ~mask) return 0;
@@ -808,6 +840,9 @@ static PYXBUF_COLD int get_view_slow(PyObject *obj, pyxbuf_view *view, int32_t f
         return -1;
     }
     reset_view(view, flags);
+#if PY_VERSION_HEX >= 0x030D0000
+    if (PYXBUF_UNLIKELY(read_or_write_alone(flags))) return refuse_read_write_alone(flags);
+#endif
     if (PYXBUF_UNLIKELY(flags & ~KNOWN_REQUEST_FLAGS)) {
         PyErr_Format(PyExc_ValueError,
                      "pyxbuf_get: request flags 0x%x contain unknown bits 0x%x; use PyBUF_* and "
@@ -856,7 +891,8 @@ int pyxbuf__get_after_dlpack(PyObject *obj, pyxbuf_view *view, int32_t flags, in
 #define DLPACK_C_ROUTE_FLAGS (FAST_PATH_FLAGS & ~BORROW_FLAGS)
 
 static inline int get_view(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream) {
-    if (PYXBUF_UNLIKELY(obj == NULL || view == NULL)) return get_view_slow(obj, view, flags, 0, 0);
+    if (PYXBUF_UNLIKELY(obj == NULL || view == NULL || ROUTE_READ_ALONE(flags)))
+        return get_view_slow(obj, view, flags, stream, 0);
     int fast = get_classic_fast(obj, view, flags);
     if (PYXBUF_LIKELY(fast == 1)) return 0;
     if (fast == 0 && (flags & ~DLPACK_C_ROUTE_FLAGS) == 0) {

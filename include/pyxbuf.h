@@ -229,7 +229,13 @@ typedef struct pyxbuf_view {
  *
  * Returns 0, or -1 with a Python exception set (BufferError for refusals,
  * TypeError when the object speaks no buffer protocol pyxbuf knows). On
- * failure the view holds nothing and need not be released. */
+ * failure the view holds nothing and need not be released.
+ *
+ * A classic producer's view is what PyObject_GetBuffer of the running
+ * interpreter returns for `flags & PYXBUF_CLASSIC_FLAGS`, on the first call
+ * for a type and on every cached call after it. On Python 3.13+ a request that
+ * is PyBUF_READ or PyBUF_WRITE alone (PYXBUF_* bits aside) raises SystemError,
+ * as PyObject_GetBuffer does there; older versions pass PyBUF_READ on. */
 PYXBUF_API int pyxbuf_get(PyObject *obj, pyxbuf_view *view, int32_t flags);
 
 /* pyxbuf_get for a consumer working on `consumer_stream` (DLPack's integer
