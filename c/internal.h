@@ -179,6 +179,9 @@ static inline void pyxbuf__type_cache_put(pyxbuf__type_cache_entry *e, PyTypeObj
 #endif
 }
 
+/* view.c: drop `type`'s supported-flags cache entry (a test hook). */
+void pyxbuf__type_cache_forget(PyTypeObject *type);
+
 /* Markers in pyxbuf_view.state. */
 #define PYXBUF__STATE_ACQUIRED 0x50584231u /* "PXB1" */
 #define PYXBUF__STATE_RELEASED 0x50584230u /* "PXB0" */

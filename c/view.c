@@ -1,10 +1,12 @@
 /* view.c -- acquisition and release of extended views, supported-flags
  * lookups, and validation of what producers hand back.
  *
- * pyxbuf_get tries the protocols in DESIGN.md's order. Today: the object's
- * native extended buffer, then the classic buffer. The bridges (DLPack,
- * __cuda_array_interface__, __array_interface__) plug into acquire_by_bridges()
- * and release_by_bridge(); nothing else here needs to change for them. */
+ * pyxbuf_get tries the object's native extended buffer (its type advertises
+ * extended flags), else its classic buffer, then -- when it has none or the
+ * classic buffer cannot describe the object -- the bridges (DLPack,
+ * __cuda_array_interface__, __array_interface__) through acquire_by_bridges()
+ * and release_by_bridge(). DESIGN.md lists the classic buffer after the CUDA
+ * Array Interface; trying it first keeps classic CPU arrays on the fast path. */
 
 #include "internal.h"
 
@@ -152,6 +154,17 @@ int pyxbuf_type_supported_flags(PyTypeObject *type, int32_t *supported) {
         pyxbuf__type_cache_put(cache_entry(tag), type, cache_key(tag, *supported | route), data);
     }
     return 0;
+}
+
+/* Test hook (hidden): forget the cached answer for `type`, so that the next
+ * pyxbuf_get of one of its objects takes the uncached path (the differential
+ * tests compare both paths with PyObject_GetBuffer). Needs the GIL. */
+void pyxbuf__type_cache_forget(PyTypeObject *type) {
+    unsigned int tag = pyxbuf__type_tag(type);
+    pyxbuf__type_cache_entry *e = cache_entry(tag);
+    uint64_t key;
+    const void *data;
+    if (pyxbuf__type_cache_get(e, type, &key, &data)) pyxbuf__type_cache_put(e, NULL, 0, NULL);
 }
 
 /* Write the type's dict directly: immutable and static types refuse setattr,
@@ -590,7 +603,7 @@ static int after_classic_failed(PyObject *obj, pyxbuf_view *view, int32_t flags,
     return -1;
 }
 
-/* The bridges, in DESIGN.md's order. Each is tried when the object has no
+/* The bridges, in order. Each is tried when the object has no
  * classic buffer or its classic buffer refused (a dtype it cannot carry:
  * bfloat16 in JAX or ml_dtypes, device memory). */
 typedef struct bridge {

@@ -220,9 +220,11 @@ typedef struct pyxbuf_view {
  *
  * Extended fields are zeroed first; the producer's type's supported flags are
  * checked against `flags & PYXBUF_REQUIRED_FLAGS`; then the first protocol that
- * applies is used (native extended buffer, then the classic buffer; the
- * DLPack, CUDA Array Interface and array-interface bridges slot in around
- * them). What a producer returns is validated: an extended bit in `flags` that
+ * applies is used: the native extended buffer when the type advertises extended
+ * flags; else the classic buffer when the type has one; then, when it has none
+ * or cannot describe the object, the bridges in order: DLPack (C exchange table
+ * first), CUDA Array Interface, __array_interface__. What a producer returns
+ * is validated: an extended bit in `flags` that
  * was not requested, a device without PYXBUF_DEVICE, PYXBUF_DEVICE with a NULL
  * device, a grant that was not asked for, or read-only memory for a writable
  * request all raise BufferError. Needs the GIL.
@@ -235,7 +237,19 @@ typedef struct pyxbuf_view {
  * interpreter returns for `flags & PYXBUF_CLASSIC_FLAGS`, on the first call
  * for a type and on every cached call after it. On Python 3.13+ a request that
  * is PyBUF_READ or PyBUF_WRITE alone (PYXBUF_* bits aside) raises SystemError,
- * as PyObject_GetBuffer does there; older versions pass PyBUF_READ on. */
+ * as PyObject_GetBuffer does there; older versions pass PyBUF_READ on.
+ *
+ * Differences from PyObject_GetBuffer, one line each with its reason (all else
+ * agrees field by field, as python-tests/test_classic_differential.py checks):
+ *  - a refusal is BufferError (cause: the producer's): producers vary, consumers catch one.
+ *  - a request bit that is neither classic nor PYXBUF_* (PyBUF_WRITE too) is ValueError: unknown.
+ *  - an object whose classic buffer cannot describe it may be answered by a bridge: the aim.
+ *  - read-only memory for a PyBUF_WRITABLE request is refused: the producer is broken.
+ *  - PYXBUF_* bits reach only types that advertise them: the proposal's rule.
+ * On the first: NumPy raises ValueError for contiguity, bytes BufferError for
+ * writability. On the third: "cannot describe" is no buffer slot, or a refusal
+ * of a dtype or layout (not the read-only refusal of a writable request); the
+ * DLPack, CUDA Array Interface and __array_interface__ bridges then try in turn. */
 PYXBUF_API int pyxbuf_get(PyObject *obj, pyxbuf_view *view, int32_t flags);
 
 /* pyxbuf_get for a consumer working on `consumer_stream` (DLPack's integer

@@ -213,6 +213,44 @@ static PyObject *inspect(PyObject *mod, PyObject *args) {
     return d;
 }
 
+/* inspect() after dropping the type's cache entry: the uncached path. */
+void pyxbuf__type_cache_forget(PyTypeObject *type); /* view.c, hidden */
+static PyObject *inspect_uncached(PyObject *mod, PyObject *args) {
+    PyObject *obj;
+    int flags = PyBUF_FULL_RO;
+    if (!PyArg_ParseTuple(args, "O|i", &obj, &flags)) return NULL;
+    pyxbuf__type_cache_forget(Py_TYPE(obj));
+    return inspect(mod, args);
+}
+
+/* What CPython makes of a pyxbuf view: PyMemoryView_FromBuffer of it, read
+ * back as (ndim, shape, strides, tobytes()). A view whose fields disagree
+ * (ndim 2 with a NULL shape) crashes here, as it would in any consumer. */
+static PyObject *memoryview_of(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *obj;
+    int flags = PyBUF_FULL_RO;
+    if (!PyArg_ParseTuple(args, "O|i", &obj, &flags)) return NULL;
+    pyxbuf_view view;
+    if (pyxbuf_get(obj, &view, flags) < 0) return NULL;
+    PyObject *mv = PyMemoryView_FromBuffer(&view.base), *r = NULL;
+    if (mv != NULL) {
+        PyObject *ndim = PyObject_GetAttrString(mv, "ndim");
+        PyObject *shape = PyObject_GetAttrString(mv, "shape");
+        PyObject *strides = PyObject_GetAttrString(mv, "strides");
+        PyObject *bytes = PyObject_CallMethod(mv, "tobytes", NULL);
+        if (ndim && shape && strides && bytes)
+            r = PyTuple_Pack(4, ndim, shape, strides, bytes);
+        Py_XDECREF(ndim);
+        Py_XDECREF(shape);
+        Py_XDECREF(strides);
+        Py_XDECREF(bytes);
+        Py_DECREF(mv); /* the only reference: gone before the view is released */
+    }
+    pyxbuf_release(&view);
+    return r;
+}
+
 static PyObject *classic(PyObject *mod, PyObject *args) {
     (void)mod;
     PyObject *obj;
@@ -728,6 +766,10 @@ static PyMethodDef module_methods[] = {
     {"acquire", acquire, METH_VARARGS, "acquire(obj, flags) -> View held until release()."},
     {"inspect", inspect, METH_VARARGS, "inspect(obj, flags) -> dict of the pyxbuf view."},
     {"classic", classic, METH_VARARGS, "classic(obj, flags) -> dict from PyObject_GetBuffer."},
+    {"inspect_uncached", inspect_uncached, METH_VARARGS,
+     "inspect() with obj's type first dropped from pyxbuf's type cache."},
+    {"memoryview_of", memoryview_of, METH_VARARGS,
+     "memoryview_of(obj, flags) -> (ndim, shape, strides, bytes) of PyMemoryView_FromBuffer."},
     {"cycle", cycle, METH_VARARGS, "cycle(obj, flags, n): n pyxbuf_get/pyxbuf_release pairs."},
     {"release_twice", release_twice, METH_VARARGS, "Acquire, release twice; report states."},
     {"check_supports", check_supports, METH_VARARGS, "pyxbuf_check_supports(obj, flags)."},
