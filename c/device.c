@@ -751,7 +751,11 @@ PyObject *pyxbuf_to_device(const pyxbuf_view *view, const pyxbuf_device *target,
     if (check_copy_size(view, (size_t)view->base.len) < 0) return NULL;
     char fmt[32];
     Py_ssize_t flat = view->base.itemsize ? view->base.len / view->base.itemsize : 0;
-    int32_t ndim = view->base.shape || view->base.ndim == 0 ? view->base.ndim : 1;
+    /* Without a shape the view is one flat run of `flat` items, whatever its
+     * ndim says (NumPy answers a request without PyBUF_ND with ndim 0 at any
+     * length); only a single item keeps a 0-d shape. */
+    int32_t ndim = view->base.shape ? view->base.ndim
+                                    : (view->base.ndim == 0 && flat == 1 ? 0 : 1);
     const Py_ssize_t *shape = view->base.shape ? view->base.shape : &flat;
     PyObject *out = pyxbuf__exporter_new_sized(view_format(view, fmt, sizeof fmt),
                                                view->base.itemsize, ndim, shape, 0, target);

@@ -18,12 +18,20 @@ static const char *type_name(PyObject *exporter) {
     return exporter ? Py_TYPE(exporter)->tp_name : "the exporter";
 }
 
+/* An empty array is contiguous whatever its strides say (CPython's
+ * PyBuffer_IsContiguous and NumPy agree; NumPy's DLPack export of a (0, 3)
+ * array has strides (0, 0)). */
+static int has_empty_dim(int32_t ndim, const Py_ssize_t *shape) {
+    for (int32_t i = 0; i < ndim; i++)
+        if (shape[i] == 0) return 1;
+    return 0;
+}
+
 static int is_c_contiguous(int32_t ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
                            Py_ssize_t itemsize) {
-    if (strides == NULL) return 1;
+    if (strides == NULL || has_empty_dim(ndim, shape)) return 1;
     Py_ssize_t expected = itemsize;
     for (int32_t i = ndim - 1; i >= 0; i--) {
-        if (shape[i] == 0) return 1;
         if (shape[i] != 1 && strides[i] != expected) return 0;
         expected *= shape[i];
     }
@@ -32,10 +40,10 @@ static int is_c_contiguous(int32_t ndim, const Py_ssize_t *shape, const Py_ssize
 
 static int is_f_contiguous(int32_t ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
                            Py_ssize_t itemsize) {
+    if (has_empty_dim(ndim, shape)) return 1;
     if (strides == NULL) return ndim <= 1;
     Py_ssize_t expected = itemsize;
     for (int32_t i = 0; i < ndim; i++) {
-        if (shape[i] == 0) return 1;
         if (shape[i] != 1 && strides[i] != expected) return 0;
         expected *= shape[i];
     }

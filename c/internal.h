@@ -179,6 +179,9 @@ static inline void pyxbuf__type_cache_put(pyxbuf__type_cache_entry *e, PyTypeObj
 #endif
 }
 
+/* view.c: drop `type`'s supported-flags cache entry (a test hook). */
+void pyxbuf__type_cache_forget(PyTypeObject *type);
+
 /* Markers in pyxbuf_view.state. */
 #define PYXBUF__STATE_ACQUIRED 0x50584231u /* "PXB1" */
 #define PYXBUF__STATE_RELEASED 0x50584230u /* "PXB0" */
@@ -381,21 +384,27 @@ static PYXBUF_ALWAYS_INLINE int pyxbuf__layout_pass(const pyxbuf_export_desc *d,
 }
 
 /* The stores of a checked fill: what the request flags ask for, nothing
- * more (PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES), and a new reference. */
+ * more (PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES), and a new reference. As
+ * CPython's producers answer (PyBuffer_FillInfo, array.array, memoryview):
+ * without PyBUF_ND one flat run, ndim 1 and no shape (a consumer copies ndim
+ * shape entries: ndim 2 with a NULL shape crashes PyMemoryView_FromBuffer);
+ * at ndim 0 no shape and no strides. The caller has refused a layout that is
+ * not C-contiguous when the request has no strides. */
 static PYXBUF_ALWAYS_INLINE void pyxbuf__export_store(Py_buffer *view, PyObject *exporter,
                                                       int flags, const pyxbuf_export_desc *d,
                                                       Py_ssize_t itemsize, Py_ssize_t nbytes) {
+    int nd = (flags & PyBUF_ND) == PyBUF_ND;
     view->buf = d->buf;
     view->obj = Py_XNewRef(exporter);
     view->len = nbytes;
     view->itemsize = itemsize;
     view->readonly = d->readonly ? 1 : 0;
-    view->ndim = (int)d->ndim;
+    view->ndim = nd ? (int)d->ndim : 1;
     view->format = (flags & PyBUF_FORMAT) ? (char *)(d->format ? d->format : "B") : NULL;
-    view->shape = (flags & PyBUF_ND) == PyBUF_ND ? d->shape : NULL;
+    view->shape = nd && d->ndim > 0 ? d->shape : NULL;
     view->strides = NULL;
-    if ((flags & PyBUF_STRIDES) == PyBUF_STRIDES)
-        view->strides = d->strides ? d->strides : (d->ndim == 1 ? &view->itemsize : NULL);
+    if ((flags & PyBUF_STRIDES) == PyBUF_STRIDES && d->ndim > 0) /* ndim > 1 has strides */
+        view->strides = d->strides ? d->strides : &view->itemsize;
     view->suboffsets = NULL;
     view->internal = NULL;
 }

@@ -1,10 +1,12 @@
 /* view.c -- acquisition and release of extended views, supported-flags
  * lookups, and validation of what producers hand back.
  *
- * pyxbuf_get tries the protocols in DESIGN.md's order. Today: the object's
- * native extended buffer, then the classic buffer. The bridges (DLPack,
- * __cuda_array_interface__, __array_interface__) plug into acquire_by_bridges()
- * and release_by_bridge(); nothing else here needs to change for them. */
+ * pyxbuf_get tries the object's native extended buffer (its type advertises
+ * extended flags), else its classic buffer, then -- when it has none or the
+ * classic buffer cannot describe the object -- the bridges (DLPack,
+ * __cuda_array_interface__, __array_interface__) through acquire_by_bridges()
+ * and release_by_bridge(). DESIGN.md lists the classic buffer after the CUDA
+ * Array Interface; trying it first keeps classic CPU arrays on the fast path. */
 
 #include "internal.h"
 
@@ -158,6 +160,17 @@ int pyxbuf_type_supported_flags(PyTypeObject *type, int32_t *supported) {
     return 0;
 }
 
+/* Test hook (hidden): forget the cached answer for `type`, so that the next
+ * pyxbuf_get of one of its objects takes the uncached path (the differential
+ * tests compare both paths with PyObject_GetBuffer). Needs the GIL. */
+void pyxbuf__type_cache_forget(PyTypeObject *type) {
+    unsigned int tag = pyxbuf__type_tag(type);
+    pyxbuf__type_cache_entry *e = cache_entry(tag);
+    uint64_t key;
+    const void *data;
+    if (pyxbuf__type_cache_get(e, type, &key, &data)) pyxbuf__type_cache_put(e, NULL, 0, NULL);
+}
+
 /* Write the type's dict directly: immutable and static types refuse setattr,
  * and the dict is what every copy of libpyxbuf reads. Steals `value`. */
 int pyxbuf__type_dict_set(PyTypeObject *type, const char *name, PyObject *value) {
@@ -216,6 +229,38 @@ static int speaks_a_device_protocol(PyObject *obj) {
     return has_cai_quietly(obj);
 }
 
+/* CPython 3.13+ refuses PyBUF_READ or PyBUF_WRITE alone in PyObject_GetBuffer
+ * (SystemError, before any producer runs); older versions pass them on.
+ * pyxbuf answers as the interpreter it runs on, on every path, for the
+ * request without its PYXBUF_* bits. The fast routes call producers
+ * directly, so such a request leaves them for get_view_slow, which refuses
+ * it (PyBUF_WRITE is outside the routes' masks already). A library built for
+ * 3.12 or older runs on no 3.13 (there is no stable-ABI build), so it pays
+ * nothing for the test. */
+#if PY_VERSION_HEX >= 0x030D0000
+#define ROUTE_READ_ALONE(flags) (((flags) & PYXBUF_CLASSIC_FLAGS) == PyBUF_READ)
+
+/* PyBUF_READ alone in what a classic producer would receive (3.13's
+ * PyBuffer_FillInfo refuses it too, and bytearray then hands back an unfilled
+ * view), or PyBUF_WRITE alone with no PyBUF_* bit but PYXBUF_* ones. */
+static int read_or_write_alone(int32_t flags) {
+    return (flags & PYXBUF_CLASSIC_FLAGS) == PyBUF_READ ||
+           (flags & ~PYXBUF_EXTENDED_FLAGS) == PyBUF_WRITE;
+}
+
+static int refuse_read_write_alone(int32_t flags) {
+    PyErr_Format(PyExc_SystemError,
+                 "pyxbuf_get: the request 0x%x is %s alone, a PyMemoryView_FromMemory flag "
+                 "rather than a buffer request; Python 3.13+ refuses it in PyObject_GetBuffer "
+                 "and so does pyxbuf; ask for PyBUF_SIMPLE (0) or the PyBUF_* flags you need",
+                 (unsigned)flags,
+                 (flags & PYXBUF_CLASSIC_FLAGS) == PyBUF_READ ? "PyBUF_READ" : "PyBUF_WRITE");
+    return -1;
+}
+#else
+#define ROUTE_READ_ALONE(flags) 0
+#endif
+
 /* Whether pyxbuf_get would find a protocol to try on `obj`: a buffer slot,
  * DLPack or the CUDA Array Interface. The __array_interface__ bridge reads
  * only NumPy arrays of user dtypes, which have a buffer slot already. */
@@ -236,6 +281,9 @@ int pyxbuf_check_supports(PyObject *obj, int32_t flags) {
         PyErr_SetString(PyExc_ValueError, "pyxbuf_check_supports: obj is NULL");
         return -1;
     }
+#if PY_VERSION_HEX >= 0x030D0000
+    if (read_or_write_alone(flags)) return 0;
+#endif
     int32_t advertised;
     if (pyxbuf_type_supported_flags(Py_TYPE(obj), &advertised) < 0) return -1;
     if (!speaks_extended(advertised)) {
@@ -581,7 +629,7 @@ static int after_classic_failed(PyObject *obj, pyxbuf_view *view, int32_t flags,
     return -1;
 }
 
-/* The bridges, in DESIGN.md's order. Each is tried when the object has no
+/* The bridges, in order. Each is tried when the object has no
  * classic buffer or its classic buffer refused (a dtype it cannot carry:
  * bfloat16 in JAX or ml_dtypes, device memory). */
 typedef struct bridge {
@@ -830,6 +878,9 @@ static PYXBUF_COLD int get_view_slow(PyObject *obj, pyxbuf_view *view, int32_t f
         return -1;
     }
     reset_view(view, flags);
+#if PY_VERSION_HEX >= 0x030D0000
+    if (PYXBUF_UNLIKELY(read_or_write_alone(flags))) return refuse_read_write_alone(flags);
+#endif
     /* Unknown request bits are not refused: only a type that declares them
      * receives them (acquire_native). */
     int32_t supported;
@@ -873,7 +924,8 @@ int pyxbuf__get_after_dlpack(PyObject *obj, pyxbuf_view *view, int32_t flags, in
 #define DLPACK_C_ROUTE_FLAGS (FAST_PATH_FLAGS & ~BORROW_FLAGS)
 
 static inline int get_view(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream) {
-    if (PYXBUF_UNLIKELY(obj == NULL || view == NULL)) return get_view_slow(obj, view, flags, 0, 0);
+    if (PYXBUF_UNLIKELY(obj == NULL || view == NULL || ROUTE_READ_ALONE(flags)))
+        return get_view_slow(obj, view, flags, stream, 0);
     int fast = get_classic_fast(obj, view, flags);
     if (PYXBUF_LIKELY(fast == 1)) return 0;
     if (fast == 0 && (flags & ~DLPACK_C_ROUTE_FLAGS) == 0) {

@@ -234,19 +234,42 @@ typedef struct pyxbuf_view {
  *
  * Extended fields are zeroed first; the producer's type's supported flags are
  * checked against `flags & PYXBUF_REQUIRED_FLAGS`; then the first protocol that
- * applies is used (native extended buffer, then the classic buffer; the
- * DLPack, CUDA Array Interface and array-interface bridges slot in around
- * them). Request bits pyxbuf does not know are not refused ("it is typical
- * practice to ignore unknown flags"): a native producer whose type advertises
- * one receives it, other producers never see it. What a producer returns is
- * validated: a bit in `flags` that was not requested, a device without
- * PYXBUF_DEVICE, a grant that was not asked for, or read-only memory for a
- * writable request all raise BufferError. PYXBUF_DEVICE set with a NULL device
- * is CPU memory, as the proposal allows. Needs the GIL.
+ * applies is used: the native extended buffer when the type advertises extended
+ * flags; else the classic buffer when the type has one; then, when it has none
+ * or cannot describe the object, the bridges in order: DLPack (C exchange table
+ * first), CUDA Array Interface, __array_interface__. Request bits pyxbuf does
+ * not know are not refused ("it is typical practice to ignore unknown flags"):
+ * a native producer whose type advertises one receives it, other producers
+ * never see it. What a producer returns is validated: a bit in `flags` that
+ * was not requested, a device without PYXBUF_DEVICE, a grant that was not
+ * asked for, or read-only memory for a writable request all raise BufferError.
+ * PYXBUF_DEVICE set with a NULL device is CPU memory, as the proposal allows.
+ * Needs the GIL.
  *
  * Returns 0, or -1 with a Python exception set (BufferError for refusals,
  * TypeError when the object speaks no buffer protocol pyxbuf knows). On
- * failure the view holds nothing and need not be released. */
+ * failure the view holds nothing and need not be released.
+ *
+ * A classic producer's view is what PyObject_GetBuffer of the running
+ * interpreter returns for `flags & PYXBUF_CLASSIC_FLAGS`, on the first call
+ * for a type and on every cached call after it. On Python 3.13+ a request that
+ * is PyBUF_READ or PyBUF_WRITE alone (PYXBUF_* bits aside) raises SystemError,
+ * as PyObject_GetBuffer does there; older versions pass PyBUF_READ on.
+ *
+ * Differences from PyObject_GetBuffer, one line each with its reason (all else
+ * agrees field by field, as python-tests/test_classic_differential.py checks):
+ *  - a refusal is BufferError (cause: the producer's): producers vary, consumers catch one.
+ *  - a request bit that is neither classic nor PYXBUF_* (PyBUF_WRITE too) reaches no classic
+ *    producer: every producer ignores bits it does not know, so pyxbuf drops them for it.
+ *  - on 3.13+, PyBUF_READ with only such bits beside it is refused too: the producer would get
+ *    PyBUF_READ alone, which 3.13's PyBuffer_FillInfo refuses (bytearray then fills nothing).
+ *  - an object whose classic buffer cannot describe it may be answered by a bridge: the aim.
+ *  - read-only memory for a PyBUF_WRITABLE request is refused: the producer is broken.
+ *  - PYXBUF_* bits reach only types that advertise them: the proposal's rule.
+ * On the first: NumPy raises ValueError for contiguity, bytes BufferError for
+ * writability. On the third: "cannot describe" is no buffer slot, or a refusal
+ * of a dtype or layout (not the read-only refusal of a writable request); the
+ * DLPack, CUDA Array Interface and __array_interface__ bridges then try in turn. */
 PYXBUF_API int pyxbuf_get(PyObject *obj, pyxbuf_view *view, int32_t flags);
 
 /* pyxbuf_get for a consumer working on `consumer_stream` (DLPack's integer
@@ -505,8 +528,11 @@ typedef struct pyxbuf_export_desc {
 } pyxbuf_export_desc;
 
 /* Fill `view` (the Py_buffer a bf_getbuffer slot receives) for `exporter` from
- * `desc`, honouring the classic `flags` as NumPy does (shape only with ND,
- * strides only with STRIDES, contiguity checked, format only with FORMAT) and
+ * `desc`, honouring the classic `flags` as CPython's producers do (shape only
+ * with ND, strides only with STRIDES, contiguity checked, format only with
+ * FORMAT; without ND one flat C-contiguous run: ndim 1, shape NULL, as
+ * PyBuffer_FillInfo, array.array and memoryview answer (NumPy answers ndim 0);
+ * at ndim 0 shape and strides NULL), and
  * the extended ones: device fields only when PYXBUF_DEVICE was requested, and
  * BufferError for device memory when it was not. Takes a reference to
  * `exporter` in view->obj. Returns 0, or -1 with BufferError set. */

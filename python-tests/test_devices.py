@@ -157,6 +157,22 @@ def test_missing_event_means_stale_even_through_pyxbuf():
     assert download(e) == b"LATE"
 
 
+@pytest.mark.parametrize("flags", [t.PyBUF_SIMPLE, t.PyBUF_FORMAT, t.PyBUF_RECORDS_RO],
+                         ids=["simple", "format", "records"])
+@pytest.mark.parametrize("source", ["numpy-2d", "numpy-0d", "bytes"])
+def test_to_device_of_a_view_without_a_shape_copies_every_byte(source, flags):
+    """A view taken without PyBUF_ND has no shape; NumPy then answers ndim 0
+    whatever its length. The copy holds every byte, never one item's worth
+    (the emulated device refuses a write past an allocation)."""
+    obj = {"numpy-2d": np.arange(12, dtype=np.float32).reshape(3, 4),
+           "numpy-0d": np.array(7.5),
+           "bytes": b"abcdefgh"}[source]
+    expected = bytes(memoryview(obj).cast("B")) if source != "bytes" else obj
+    on0 = t.to_device(obj, DEV0, 0, flags)
+    assert t.copy_to_host(on0) == expected
+    assert on0.nbytes == len(expected)
+
+
 def test_to_device_waits_for_the_source_event():
     e = t.exporter("B", (5,), device=DEV0)
     stream = t.testdev_write(e, b"HELLO")

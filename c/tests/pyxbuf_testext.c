@@ -233,6 +233,44 @@ static PyObject *fill_and_getbuffer(PyObject *mod, PyObject *args) {
     return out;
 }
 
+/* inspect() after dropping the type's cache entry: the uncached path. */
+void pyxbuf__type_cache_forget(PyTypeObject *type); /* view.c, hidden */
+static PyObject *inspect_uncached(PyObject *mod, PyObject *args) {
+    PyObject *obj;
+    int flags = PyBUF_FULL_RO;
+    if (!PyArg_ParseTuple(args, "O|i", &obj, &flags)) return NULL;
+    pyxbuf__type_cache_forget(Py_TYPE(obj));
+    return inspect(mod, args);
+}
+
+/* What CPython makes of a pyxbuf view: PyMemoryView_FromBuffer of it, read
+ * back as (ndim, shape, strides, tobytes()). A view whose fields disagree
+ * (ndim 2 with a NULL shape) crashes here, as it would in any consumer. */
+static PyObject *memoryview_of(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *obj;
+    int flags = PyBUF_FULL_RO;
+    if (!PyArg_ParseTuple(args, "O|i", &obj, &flags)) return NULL;
+    pyxbuf_view view;
+    if (pyxbuf_get(obj, &view, flags) < 0) return NULL;
+    PyObject *mv = PyMemoryView_FromBuffer(&view.base), *r = NULL;
+    if (mv != NULL) {
+        PyObject *ndim = PyObject_GetAttrString(mv, "ndim");
+        PyObject *shape = PyObject_GetAttrString(mv, "shape");
+        PyObject *strides = PyObject_GetAttrString(mv, "strides");
+        PyObject *bytes = PyObject_CallMethod(mv, "tobytes", NULL);
+        if (ndim && shape && strides && bytes)
+            r = PyTuple_Pack(4, ndim, shape, strides, bytes);
+        Py_XDECREF(ndim);
+        Py_XDECREF(shape);
+        Py_XDECREF(strides);
+        Py_XDECREF(bytes);
+        Py_DECREF(mv); /* the only reference: gone before the view is released */
+    }
+    pyxbuf_release(&view);
+    return r;
+}
+
 static PyObject *classic(PyObject *mod, PyObject *args) {
     (void)mod;
     PyObject *obj;
@@ -464,7 +502,8 @@ static PyObject *to_device(PyObject *mod, PyObject *args) {
     (void)mod;
     PyObject *obj, *device_obj;
     long long stream = PYXBUF_STREAM_DEFAULT;
-    if (!PyArg_ParseTuple(args, "OO|L", &obj, &device_obj, &stream)) return NULL;
+    int flags = VIEW_FLAGS;
+    if (!PyArg_ParseTuple(args, "OO|Li", &obj, &device_obj, &stream, &flags)) return NULL;
     pyxbuf_device device;
     const pyxbuf_device *where;
     if (device_arg(device_obj, &device, &where) < 0) return NULL;
@@ -473,7 +512,7 @@ static PyObject *to_device(PyObject *mod, PyObject *args) {
         device.device_id = 0;
     }
     pyxbuf_view view;
-    if (pyxbuf_get(obj, &view, VIEW_FLAGS) < 0) return NULL;
+    if (pyxbuf_get(obj, &view, flags) < 0) return NULL;
     PyObject *out = pyxbuf_to_device(&view, &device, stream);
     pyxbuf_release(&view);
     return out;
@@ -775,6 +814,10 @@ static PyMethodDef module_methods[] = {
     {"fill_and_getbuffer", fill_and_getbuffer, METH_VARARGS,
      "fill_and_getbuffer(obj, flags) -> the extended fields after PyObject_GetBuffer into a "
      "view full of 0xAB"},
+    {"inspect_uncached", inspect_uncached, METH_VARARGS,
+     "inspect() with obj's type first dropped from pyxbuf's type cache."},
+    {"memoryview_of", memoryview_of, METH_VARARGS,
+     "memoryview_of(obj, flags) -> (ndim, shape, strides, bytes) of PyMemoryView_FromBuffer."},
     {"cycle", cycle, METH_VARARGS, "cycle(obj, flags, n): n pyxbuf_get/pyxbuf_release pairs."},
     {"release_twice", release_twice, METH_VARARGS, "Acquire, release twice; report states."},
     {"check_supports", check_supports, METH_VARARGS, "pyxbuf_check_supports(obj, flags)."},
@@ -790,7 +833,7 @@ static PyMethodDef module_methods[] = {
     {"testdev_live_allocations", testdev_live_allocations, METH_NOARGS, "Live allocations."},
     {"deref_in_child", deref_in_child, METH_O, "Signal ending a child that reads the memory."},
     {"copy_to_host", copy_to_host, METH_O, "pyxbuf_copy_to_host of obj -> bytes (C order)"},
-    {"to_device", to_device, METH_VARARGS, "to_device(obj, (type, id) or None, stream=0)"},
+    {"to_device", to_device, METH_VARARGS, "to_device(obj, (type, id) or None, stream=0, flags=RECORDS_RO|DEVICE)"},
     {"same_device", same_device, METH_VARARGS, "pyxbuf_same_device(view(a), view(b))"},
     {"view_device", view_device, METH_O, "(device_type, device_id) of obj's view"},
     {"host_only", host_only, METH_VARARGS, "host_only(obj, 'item'|'memoryview'|'contiguous')"},
