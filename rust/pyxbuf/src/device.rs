@@ -144,9 +144,9 @@ unsafe impl<T: Send + Sync> Sync for DevicePtr<'_, T> {}
 /// What a consumer must wait for before touching device memory.
 ///
 /// `Ready` means exactly: the producer's writes are ordered before work the
-/// consumer enqueues on the request's stream ([`Request::stream`]
-/// (crate::Request::stream)), or it has none pending. It says nothing about any
-/// other stream. pyxbuf hands out `Ready` only where that holds: a DLPack
+/// consumer enqueues on the request's stream
+/// ([`Request::stream`](crate::Request::stream)), or it has none pending. It
+/// says nothing about any other stream. pyxbuf hands out `Ready` only where that holds: a DLPack
 /// producer asked with a stream orders its work before it; asked without one
 /// it orders it before the default stream only, and pyxbuf then records an
 /// event there and answers `Event`; a zero-copy exporter
