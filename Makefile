@@ -15,7 +15,7 @@ CMAKE_ARGS ?=
 export PYTHONDONTWRITEBYTECODE := 1
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build build-release-check test test-c test-python test-rust test-pymodules test-packaged-crates test-wheel pymodules pythons pythons-tsan test-matrix test-tsan-ft demo clean \
+.PHONY: all build build-release-check check-layers test test-c test-python test-rust test-pymodules test-packaged-crates test-wheel pymodules pythons pythons-tsan test-matrix test-tsan-ft demo clean \
 	distclean venv libclang bindings asan-build test-asan test-asan-c test-asan-python \
 	clang fuzz fuzz-build \
 	valgrind-build test-valgrind tsan-build test-tsan
@@ -129,7 +129,13 @@ pymodules: venv
 test-pymodules: pymodules
 	$(VPY) -m pytest -q rust/pyxbuf-python/tests rust/examples/sum/tests
 
-test: test-c test-rust test-python test-pymodules test-packaged-crates test-wheel bench-smoke
+test: check-layers test-c test-rust test-python test-pymodules test-packaged-crates test-wheel bench-smoke
+
+# Every arrow of the C core points down (c/LAYERS, tools/check_layers.py):
+# the library's objects' symbols (nm) and its private includes.
+check-layers: build
+	$(PYTHON) tools/check_layers.py --objects $(BUILD)/CMakeFiles/pyxbuf_static.dir/c \
+	    --layers c/LAYERS --sources c
 
 # Benchmarks (bench/). `make bench` runs the Criterion suite and writes
 # bench/results/<date>-<machine>.md; `make bench-ir` counts instructions

@@ -533,7 +533,7 @@ static int refuse_released(void) {
 }
 
 void *pyxbuf_view_item_ptr(const pyxbuf_view *view, const Py_ssize_t *indices) {
-    if (!pyxbuf_view_is_acquired(view)) {
+    if (!pyxbuf__view_acquired(view)) {
         refuse_released();
         return NULL;
     }
@@ -557,7 +557,7 @@ void *pyxbuf_view_item_ptr(const pyxbuf_view *view, const Py_ssize_t *indices) {
 }
 
 PyObject *pyxbuf_view_memoryview(const pyxbuf_view *view) {
-    if (!pyxbuf_view_is_acquired(view)) {
+    if (!pyxbuf__view_acquired(view)) {
         refuse_released();
         return NULL;
     }
@@ -573,7 +573,7 @@ PyObject *pyxbuf_view_memoryview(const pyxbuf_view *view) {
 }
 
 static int check_copy_size(const pyxbuf_view *view, size_t nbytes) {
-    if (!pyxbuf_view_is_acquired(view)) {
+    if (!pyxbuf__view_acquired(view)) {
         PyErr_SetString(PyExc_BufferError,
                         "pyxbuf: the view is not acquired (released already?); acquire it with "
                         "pyxbuf_get first");
@@ -735,7 +735,7 @@ PyObject *pyxbuf_to_device(const pyxbuf_view *view, const pyxbuf_device *target,
                            int64_t stream) {
     pyxbuf_device src = {0, 0};
     pyxbuf_error err;
-    if (view == NULL || target == NULL || !pyxbuf_view_is_acquired(view)) {
+    if (view == NULL || target == NULL || !pyxbuf__view_acquired(view)) {
         PyErr_SetString(PyExc_ValueError, "pyxbuf_to_device: an acquired view and a device are "
                                           "required");
         return NULL;

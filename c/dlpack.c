@@ -1020,7 +1020,7 @@ int pyxbuf__dlpack_view_info(const pyxbuf_view *view, uint64_t *dl_flags, uint32
                              uint32_t *minor, int32_t *versioned);
 int pyxbuf__dlpack_view_info(const pyxbuf_view *view, uint64_t *dl_flags, uint32_t *major,
                              uint32_t *minor, int32_t *versioned) {
-    if (!pyxbuf_view_is_acquired(view) ||
+    if (!pyxbuf__view_acquired(view) ||
         (view->path != PYXBUF_PATH_DLPACK && view->path != PYXBUF_PATH_DLPACK_C) ||
         view->bridge_data == NULL)
         return -1;

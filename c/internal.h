@@ -186,11 +186,16 @@ void pyxbuf__type_cache_forget(PyTypeObject *type);
 #define PYXBUF__STATE_ACQUIRED 0x50584231u /* "PXB1" */
 #define PYXBUF__STATE_RELEASED 0x50584230u /* "PXB0" */
 
+/* pyxbuf_view_is_acquired, for every layer (it reads one field). */
+static inline int pyxbuf__view_acquired(const pyxbuf_view *view) {
+    return view != NULL && view->state == PYXBUF__STATE_ACQUIRED;
+}
+
 /* Writes a human-readable list of the request bits in `flags`
  * ("WRITABLE|STRIDES|PYXBUF_DEVICE") into buf. */
 void pyxbuf__flag_names(int32_t flags, char *buf, size_t cap);
 
-/* view.c: set `name` in `type`'s dict (static and immutable types too) and
+/* type_dict.c: set `name` in `type`'s dict (static and immutable types too) and
  * tell the type it changed. Steals `value` (NULL: an error is already set).
  * Returns 0, or -1 with a Python exception set. */
 int pyxbuf__type_dict_set(PyTypeObject *type, const char *name, PyObject *value);
@@ -349,7 +354,7 @@ int pyxbuf__checked_span(int ndim, const Py_ssize_t *shape, const Py_ssize_t *st
 int pyxbuf__check_device_span(const pyxbuf_backend *b, const char *buf, Py_ssize_t lo,
                               Py_ssize_t hi, const pyxbuf_device *claimed, pyxbuf_error *err);
 
-/* A Python object holding `size` bytes of zeroed, 16-byte-aligned storage
+/* holder.c: a Python object holding `size` bytes of zeroed, 16-byte-aligned storage
  * for a bridge's state (device info, spilled dims, format strings);
  * `finalize(storage)`, if not NULL, runs once when it dies, with the GIL. */
 PyObject *pyxbuf__holder_new(size_t size, void (*finalize)(void *storage));

@@ -171,28 +171,6 @@ void pyxbuf__type_cache_forget(PyTypeObject *type) {
     if (pyxbuf__type_cache_get(e, type, &key, &data)) pyxbuf__type_cache_put(e, NULL, 0, NULL);
 }
 
-/* Write the type's dict directly: immutable and static types refuse setattr,
- * and the dict is what every copy of libpyxbuf reads. Steals `value`. */
-int pyxbuf__type_dict_set(PyTypeObject *type, const char *name, PyObject *value) {
-    if (value == NULL) return -1;
-#if PY_VERSION_HEX >= 0x030C0000
-    PyObject *dict = PyType_GetDict(type);
-#else
-    PyObject *dict = Py_XNewRef(type->tp_dict);
-#endif
-    if (dict == NULL) {
-        Py_DECREF(value);
-        PyErr_Format(PyExc_TypeError, "pyxbuf: type '%.200s' has no dict (is it ready?)",
-                     type->tp_name);
-        return -1;
-    }
-    int rc = PyDict_SetItemString(dict, name, value);
-    Py_DECREF(dict);
-    Py_DECREF(value);
-    if (rc == 0) PyType_Modified(type);
-    return rc;
-}
-
 int pyxbuf_type_set_supported_flags(PyTypeObject *type, int32_t flags) {
     if (type == NULL) {
         PyErr_SetString(PyExc_ValueError, "pyxbuf_type_set_supported_flags: type is NULL");
@@ -752,57 +730,6 @@ static int refuse_no_protocol(PyObject *obj) {
     return -1;
 }
 
-/* ------------------------------------------------------------------------- */
-/* Bridge helpers                                                            */
-/* ------------------------------------------------------------------------- */
-
-typedef struct holder_object {
-    PyObject_VAR_HEAD
-    void (*finalize)(void *storage);
-    Py_ssize_t size;
-    _Alignas(16) unsigned char storage[];
-} holder_object;
-
-static void holder_dealloc(PyObject *self) {
-    holder_object *h = (holder_object *)self;
-    PyTypeObject *tp = Py_TYPE(self);
-    if (h->finalize != NULL) h->finalize(h->storage);
-    tp->tp_free(self);
-    Py_DECREF(tp);
-}
-
-static PyType_Slot holder_slots[] = {
-    {Py_tp_dealloc, (void *)holder_dealloc},
-    {Py_tp_doc, (void *)"pyxbuf's keep-alive for a bridged view (DLPack tensor, CAI, ...)."},
-    {0, NULL},
-};
-
-static PyType_Spec holder_spec = {
-    .name = "pyxbuf._BridgeHolder",
-    .basicsize = (int)sizeof(holder_object),
-    .itemsize = 1,
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
-    .slots = holder_slots,
-};
-
-PyObject *pyxbuf__holder_new(size_t size, void (*finalize)(void *storage)) {
-    static PyObject *holder_type = NULL; /* one per library copy, kept */
-    PyObject *type = PYXBUF__FT_LOAD_ACQUIRE(&holder_type);
-    if (type == NULL) {
-        PyObject *tp = PyType_FromSpec(&holder_spec);
-        if (tp == NULL) return NULL;
-        type = pyxbuf__publish_once(&holder_type, tp);
-    }
-    /* itemsize 1: `size` bytes after the (16-aligned) header. */
-    holder_object *h = PyObject_NewVar(holder_object, (PyTypeObject *)type, (Py_ssize_t)size);
-    if (h == NULL) return NULL;
-    memset(h->storage, 0, size);
-    h->finalize = finalize;
-    h->size = (Py_ssize_t)size;
-    return (PyObject *)h;
-}
-
-void *pyxbuf__holder_storage(PyObject *holder) { return ((holder_object *)holder)->storage; }
 
 /* The request bits the fast path serves: classic ones, the soft device and
  * temporary flags (a classic producer honours neither) and borrows, which
@@ -996,9 +923,7 @@ void pyxbuf_release(pyxbuf_view *view) {
 #endif
 }
 
-int pyxbuf_view_is_acquired(const pyxbuf_view *view) {
-    return view != NULL && view->state == PYXBUF__STATE_ACQUIRED;
-}
+int pyxbuf_view_is_acquired(const pyxbuf_view *view) { return pyxbuf__view_acquired(view); }
 
 int pyxbuf_view_is_host(const pyxbuf_view *view) {
     return view != NULL && view->device == NULL;

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""make check-layers: every arrow in the C core points down.
+
+c/LAYERS declares the layers, bottom first, and which sources and private
+headers belong to each. An arrow is a call (an object's undefined symbol that
+another object of the library defines, read with `nm`) or a private include
+(`#include "x.h"` of a header in c/). An arrow is allowed when it runs to a
+lower layer, or within a layer without closing a loop there. Every other arrow
+fails the check with its file pair and the symbol or header that ties them.
+
+The circle the core has today is listed once, arrow by arrow, in the
+`known:` lines of c/LAYERS (issue 26 removes them): a known arrow is
+reported, not failed; an arrow that is not known fails; a known arrow that is
+gone fails too, so the list only ever shrinks and always tells the truth.
+
+Usage: check_layers.py --objects DIR [--layers c/LAYERS] [--sources c]
+"""
+
+import argparse
+import pathlib
+import re
+import subprocess
+import sys
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def read_layers(path):
+    """({file: (layer index, layer name)}, known arrows as (from, to, what))."""
+    order, layer_of, known = [], {}, set()
+    for number, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        head, _, rest = line.partition(":")
+        head = head.strip()
+        if head == "known":
+            parts = rest.split()
+            if len(parts) != 4 or parts[1] != "->":
+                sys.exit(f"{path}:{number}: write a known arrow as "
+                         "'known: from.c -> to.c symbol_or_header'")
+            known.add((parts[0], parts[2], parts[3]))
+            continue
+        if not rest.strip() or head in order:
+            sys.exit(f"{path}:{number}: write each layer once, as 'name: file.c file.h ...'")
+        order.append(head)
+        for name in rest.split():
+            if name in layer_of:
+                sys.exit(f"{path}:{number}: {name} is in two layers")
+            layer_of[name] = (len(order) - 1, head)
+    return layer_of, known
+
+
+def nm(obj, *flags):
+    out = subprocess.run(["nm", *flags, str(obj)], check=True, capture_output=True, text=True)
+    return [line.split()[-1] for line in out.stdout.splitlines() if line.strip()]
+
+
+def call_arrows(objects):
+    """(from.c, to.c, symbol) for every symbol one object uses and another
+    object of the library defines."""
+    defined, used = {}, {}
+    for obj in sorted(objects.glob("*.c.o")):
+        source = obj.name[:-2]  # x.c.o -> x.c
+        for symbol in nm(obj, "--defined-only", "-g"):
+            defined[symbol] = source
+        used[source] = set(nm(obj, "-u"))
+    if not defined:
+        sys.exit(f"check-layers: no objects in {objects}; build first (make build)")
+    arrows = set()
+    for source, symbols in used.items():
+        for symbol in symbols:
+            target = defined.get(symbol)
+            if target is not None and target != source:
+                arrows.add((source, target, symbol))
+    return arrows, set(used)
+
+
+def include_arrows(sources):
+    """(file, header, header) for every private include in c/*.c and c/*.h."""
+    arrows = set()
+    for path in sorted(list(sources.glob("*.c")) + list(sources.glob("*.h"))):
+        for header in INCLUDE.findall(path.read_text()):
+            if (sources / header).exists():
+                arrows.add((path.name, header, header))
+    return arrows
+
+
+def loops_within(arrows, layer_of):
+    """Arrows inside one layer that lie on a loop of that layer."""
+    graph = {}
+    for a, b, _ in arrows:
+        if layer_of[a][0] == layer_of[b][0]:
+            graph.setdefault(a, set()).add(b)
+
+    def reaches(start, goal):
+        seen, todo = set(), [start]
+        while todo:
+            node = todo.pop()
+            if node == goal:
+                return True
+            if node not in seen:
+                seen.add(node)
+                todo.extend(graph.get(node, ()))
+        return False
+
+    return {(a, b, w) for a, b, w in arrows
+            if layer_of[a][0] == layer_of[b][0] and reaches(b, a)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--objects", required=True, type=pathlib.Path,
+                        help="the library's object files (x.c.o), e.g. "
+                             "build/CMakeFiles/pyxbuf_static.dir/c")
+    parser.add_argument("--layers", type=pathlib.Path, default=pathlib.Path("c/LAYERS"))
+    parser.add_argument("--sources", type=pathlib.Path, default=pathlib.Path("c"))
+    args = parser.parse_args()
+
+    layer_of, known = read_layers(args.layers)
+    calls, compiled = call_arrows(args.objects)
+    arrows = calls | include_arrows(args.sources)
+    unplaced = [f for f in sorted({f for a, b, _ in arrows for f in (a, b)} | compiled)
+                if f not in layer_of]
+    if unplaced:
+        sys.exit(f"check-layers: {', '.join(unplaced)} in no layer of {args.layers}; add each "
+                 "to the layer it belongs to")
+
+    upward = {(a, b, w) for a, b, w in arrows if layer_of[b][0] > layer_of[a][0]}
+    wrong = upward | loops_within(arrows, layer_of)
+    new = sorted(wrong - known)
+    gone = sorted(known - wrong)
+    still = sorted(wrong & known)
+
+    def show(a, b, w):
+        why = "up" if layer_of[b][0] > layer_of[a][0] else "a loop in"
+        return (f"  {a} ({layer_of[a][1]}) -> {b} ({layer_of[b][1]}): {w} runs {why} "
+                f"{'layer ' + layer_of[b][1] if why == 'up' else 'layer ' + layer_of[a][1]}")
+
+    print(f"check-layers: {len(arrows)} arrows between {len(layer_of)} files in "
+          f"{len({l for _, l in layer_of.values()})} layers; {len(still)} known arrows of the "
+          f"old circle remain (c/LAYERS, issue 26)")
+    if new:
+        print(f"check-layers: {len(new)} arrow(s) run up or close a loop; call down instead "
+              "(inline downward, or report by return value):")
+        for arrow in new:
+            print(show(*arrow))
+    if gone:
+        print(f"check-layers: {len(gone)} known arrow(s) no longer exist; delete their "
+              "'known:' lines from c/LAYERS:")
+        for a, b, w in gone:
+            print(f"  known: {a} -> {b} {w}")
+    return 1 if new or gone else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
