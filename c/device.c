@@ -667,17 +667,13 @@ int pyxbuf_copy_to_host(const pyxbuf_view *view, void *dst, size_t nbytes) {
     return rc < 0 ? pyxbuf_error_raise(&err) : 0;
 }
 
-/* The format an exporter of the view's items gets. */
-static const char *view_format(const pyxbuf_view *view, char *buf, size_t cap) {
-    if (view->base.format != NULL) return view->base.format;
-    if (view->base.itemsize == 1) return "B";
-    snprintf(buf, cap, "%zds", view->base.itemsize);
-    return buf;
+int pyxbuf__check_copy(const pyxbuf_view *view) {
+    return check_copy_size(view, (size_t)view->base.len);
 }
 
-/* Fill the new exporter's memory (C order) from the view. */
-static int copy_into(const pyxbuf_view *view, const pyxbuf_device *src, void *dst,
-                     const pyxbuf_device *target, int64_t stream, pyxbuf_error *err) {
+/* Fill `dst`, memory of `target` (C order), from the view on `src`. */
+int pyxbuf__copy_view_into(const pyxbuf_view *view, const pyxbuf_device *src, void *dst,
+                           const pyxbuf_device *target, int64_t stream, pyxbuf_error *err) {
     size_t n = (size_t)view->base.len;
     pyxbuf_backend sb, tb;
     int rc = 0;
@@ -718,58 +714,13 @@ static int copy_into(const pyxbuf_view *view, const pyxbuf_device *src, void *ds
     return rc;
 }
 
-/* Record an event after the copy on the target, so the exporter's consumers
- * wait for it. */
-static int record_after(PyObject *exporter, const pyxbuf_device *target, int64_t stream,
-                        pyxbuf_error *err) {
+/* An event after the work queued on `stream` of `target`, or NULL for
+ * host-accessible memory (nothing to wait for) and backends without events. */
+int pyxbuf__record_event(const pyxbuf_device *target, int64_t stream, void **event,
+                         pyxbuf_error *err) {
     pyxbuf_backend tb;
+    *event = NULL;
     int rc = pyxbuf_backend_get(target->device_type, &tb, err);
     if (rc < 0 || tb.event_record == NULL || host_accessible(target->device_type)) return rc;
-    void *event = NULL;
-    rc = tb.event_record(tb.ctx, target->device_id, stream, &event, err);
-    if (rc == 0) pyxbuf__exporter_adopt_event(exporter, event, stream);
-    return rc;
-}
-
-PyObject *pyxbuf_to_device(const pyxbuf_view *view, const pyxbuf_device *target,
-                           int64_t stream) {
-    pyxbuf_device src = {0, 0};
-    pyxbuf_error err;
-    if (view == NULL || target == NULL || !pyxbuf__view_acquired(view)) {
-        PyErr_SetString(PyExc_ValueError, "pyxbuf_to_device: an acquired view and a device are "
-                                          "required");
-        return NULL;
-    }
-    if (pyxbuf_view_device(view, &src, &err) < 0) return (pyxbuf_error_raise(&err), NULL);
-    if (pyxbuf_device_same(&src, target)) {
-        if (view->base.obj == NULL) {
-            PyErr_SetString(PyExc_BufferError, "pyxbuf_to_device: the view has no object");
-            return NULL;
-        }
-        return Py_NewRef(view->base.obj);
-    }
-    if (check_copy_size(view, (size_t)view->base.len) < 0) return NULL;
-    char fmt[32];
-    Py_ssize_t flat = view->base.itemsize ? view->base.len / view->base.itemsize : 0;
-    /* Without a shape the view is one flat run of `flat` items, whatever its
-     * ndim says (NumPy answers a request without PyBUF_ND with ndim 0 at any
-     * length); only a single item keeps a 0-d shape. */
-    int32_t ndim = view->base.shape ? view->base.ndim
-                                    : (view->base.ndim == 0 && flat == 1 ? 0 : 1);
-    const Py_ssize_t *shape = view->base.shape ? view->base.shape : &flat;
-    PyObject *out = pyxbuf__exporter_new_sized(view_format(view, fmt, sizeof fmt),
-                                               view->base.itemsize, ndim, shape, 0, target);
-    if (out == NULL) return NULL;
-    void *dst = pyxbuf__exporter_buffer(out);
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = copy_into(view, &src, dst, target, stream, &err);
-    Py_END_ALLOW_THREADS
-    if (rc == 0) rc = record_after(out, target, stream, &err);
-    if (rc < 0) {
-        Py_DECREF(out);
-        pyxbuf_error_raise(&err);
-        return NULL;
-    }
-    return out;
+    return tb.event_record(tb.ctx, target->device_id, stream, event, err);
 }

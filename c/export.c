@@ -604,6 +604,62 @@ PyObject *pyxbuf__exporter_new_sized(const char *format, Py_ssize_t itemsize_giv
     return e;
 }
 
+/* The format an exporter of the view's items gets. */
+static const char *view_format(const pyxbuf_view *view, char *buf, size_t cap) {
+    if (view->base.format != NULL) return view->base.format;
+    if (view->base.itemsize == 1) return "B";
+    snprintf(buf, cap, "%zds", view->base.itemsize);
+    return buf;
+}
+
+/* pyxbuf_to_device: the same data on `target` -- the object itself when it
+ * is there already, else a new exporter filled by the device layer's copy
+ * and holding the event recorded after it. */
+PyObject *pyxbuf_to_device(const pyxbuf_view *view, const pyxbuf_device *target,
+                           int64_t stream) {
+    pyxbuf_device src = {0, 0};
+    pyxbuf_error err;
+    if (view == NULL || target == NULL || !pyxbuf__view_acquired(view)) {
+        PyErr_SetString(PyExc_ValueError, "pyxbuf_to_device: an acquired view and a device are "
+                                          "required");
+        return NULL;
+    }
+    if (pyxbuf_view_device(view, &src, &err) < 0) return (pyxbuf_error_raise(&err), NULL);
+    if (pyxbuf_device_same(&src, target)) {
+        if (view->base.obj == NULL) {
+            PyErr_SetString(PyExc_BufferError, "pyxbuf_to_device: the view has no object");
+            return NULL;
+        }
+        return Py_NewRef(view->base.obj);
+    }
+    if (pyxbuf__check_copy(view) < 0) return NULL;
+    char fmt[32];
+    Py_ssize_t flat = view->base.itemsize ? view->base.len / view->base.itemsize : 0;
+    /* Without a shape the view is one flat run of `flat` items, whatever its
+     * ndim says (NumPy answers a request without PyBUF_ND with ndim 0 at any
+     * length); only a single item keeps a 0-d shape. */
+    int32_t ndim = view->base.shape ? view->base.ndim
+                                    : (view->base.ndim == 0 && flat == 1 ? 0 : 1);
+    const Py_ssize_t *shape = view->base.shape ? view->base.shape : &flat;
+    PyObject *out = pyxbuf__exporter_new_sized(view_format(view, fmt, sizeof fmt),
+                                               view->base.itemsize, ndim, shape, 0, target);
+    if (out == NULL) return NULL;
+    void *dst = ((exporter_object *)out)->desc.buf;
+    void *event = NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = pyxbuf__copy_view_into(view, &src, dst, target, stream, &err);
+    Py_END_ALLOW_THREADS
+    if (rc == 0) rc = pyxbuf__record_event(target, stream, &event, &err);
+    if (rc < 0) {
+        Py_DECREF(out);
+        pyxbuf_error_raise(&err);
+        return NULL;
+    }
+    if (event != NULL) pyxbuf__exporter_adopt_event(out, event, stream);
+    return out;
+}
+
 static exporter_object *as_exporter(PyObject *obj, const char *who) {
     PyObject *type = PYXBUF__FT_LOAD_ACQUIRE(&exporter_type_object);
     if (obj == NULL || type == NULL || !PyObject_TypeCheck(obj, (PyTypeObject *)type)) {
@@ -641,8 +697,6 @@ int pyxbuf_exporter_set_event(PyObject *obj, void *event, int64_t stream) {
     pyxbuf__exporter_adopt_event(obj, event, stream);
     return 0;
 }
-
-void *pyxbuf__exporter_buffer(PyObject *obj) { return ((exporter_object *)obj)->desc.buf; }
 
 int pyxbuf__exporter_dims(PyObject *obj, const Py_ssize_t **shape,
                           const Py_ssize_t **item_strides) {

@@ -207,9 +207,15 @@ const pyxbuf_backend *pyxbuf__cuda_backend(void);
 void pyxbuf__register_builtin_backends(void);
 int pyxbuf__backend_register_raw(const pyxbuf_backend *backend);
 
-/* The exporter's memory, and adopting an event recorded after writing it
- * (export.c; the caller knows `obj` is an exporter). */
-void *pyxbuf__exporter_buffer(PyObject *obj);
+/* device.c, for pyxbuf_to_device (export.c): the view can be copied (acquired,
+ * its len agrees with its layout, no suboffsets); fill `dst`, memory of
+ * `target`, from it in C order (call without the GIL); an event after that on
+ * `target` (NULL when there is nothing to wait for). */
+int pyxbuf__check_copy(const pyxbuf_view *view);
+int pyxbuf__copy_view_into(const pyxbuf_view *view, const pyxbuf_device *src, void *dst,
+                           const pyxbuf_device *target, int64_t stream, pyxbuf_error *err);
+int pyxbuf__record_event(const pyxbuf_device *target, int64_t stream, void **event,
+                         pyxbuf_error *err);
 /* A pyxbuf.Exporter's own shape and its strides in items (NULL when a byte
  * stride is not a whole number of items); -1 if `obj` is not an exporter. */
 int pyxbuf__exporter_dims(PyObject *obj, const Py_ssize_t **shape,
@@ -219,6 +225,8 @@ int pyxbuf__exporter_dims(PyObject *obj, const Py_ssize_t **shape,
 PyObject *pyxbuf__exporter_new_sized(const char *format, Py_ssize_t itemsize, int32_t ndim,
                                      const Py_ssize_t *shape, int32_t readonly,
                                      const pyxbuf_device *device);
+/* The exporter takes `event` (recorded after its memory was written) as the
+ * one its consumers wait for; the caller knows `obj` is an exporter. */
 void pyxbuf__exporter_adopt_event(PyObject *obj, void *event, int64_t stream);
 
 /* ------------------------------------------------------------------------- */
