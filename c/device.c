@@ -1,262 +1,14 @@
-/* device.c -- device identifiers, the backend registry, and the Array API's
- * device semantics on top of it: same-device checks, waits, copies to the host
- * and pyxbuf_to_device. Backends register themselves (c/backends.c lists the
- * built-in ones); nothing here knows a backend by name. */
+/* device.c -- the Array API's device semantics over the backends: a view's
+ * device, same-device checks, waits, the span arithmetic of layouts,
+ * host-only operations and copies across devices (pyxbuf_to_device, in
+ * export.c, makes the exporter they fill). Identifiers are in device_ids.c,
+ * backends in backends.c; nothing here knows a backend by name. */
 
 #include "internal.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ------------------------------------------------------------------------- */
-/* Identifiers and devices                                                   */
-/* ------------------------------------------------------------------------- */
-
-/* Identifiers are unique strings: equal pointers are the common case, equal
- * content the fallback. NULL and the reserved "cpu" both mean the host. */
-int pyxbuf_device_equal(const char *a, const char *b) {
-    if (a == b) return 1;
-    if (a != NULL && strcmp(a, PYXBUF_DEVICE_CPU) == 0) a = NULL;
-    if (b != NULL && strcmp(b, PYXBUF_DEVICE_CPU) == 0) b = NULL;
-    if (a == NULL || b == NULL) return a == b;
-    return strcmp(a, b) == 0;
-}
-
-/* The proposal's device identifiers are NUL-terminated UTF-8 strings. Strict
- * UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing above
- * U+10FFFF. Returns -1 when `id` is valid, else the offset of the first byte
- * of the bad sequence. Identifiers longer than PYXBUF__DEVICE_ID_MAX are
- * refused at that offset: a producer's id is a short name, and the bound
- * keeps a missing NUL from walking off into memory. */
-int64_t pyxbuf__device_id_invalid_at(const char *id) {
-    const unsigned char *s = (const unsigned char *)id;
-    size_t i = 0;
-    while (s[i] != 0) {
-        if (i >= PYXBUF__DEVICE_ID_MAX) return (int64_t)i;
-        unsigned c = s[i];
-        size_t n;
-        unsigned lo = 0x80, hi = 0xBF; /* range of the second byte */
-        if (c < 0x80) n = 0;
-        else if (c >= 0xC2 && c <= 0xDF) n = 1;
-        else if (c >= 0xE0 && c <= 0xEF) {
-            n = 2;
-            if (c == 0xE0) lo = 0xA0;  /* overlong */
-            if (c == 0xED) hi = 0x9F;  /* surrogates */
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            n = 3;
-            if (c == 0xF0) lo = 0x90;  /* overlong */
-            if (c == 0xF4) hi = 0x8F;  /* above U+10FFFF */
-        } else
-            return (int64_t)i;
-        for (size_t k = 1; k <= n; k++) {
-            unsigned b = s[i + k];
-            if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return (int64_t)i;
-        }
-        i += n + 1;
-    }
-    return i == 0 ? 0 : -1; /* "" names nothing */
-}
-
-int pyxbuf_device_same(const pyxbuf_device *a, const pyxbuf_device *b) {
-    return a->device_type == b->device_type && a->device_id == b->device_id;
-}
-
-const char *pyxbuf_device_type_name(int32_t device_type) {
-    switch (device_type) {
-    case PYXBUF_DL_CPU: return "cpu";
-    case PYXBUF_DL_CUDA: return "cuda";
-    case PYXBUF_DL_CUDA_HOST: return "cuda_host";
-    case PYXBUF_DL_OPENCL: return "opencl";
-    case PYXBUF_DL_VULKAN: return "vulkan";
-    case PYXBUF_DL_METAL: return "metal";
-    case PYXBUF_DL_VPI: return "vpi";
-    case PYXBUF_DL_ROCM: return "rocm";
-    case PYXBUF_DL_ROCM_HOST: return "rocm_host";
-    case PYXBUF_DL_EXT_DEV: return "ext_dev";
-    case PYXBUF_DL_CUDA_MANAGED: return "cuda_managed";
-    case PYXBUF_DL_ONEAPI: return "oneapi";
-    case PYXBUF_DL_WEBGPU: return "webgpu";
-    case PYXBUF_DL_HEXAGON: return "hexagon";
-    case PYXBUF_DL_MAIA: return "maia";
-    default: return "unknown";
-    }
-}
-
-int pyxbuf_device_format(const pyxbuf_device *device, char *buf, size_t cap) {
-    int n = device->device_type == PYXBUF_DL_CPU
-                ? snprintf(buf, cap, "cpu")
-                : snprintf(buf, cap, "%s:%d", pyxbuf_device_type_name(device->device_type),
-                           (int)device->device_id);
-    if (n < 0 || (size_t)n >= cap) return PYXBUF_ENOSPACE;
-    return n;
-}
-
-/* Memory the host may dereference: plain host memory, and the pinned and
- * managed kinds DLPack names. */
-static int host_accessible(int32_t device_type) {
-    return device_type == PYXBUF_DL_CPU || device_type == PYXBUF_DL_CUDA_HOST ||
-           device_type == PYXBUF_DL_ROCM_HOST;
-}
-
-/* ------------------------------------------------------------------------- */
-/* The backend registry                                                      */
-/* ------------------------------------------------------------------------- */
-
-#define MAX_DEVICE_TYPES 64
-
-static pyxbuf_backend backends[MAX_DEVICE_TYPES];
-static int backend_present[MAX_DEVICE_TYPES];
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
-
-static void register_builtins(void) { pyxbuf__register_builtin_backends(); }
-
-static int check_backend(const pyxbuf_backend *b, pyxbuf_error *err) {
-    if (b == NULL || b->size < offsetof(pyxbuf_backend, reserved))
-        return pyxbuf__error(err, PYXBUF_EINVAL, -1,
-                             "pyxbuf_backend_register: backend is NULL or its size %u is too "
-                             "small; set size = sizeof(pyxbuf_backend)",
-                             b ? (unsigned)b->size : 0u);
-    if (b->device_type < 1 || b->device_type >= MAX_DEVICE_TYPES)
-        return pyxbuf__error(err, PYXBUF_EINVAL, -1,
-                             "pyxbuf_backend_register: device type %d is outside 1..%d",
-                             (int)b->device_type, MAX_DEVICE_TYPES - 1);
-    if (!b->copy_to_host || !b->copy_from_host || !b->alloc || !b->free || !b->pointer_query)
-        return pyxbuf__error(err, PYXBUF_EINVAL, -1,
-                             "pyxbuf_backend_register: backend '%s' lacks copy_to_host, "
-                             "copy_from_host, alloc, free or pointer_query",
-                             b->name ? b->name : "?");
-    return 0;
-}
-
-/* Registration without the built-ins' once-guard, for the built-ins. */
-int pyxbuf__backend_register_raw(const pyxbuf_backend *backend) {
-    if (check_backend(backend, NULL) < 0) return PYXBUF_EINVAL;
-    pthread_mutex_lock(&registry_lock);
-    memset(&backends[backend->device_type], 0, sizeof(pyxbuf_backend));
-    size_t n = backend->size < sizeof(pyxbuf_backend) ? backend->size : sizeof(pyxbuf_backend);
-    memcpy(&backends[backend->device_type], backend, n);
-    backends[backend->device_type].size = (uint32_t)sizeof(pyxbuf_backend);
-    backend_present[backend->device_type] = 1;
-    pthread_mutex_unlock(&registry_lock);
-    return 0;
-}
-
-int pyxbuf_backend_register(const pyxbuf_backend *backend, pyxbuf_error *err) {
-    pthread_once(&builtins_once, register_builtins);
-    if (check_backend(backend, err) < 0) return PYXBUF_EINVAL;
-    return pyxbuf__backend_register_raw(backend);
-}
-
-int pyxbuf_backend_unregister(int32_t device_type) {
-    pthread_once(&builtins_once, register_builtins);
-    if (device_type < 1 || device_type >= MAX_DEVICE_TYPES) return PYXBUF_EINVAL;
-    pthread_mutex_lock(&registry_lock);
-    int was = backend_present[device_type];
-    backend_present[device_type] = 0;
-    pthread_mutex_unlock(&registry_lock);
-    return was ? 0 : PYXBUF_EINVAL;
-}
-
-int pyxbuf_backend_get(int32_t device_type, pyxbuf_backend *out, pyxbuf_error *err) {
-    pthread_once(&builtins_once, register_builtins);
-    int found = 0;
-    pthread_mutex_lock(&registry_lock);
-    if (device_type >= 1 && device_type < MAX_DEVICE_TYPES && backend_present[device_type]) {
-        *out = backends[device_type];
-        found = 1;
-    }
-    pthread_mutex_unlock(&registry_lock);
-    if (found) return 0;
-    return pyxbuf__error(err, PYXBUF_EUNSUPPORTED, -1,
-                         "no pyxbuf backend for device type %d (%s) is registered; register one "
-                         "with pyxbuf_backend_register or copy the data to the host where it "
-                         "lives",
-                         (int)device_type, pyxbuf_device_type_name(device_type));
-}
-
-int pyxbuf__backend_find_pointer(const void *ptr, pyxbuf_device *device, pyxbuf_backend *backend,
-                                 pyxbuf_error *err) {
-    pthread_once(&builtins_once, register_builtins);
-    char tried[PYXBUF_ERROR_MESSAGE_SIZE] = "";
-    size_t used = 0;
-    /* CUDA first: it is what foreign device pointers almost always are. */
-    int32_t order[MAX_DEVICE_TYPES];
-    int32_t n = 0;
-    order[n++] = PYXBUF_DL_CUDA;
-    for (int32_t t = 1; t < MAX_DEVICE_TYPES; t++)
-        if (t != PYXBUF_DL_CUDA && t != PYXBUF_DL_CPU) order[n++] = t;
-    for (int32_t i = 0; i < n; i++) {
-        pyxbuf_error why;
-        if (pyxbuf_backend_get(order[i], backend, NULL) < 0) continue;
-        if (backend->pointer_query(backend->ctx, ptr, device, &why) == 0) return 0;
-        int w = snprintf(tried + used, sizeof tried - used, "%s%s: %.120s", used ? "; " : "",
-                         backend->name ? backend->name : "?", why.message);
-        if (w > 0 && (size_t)w < sizeof tried - used) used += (size_t)w;
-    }
-    return pyxbuf__error(err, PYXBUF_EDEVICE, -1,
-                         "no registered device backend knows pointer %p (%s)", ptr,
-                         used ? tried : "no device backend is registered");
-}
-
-/* ------------------------------------------------------------------------- */
-/* The CPU backend                                                           */
-/* ------------------------------------------------------------------------- */
-
-static int cpu_copy(void *ctx, int32_t id, void *dst, const void *src, size_t n, int64_t stream,
-                    pyxbuf_error *err) {
-    (void)ctx, (void)id, (void)stream, (void)err;
-    if (n) memmove(dst, src, n);
-    return 0;
-}
-
-static int cpu_copy_on_device(void *ctx, int32_t dst_id, void *dst, int32_t src_id,
-                              const void *src, size_t n, int64_t stream, pyxbuf_error *err) {
-    (void)src_id;
-    return cpu_copy(ctx, dst_id, dst, src, n, stream, err);
-}
-
-static int cpu_alloc(void *ctx, int32_t id, size_t n, void **ptr, pyxbuf_error *err) {
-    (void)ctx, (void)id;
-    size_t rounded = ((n ? n : 1) + 63) & ~(size_t)63; /* aligned_alloc wants a multiple */
-    *ptr = aligned_alloc(64, rounded);
-    if (*ptr == NULL)
-        return pyxbuf__error(err, PYXBUF_ENOMEM, -1, "cannot allocate %zu bytes of host memory",
-                             n);
-    memset(*ptr, 0, rounded);
-    return 0;
-}
-
-static int cpu_free(void *ctx, int32_t id, void *ptr, pyxbuf_error *err) {
-    (void)ctx, (void)id, (void)err;
-    free(ptr);
-    return 0;
-}
-
-static int cpu_pointer_query(void *ctx, const void *ptr, pyxbuf_device *device,
-                             pyxbuf_error *err) {
-    (void)ctx, (void)ptr, (void)err;
-    device->device_type = PYXBUF_DL_CPU;
-    device->device_id = 0;
-    return 0;
-}
-
-const pyxbuf_backend *pyxbuf__cpu_backend(void) {
-    static const pyxbuf_backend cpu = {
-        .size = sizeof(pyxbuf_backend),
-        .device_type = PYXBUF_DL_CPU,
-        .name = "cpu",
-        .copy_to_host = cpu_copy,
-        .copy_from_host = cpu_copy,
-        .copy_on_device = cpu_copy_on_device,
-        .alloc = cpu_alloc,
-        .free = cpu_free,
-        .pointer_query = cpu_pointer_query,
-    };
-    return &cpu;
-}
 
 /* ------------------------------------------------------------------------- */
 /* A view's device                                                           */
@@ -522,7 +274,7 @@ static int refuse_device_view(const pyxbuf_view *view, const char *what) {
 static int is_host_view(const pyxbuf_view *view) {
     pyxbuf_device d = {0, 0};
     if (view->device == NULL) return 1;
-    return pyxbuf_view_device(view, &d, NULL) == 0 && host_accessible(d.device_type);
+    return pyxbuf_view_device(view, &d, NULL) == 0 && pyxbuf__host_accessible(d.device_type);
 }
 
 static int refuse_released(void) {
@@ -656,7 +408,7 @@ int pyxbuf_copy_to_host(const pyxbuf_view *view, void *dst, size_t nbytes) {
         Py_BEGIN_ALLOW_THREADS
         /* Pinned host memory too: the producer may still be writing it. */
         rc = wait_event(&b, view, PYXBUF_STREAM_DEFAULT, &err);
-        if (rc == 0 && host_accessible(d.device_type)) {
+        if (rc == 0 && pyxbuf__host_accessible(d.device_type)) {
             rc = b.synchronize ? b.synchronize(b.ctx, d.device_id, PYXBUF_STREAM_DEFAULT, &err) : 0;
             if (rc == 0) gather_c_order(&view->base, view->base.buf, dst);
         } else if (rc == 0) {
@@ -677,7 +429,7 @@ int pyxbuf__copy_view_into(const pyxbuf_view *view, const pyxbuf_device *src, vo
     size_t n = (size_t)view->base.len;
     pyxbuf_backend sb, tb;
     int rc = 0;
-    int src_host = host_accessible(src->device_type);
+    int src_host = pyxbuf__host_accessible(src->device_type);
     if (view->device != NULL && (rc = pyxbuf_backend_get(src->device_type, &sb, err)) < 0)
         return rc;
     if ((rc = pyxbuf_backend_get(target->device_type, &tb, err)) < 0) return rc;
@@ -686,7 +438,7 @@ int pyxbuf__copy_view_into(const pyxbuf_view *view, const pyxbuf_device *src, vo
     if (view->device != NULL && src_host && sb.synchronize &&
         (rc = sb.synchronize(sb.ctx, src->device_id, stream, err)) < 0)
         return rc;
-    if (host_accessible(target->device_type)) {
+    if (pyxbuf__host_accessible(target->device_type)) {
         if (src_host) {
             gather_c_order(&view->base, view->base.buf, dst);
             return 0;
@@ -721,6 +473,6 @@ int pyxbuf__record_event(const pyxbuf_device *target, int64_t stream, void **eve
     pyxbuf_backend tb;
     *event = NULL;
     int rc = pyxbuf_backend_get(target->device_type, &tb, err);
-    if (rc < 0 || tb.event_record == NULL || host_accessible(target->device_type)) return rc;
+    if (rc < 0 || tb.event_record == NULL || pyxbuf__host_accessible(target->device_type)) return rc;
     return tb.event_record(tb.ctx, target->device_id, stream, event, err);
 }

@@ -200,12 +200,20 @@ void pyxbuf__flag_names(int32_t flags, char *buf, size_t cap);
  * Returns 0, or -1 with a Python exception set. */
 int pyxbuf__type_dict_set(PyTypeObject *type, const char *name, PyObject *value);
 
-/* Backends built into the library: backends.c registers them (through
- * pyxbuf__backend_register_raw) the first time the registry is used. */
+/* The backend table (backend_table.c), by DLPack device type: check a
+ * backend's description; store one (replacing the type's), remove one, look
+ * one up (1 and *out, or 0). backends.c alone fills it. */
+#define PYXBUF__MAX_DEVICE_TYPES 64
+int pyxbuf__backend_check(const pyxbuf_backend *b, pyxbuf_error *err);
+int pyxbuf__backend_store(const pyxbuf_backend *backend);
+int pyxbuf__backend_remove(int32_t device_type);
+int pyxbuf__backend_lookup(int32_t device_type, pyxbuf_backend *out);
+/* The backends built into the library (cpu_backend.c, cuda.c), which
+ * backends.c registers the first time the registry is used. */
 const pyxbuf_backend *pyxbuf__cpu_backend(void);
 const pyxbuf_backend *pyxbuf__cuda_backend(void);
-void pyxbuf__register_builtin_backends(void);
-int pyxbuf__backend_register_raw(const pyxbuf_backend *backend);
+/* device_ids.c: memory the host may dereference (host, pinned, managed). */
+int pyxbuf__host_accessible(int32_t device_type);
 
 /* device.c, for pyxbuf_to_device (export.c): the view can be copied (acquired,
  * its len agrees with its layout, no suboffsets); fill `dst`, memory of

@@ -1,0 +1,63 @@
+/* backend_table.c -- the table of device backends, by DLPack device type:
+ * store, remove and look up, under one lock (backends register from any
+ * thread). It knows no backend; backends.c fills it. */
+
+#include "internal.h"
+
+#include <pthread.h>
+#include <string.h>
+
+static pyxbuf_backend backends[PYXBUF__MAX_DEVICE_TYPES];
+static int backend_present[PYXBUF__MAX_DEVICE_TYPES];
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int pyxbuf__backend_check(const pyxbuf_backend *b, pyxbuf_error *err) {
+    if (b == NULL || b->size < offsetof(pyxbuf_backend, reserved))
+        return pyxbuf__error(err, PYXBUF_EINVAL, -1,
+                             "pyxbuf_backend_register: backend is NULL or its size %u is too "
+                             "small; set size = sizeof(pyxbuf_backend)",
+                             b ? (unsigned)b->size : 0u);
+    if (b->device_type < 1 || b->device_type >= PYXBUF__MAX_DEVICE_TYPES)
+        return pyxbuf__error(err, PYXBUF_EINVAL, -1,
+                             "pyxbuf_backend_register: device type %d is outside 1..%d",
+                             (int)b->device_type, PYXBUF__MAX_DEVICE_TYPES - 1);
+    if (!b->copy_to_host || !b->copy_from_host || !b->alloc || !b->free || !b->pointer_query)
+        return pyxbuf__error(err, PYXBUF_EINVAL, -1,
+                             "pyxbuf_backend_register: backend '%s' lacks copy_to_host, "
+                             "copy_from_host, alloc, free or pointer_query",
+                             b->name ? b->name : "?");
+    return 0;
+}
+
+int pyxbuf__backend_store(const pyxbuf_backend *backend) {
+    if (pyxbuf__backend_check(backend, NULL) < 0) return PYXBUF_EINVAL;
+    pthread_mutex_lock(&table_lock);
+    memset(&backends[backend->device_type], 0, sizeof(pyxbuf_backend));
+    size_t n = backend->size < sizeof(pyxbuf_backend) ? backend->size : sizeof(pyxbuf_backend);
+    memcpy(&backends[backend->device_type], backend, n);
+    backends[backend->device_type].size = (uint32_t)sizeof(pyxbuf_backend);
+    backend_present[backend->device_type] = 1;
+    pthread_mutex_unlock(&table_lock);
+    return 0;
+}
+
+int pyxbuf__backend_remove(int32_t device_type) {
+    if (device_type < 1 || device_type >= PYXBUF__MAX_DEVICE_TYPES) return PYXBUF_EINVAL;
+    pthread_mutex_lock(&table_lock);
+    int was = backend_present[device_type];
+    backend_present[device_type] = 0;
+    pthread_mutex_unlock(&table_lock);
+    return was ? 0 : PYXBUF_EINVAL;
+}
+
+int pyxbuf__backend_lookup(int32_t device_type, pyxbuf_backend *out) {
+    int found = 0;
+    pthread_mutex_lock(&table_lock);
+    if (device_type >= 1 && device_type < PYXBUF__MAX_DEVICE_TYPES &&
+        backend_present[device_type]) {
+        *out = backends[device_type];
+        found = 1;
+    }
+    pthread_mutex_unlock(&table_lock);
+    return found;
+}
