@@ -376,7 +376,14 @@ int pyxbuf__check_device_span(const pyxbuf_backend *b, const char *buf, Py_ssize
 PyObject *pyxbuf__holder_new(size_t size, void (*finalize)(void *storage));
 void *pyxbuf__holder_storage(PyObject *holder);
 
-/* Filling a view from a pyxbuf_export_desc (export.c). */
+/* fill.c: a description's item size (from its format when 0), its bytes
+ * (refusing negative or overflowing shapes), and its basic sanity (size,
+ * ndim, shape, strides); each sets a Python exception on failure. */
+int pyxbuf__desc_itemsize(const pyxbuf_export_desc *d, Py_ssize_t *itemsize);
+int pyxbuf__desc_nbytes(const pyxbuf_export_desc *d, Py_ssize_t itemsize, Py_ssize_t *nbytes);
+int pyxbuf__check_desc(const pyxbuf_export_desc *d);
+
+/* Filling a view from a pyxbuf_export_desc (fill.c). */
 
 /* Bytes, C-contiguity and a sound span of d's layout in one pass, for the
  * common layout: no empty dimension, nothing overflows, itemsize > 0. -1 (no
