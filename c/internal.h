@@ -17,7 +17,12 @@
 #define PYXBUF_NOINLINE __attribute__((noinline))
 /* A small step of a hot loop whose call would cost more than its body. */
 #define PYXBUF_ALWAYS_INLINE inline __attribute__((always_inline))
+/* On an extern variable one file defines and others read: -fvisibility=hidden
+ * hides the definition, but a plain declaration makes readers go through the
+ * GOT (an extra load per access). */
+#define PYXBUF_HIDDEN __attribute__((visibility("hidden")))
 #else
+#define PYXBUF_HIDDEN
 #define PYXBUF_COLD
 #define PYXBUF_NOINLINE
 #define PYXBUF_ALWAYS_INLINE inline
@@ -291,7 +296,7 @@ int pyxbuf__backend_find_pointer(const void *ptr, pyxbuf_device *device, pyxbuf_
                                  pyxbuf_error *err);
 
 /* format.c: changes with every pyxbuf_dtype_register/unregister. */
-extern atomic_uint_fast64_t pyxbuf__dtype_registry_generation;
+extern PYXBUF_HIDDEN atomic_uint_fast64_t pyxbuf__dtype_registry_generation;
 
 /* A consistent copy of a counter another thread may be changing (borrow.c). */
 void pyxbuf__borrow_counts(const pyxbuf_borrow_counter *counter, pyxbuf_borrow_counter *out);
@@ -308,7 +313,7 @@ void pyxbuf__borrow_counts(const pyxbuf_borrow_counter *counter, pyxbuf_borrow_c
 int pyxbuf__rust_numpy_acquire(pyxbuf_view *view, int32_t exclusive);
 /* 1 once rust_numpy.c found that NumPy's borrow table is pyxbuf's own (any
  * copy's): tracked borrows then need no call into rust_numpy.c. */
-extern int pyxbuf__rust_numpy_table_is_ours;
+extern PYXBUF_HIDDEN int pyxbuf__rust_numpy_table_is_ours;
 void pyxbuf__rust_numpy_release(pyxbuf_view *view);
 
 /* Borrow lattices (pyxbuf_borrow_key): gcd(0, x) = x. */

@@ -56,12 +56,15 @@ def nm(obj, *flags):
     return [line.split()[-1] for line in out.stdout.splitlines() if line.strip()]
 
 
-def call_arrows(objects):
+def call_arrows(objects, sources):
     """(from.c, to.c, symbol) for every symbol one object uses and another
-    object of the library defines."""
+    object of the library defines. Objects of sources that are gone (a build
+    directory keeps them after a file is split) are skipped."""
     defined, used = {}, {}
     for obj in sorted(objects.glob("*.c.o")):
         source = obj.name[:-2]  # x.c.o -> x.c
+        if not (sources / source).exists():
+            continue
         for symbol in nm(obj, "--defined-only", "-g"):
             defined[symbol] = source
         used[source] = set(nm(obj, "-u"))
@@ -118,7 +121,7 @@ def main():
     args = parser.parse_args()
 
     layer_of, known = read_layers(args.layers)
-    calls, compiled = call_arrows(args.objects)
+    calls, compiled = call_arrows(args.objects, args.sources)
     arrows = calls | include_arrows(args.sources)
     unplaced = [f for f in sorted({f for a, b, _ in arrows for f in (a, b)} | compiled)
                 if f not in layer_of]

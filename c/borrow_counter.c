@@ -1,0 +1,161 @@
+/* borrow_counter.c -- borrow grants (ext_flags) for producers that count
+ * their views. A producer embeds a pyxbuf_borrow_counter and calls
+ * pyxbuf_borrow_acquire from bf_getbuffer and pyxbuf_borrow_release from
+ * bf_releasebuffer. The kind of each view is remembered in view->internal, so
+ * release needs nothing but the view. (Producers that know nothing of borrows
+ * get tracked grants instead: borrow_tracked.c.) */
+
+#include "internal.h"
+
+#include <stdio.h>
+
+/* What a view counts as; stored in view->internal. WRITABLE_BIT marks views
+ * that were handed out writable. */
+#define KIND_PLAIN 1
+#define KIND_SHARED 2
+#define KIND_EXCLUSIVE 3
+#define KIND_MASK 0x0f
+#define WRITABLE_BIT 0x10
+
+/* Free-threaded builds: two threads may run one producer's bf_getbuffer at
+ * once, so a counter is changed under a lock, one of a few picked by its
+ * address (the counter's layout is public and has no room for one). Refusals
+ * are formatted after unlocking: formatting may run Python, which may ask
+ * the same producer for a view. With the GIL the lock does not exist. */
+#ifdef Py_GIL_DISABLED
+#define COUNTER_LOCKS 64
+static PyMutex counter_locks[COUNTER_LOCKS];
+
+static PyMutex *counter_lock(const pyxbuf_borrow_counter *c) {
+    uintptr_t p = (uintptr_t)c;
+    return &counter_locks[((p >> 5) ^ (p >> 12)) & (COUNTER_LOCKS - 1)];
+}
+#define COUNTER_LOCK(c) PyMutex_Lock(counter_lock(c))
+#define COUNTER_UNLOCK(c) PyMutex_Unlock(counter_lock(c))
+#else
+#define COUNTER_LOCK(c) ((void)0)
+#define COUNTER_UNLOCK(c) ((void)0)
+#endif
+
+/* A refusal, decided under the lock and reported after it. */
+typedef struct refusal {
+    const char *asked, *why;
+} refusal;
+
+static int refuse(const pyxbuf_borrow_counter *c, const char *owner, refusal r) {
+    PyErr_Format(PyExc_BufferError,
+                 "pyxbuf: cannot grant %s of %s: %s (live now: %lld view(s), %lld writable, "
+                 "%lld shared borrow(s), %lld exclusive); release those views first",
+                 r.asked, owner ? owner : "the object", r.why, (long long)c->views,
+                 (long long)c->writable, (long long)c->shared, (long long)c->exclusive);
+    return -1;
+}
+
+static void grant(Py_buffer *view, int32_t request_bit, int32_t ext_bit) {
+    /* Only extended requests carry a pyxbuf_view behind the Py_buffer. */
+    pyxbuf_view *x = (pyxbuf_view *)view;
+    x->flags |= request_bit;
+    x->ext_flags |= ext_bit;
+}
+
+/* Each decide_* returns the kind, or 0 with *r set. */
+static int decide_exclusive(const pyxbuf_borrow_counter *c, refusal *r) {
+    r->asked = "an exclusive borrow";
+    if (c->exclusive > 0) r->why = "an exclusive borrow is live";
+    else if (c->views > 0) r->why = "other views are live";
+    else return KIND_EXCLUSIVE;
+    return 0;
+}
+
+static int decide_shared(const pyxbuf_borrow_counter *c, Py_buffer *view, int flags,
+                         refusal *r) {
+    r->asked = "a shared borrow";
+    if (flags & PyBUF_WRITABLE) {
+        r->asked = "a writable shared borrow";
+        r->why = "a shared borrow promises that nobody writes; ask for "
+                 "PYXBUF_BORROW_EXCLUSIVE to write";
+    } else if (c->exclusive > 0) {
+        r->why = "an exclusive borrow is live";
+    } else if (c->writable > 0) {
+        r->why = "a writable view is live";
+    } else {
+        view->readonly = 1;
+        return KIND_SHARED;
+    }
+    return 0;
+}
+
+static int decide_plain(const pyxbuf_borrow_counter *c, Py_buffer *view, int flags,
+                        refusal *r) {
+    r->asked = "a view";
+    if (c->exclusive > 0) {
+        r->why = "an exclusive borrow is live";
+        return 0;
+    }
+    if (c->shared > 0 && !view->readonly) {
+        if (flags & PyBUF_WRITABLE) {
+            r->asked = "a writable view";
+            r->why = "a shared borrow is live";
+            return 0;
+        }
+        /* Keep the shared borrow's promise: readers get read-only memory. */
+        view->readonly = 1;
+    }
+    return KIND_PLAIN;
+}
+
+static int decide(const pyxbuf_borrow_counter *c, Py_buffer *view, int flags, refusal *r) {
+    if (flags & PYXBUF_BORROW_EXCLUSIVE) return decide_exclusive(c, r);
+    if (flags & PYXBUF_BORROW_SHARED) return decide_shared(c, view, flags, r);
+    return decide_plain(c, view, flags, r);
+}
+
+static void count(pyxbuf_borrow_counter *c, Py_buffer *view, int kind) {
+    if (kind == KIND_EXCLUSIVE) {
+        grant(view, PYXBUF_BORROW_EXCLUSIVE, PYXBUF_EXT_EXCLUSIVE);
+        c->exclusive++;
+    } else if (kind == KIND_SHARED) {
+        grant(view, PYXBUF_BORROW_SHARED, PYXBUF_EXT_SHARED);
+        c->shared++;
+    }
+    int writable = !view->readonly;
+    c->views++;
+    if (writable) c->writable++;
+    view->internal = (void *)(uintptr_t)(unsigned)(kind | (writable ? WRITABLE_BIT : 0));
+}
+
+int pyxbuf_borrow_acquire(pyxbuf_borrow_counter *counter, Py_buffer *view, int flags,
+                          const char *owner_name) {
+    if (counter == NULL || view == NULL) {
+        PyErr_SetString(PyExc_ValueError, "pyxbuf_borrow_acquire: counter and view are required");
+        return -1;
+    }
+    refusal r;
+    pyxbuf_borrow_counter seen;
+    COUNTER_LOCK(counter);
+    int kind = decide(counter, view, flags, &r);
+    if (kind != 0) count(counter, view, kind);
+    else seen = *counter;
+    COUNTER_UNLOCK(counter);
+    return kind != 0 ? 0 : refuse(&seen, owner_name, r);
+}
+
+void pyxbuf_borrow_release(pyxbuf_borrow_counter *counter, Py_buffer *view) {
+    if (counter == NULL || view == NULL) return;
+    uintptr_t tag = (uintptr_t)view->internal;
+    int kind = (int)(tag & KIND_MASK);
+    if (kind == 0) return; /* not counted: nothing to undo */
+    COUNTER_LOCK(counter);
+    counter->views--;
+    if (tag & WRITABLE_BIT) counter->writable--;
+    if (kind == KIND_SHARED) counter->shared--;
+    if (kind == KIND_EXCLUSIVE) counter->exclusive--;
+    COUNTER_UNLOCK(counter);
+    view->internal = NULL;
+}
+
+void pyxbuf__borrow_counts(const pyxbuf_borrow_counter *counter, pyxbuf_borrow_counter *out) {
+    COUNTER_LOCK(counter);
+    *out = *counter;
+    COUNTER_UNLOCK(counter);
+}

@@ -1,0 +1,136 @@
+/* borrow_registry.c -- the cooperative borrow registry, shared by every copy
+ * of libpyxbuf in the process: the first copy that needs it installs its
+ * table (pyxbuf_shared_api_get) in sys.modules, later copies call it. Its
+ * table of live borrows is borrow_registry.h's. */
+
+#include "borrow_registry.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+tracked_borrow *pyxbuf__tracked = NULL;
+size_t pyxbuf__tracked_count = 0, pyxbuf__tracked_capacity = 0;
+size_t pyxbuf__tracked_exclusive = 0;
+int64_t pyxbuf__next_token = 1;
+atomic_flag pyxbuf__tracked_lock = ATOMIC_FLAG_INIT;
+
+/* `why` may be NULL: the caller only wants to know (see tracked_acquire). */
+PYXBUF_COLD int pyxbuf__registry_conflict(const tracked_borrow *t, char *why, size_t why_cap) {
+    if (why != NULL)
+        snprintf(why, why_cap, "%s borrow of [0x%llx, 0x%llx) (items of %llu bytes every %llu)",
+                 t->exclusive ? "an exclusive" : "a shared", (unsigned long long)t->key.range.lo,
+                 (unsigned long long)t->key.range.hi, (unsigned long long)t->key.itemsize,
+                 (unsigned long long)t->key.stride_gcd);
+    return PYXBUF_EBORROW;
+}
+
+PYXBUF_COLD int pyxbuf__registry_grow(char *why, size_t why_cap) {
+    size_t cap = pyxbuf__tracked_capacity ? 2 * pyxbuf__tracked_capacity : 16;
+    tracked_borrow *grown = realloc(pyxbuf__tracked, cap * sizeof *grown);
+    if (grown == NULL) {
+        if (why != NULL) snprintf(why, why_cap, "out of memory in the borrow registry");
+        return PYXBUF_ENOMEM;
+    }
+    pyxbuf__tracked = grown;
+    pyxbuf__tracked_capacity = cap;
+    return 0;
+}
+
+static int registry_acquire_key(const pyxbuf_borrow_key *key, int32_t exclusive, int64_t *token,
+                                char *why, size_t why_cap) {
+    registry_lock();
+    int rc = registry_acquire_locked(key, exclusive, token, why, why_cap);
+    registry_unlock();
+    return rc;
+}
+
+static int registry_acquire(const pyxbuf_borrow_range *range, int32_t exclusive, int64_t *token,
+                            char *why, size_t why_cap) {
+    pyxbuf_borrow_key key = key_of_range(range);
+    return registry_acquire_key(&key, exclusive, token, why, why_cap);
+}
+
+static void registry_release(int64_t token) {
+    registry_lock();
+    registry_release_locked(token);
+    registry_unlock();
+}
+
+static int64_t registry_live(void) {
+    registry_lock();
+    int64_t n = (int64_t)pyxbuf__tracked_count;
+    registry_unlock();
+    return n;
+}
+
+/* This copy's table, offered to sys.modules on the first call. */
+static PyObject *shared_module_name;
+
+const pyxbuf_shared_api pyxbuf__own_shared_api = {
+    .version = PYXBUF_SHARED_API_VERSION,
+    .size = sizeof(pyxbuf_shared_api),
+    .installer_version = PYXBUF__VERSION_TEXT,
+    .borrow_acquire = registry_acquire,
+    .borrow_release = registry_release,
+    .borrow_live = registry_live,
+    .borrow_acquire_key = registry_acquire_key,
+};
+
+/* The table in use: pyxbuf__own_shared_api, or the one a copy loaded earlier
+ * installed. */
+const pyxbuf_shared_api *pyxbuf__installed_shared_api = NULL;
+
+/* The module holding the table every copy uses (a new reference): the one
+ * in sys.modules, or a new one holding this copy's table, put there unless
+ * another thread or copy put one first (setdefault, so two first calls at
+ * once cannot install two registries). */
+static PyObject *shared_module(PyObject *modules) {
+    PyObject *ours = PyModule_New(PYXBUF_SHARED_MODULE);
+    PyObject *capsule =
+        PyCapsule_New((void *)&pyxbuf__own_shared_api, PYXBUF_SHARED_CAPSULE, NULL);
+    int rc = ours && capsule ? PyModule_AddObjectRef(ours, "API", capsule) : -1;
+    Py_XDECREF(capsule);
+    PyObject *module = NULL;
+#if PY_VERSION_HEX >= 0x030D0000
+    if (rc == 0) PyDict_SetDefaultRef(modules, pyxbuf__interned(&shared_module_name,
+                                      PYXBUF_SHARED_MODULE), ours, &module);
+#else
+    PyObject *key = rc == 0 ? pyxbuf__interned(&shared_module_name, PYXBUF_SHARED_MODULE) : NULL;
+    if (key != NULL) module = Py_XNewRef(PyDict_SetDefault(modules, key, ours));
+#endif
+    Py_XDECREF(ours);
+    return module;
+}
+
+const pyxbuf_shared_api *pyxbuf_shared_api_get(void) {
+    const pyxbuf_shared_api *api = PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__installed_shared_api);
+    if (PYXBUF_LIKELY(api != NULL)) return api;
+    PyObject *module = shared_module(PyImport_GetModuleDict());
+    if (module == NULL) return NULL;
+    PyObject *capsule = PyObject_GetAttrString(module, "API");
+    Py_DECREF(module);
+    api = capsule ? PyCapsule_GetPointer(capsule, PYXBUF_SHARED_CAPSULE) : NULL;
+    Py_XDECREF(capsule);
+    if (api == NULL) return NULL;
+    if (api->version < 1 || api->size < offsetof(pyxbuf_shared_api, borrow_live) + sizeof(void *)) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "pyxbuf: sys.modules['%s'] holds a shared table of version %u and size %u, "
+                     "older than this copy of pyxbuf (%s) can use; load a newer pyxbuf first",
+                     PYXBUF_SHARED_MODULE, (unsigned)api->version, (unsigned)api->size,
+                     pyxbuf_version_string());
+        return NULL;
+    }
+    /* every thread finds the same table */
+    PYXBUF__FT_STORE_RELEASE(&pyxbuf__installed_shared_api, api);
+    return api;
+}
+
+/* A table installed by a copy of pyxbuf older than version 2 compares
+ * whole ranges only. */
+int pyxbuf__shared_acquire_key(const pyxbuf_shared_api *api, const pyxbuf_borrow_key *key,
+                               int32_t exclusive, int64_t *token, char *why, size_t why_cap) {
+    if (api->size >= offsetof(pyxbuf_shared_api, borrow_acquire_key) + sizeof(void *) &&
+        api->borrow_acquire_key != NULL)
+        return api->borrow_acquire_key(key, exclusive, token, why, why_cap);
+    return api->borrow_acquire(&key->range, exclusive, token, why, why_cap);
+}

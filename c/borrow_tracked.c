@@ -1,0 +1,139 @@
+/* borrow_tracked.c -- tracked grants (PYXBUF_EXT_TRACKED): the borrows
+ * pyxbuf_get takes in the cooperative registry for producers that know
+ * nothing of borrows, keyed by the view's device, span and lattice, and
+ * mirrored in rust-numpy's borrow checker for NumPy arrays. */
+
+#include "borrow_registry.h"
+
+#include <stdio.h>
+
+static PYXBUF_COLD int refuse_writable_shared(PyObject *obj) {
+    PyErr_Format(PyExc_BufferError,
+                 "pyxbuf: cannot grant a writable shared borrow of '%.200s': a shared borrow "
+                 "promises that nobody writes; ask for PYXBUF_BORROW_EXCLUSIVE to write",
+                 Py_TYPE(obj)->tp_name);
+    return -1;
+}
+
+static PYXBUF_COLD int refuse_tracked(PyObject *obj, int32_t exclusive,
+                                      const pyxbuf_borrow_key *key, const char *why) {
+    const pyxbuf_borrow_range *range = &key->range;
+    PyErr_Format(PyExc_BufferError,
+                 "pyxbuf: cannot grant %s borrow of '%.200s': its memory [%p, %p) overlaps %s "
+                 "held by another pyxbuf consumer (in any copy of pyxbuf in this process); "
+                 "release that view first",
+                 exclusive ? "an exclusive" : "a shared", Py_TYPE(obj)->tp_name,
+                 (void *)(uintptr_t)range->lo, (void *)(uintptr_t)range->hi, why);
+    return -1;
+}
+
+static PYXBUF_COLD int refuse_span(PyObject *obj) {
+    PyErr_Format(PyExc_BufferError,
+                 "pyxbuf: cannot track a borrow of '%.200s': its shape and strides overflow",
+                 Py_TYPE(obj)->tp_name);
+    return -1;
+}
+
+/* The lattice of a view whose items do not fill [0, len) in C order: the gcd
+ * of its strides over dimensions of more than one item. A view without
+ * strides, or with suboffsets (pointers to follow), counts as every byte of
+ * its range (0). */
+static PYXBUF_NOINLINE uint64_t strided_lattice(const Py_buffer *b) {
+    if (b->itemsize <= 0 || b->suboffsets != NULL || b->shape == NULL || b->strides == NULL)
+        return 0;
+    uint64_t g = 0;
+    for (int i = 0; i < b->ndim; i++)
+        if (b->shape[i] > 1) g = pyxbuf__gcd(g, pyxbuf__magnitude(b->strides[i]));
+    return g;
+}
+
+/* What a tracked borrow covers: the view's device, byte span and lattice. */
+static inline int tracked_key(PyObject *obj, const pyxbuf_view *view, pyxbuf_borrow_key *key) {
+    const Py_buffer *b = &view->base;
+    pyxbuf_device device = {PYXBUF_DL_CPU, 0};
+    if (PYXBUF_UNLIKELY(view->device != NULL)) pyxbuf_view_device(view, &device, NULL);
+    key->range.device_type = device.device_type;
+    key->range.device_id = device.device_id;
+    uint64_t buf = (uint64_t)(uintptr_t)b->buf;
+    if (PYXBUF_LIKELY(pyxbuf__fills_c_order(b))) {
+        /* Every byte of the range: one item as far as conflicts go, whose
+         * first byte and length the range gives (lattices_meet). */
+        key->range.lo = buf;
+        key->range.hi = buf + (uint64_t)b->len;
+        key->stride_gcd = 0;
+        return 0;
+    }
+    Py_ssize_t lo = 0, hi = 0;
+    if (PYXBUF_UNLIKELY(pyxbuf__view_span_walk(b, &lo, &hi) < 0)) return refuse_span(obj);
+    key->range.lo = buf + (uint64_t)lo;
+    key->range.hi = buf + (uint64_t)hi;
+    key->stride_gcd = strided_lattice(b);
+    key->first = buf;
+    key->itemsize = b->itemsize > 0 ? (uint64_t)b->itemsize : 1;
+    return 0;
+}
+
+/* Through the installed table (another copy's, or this one's on a conflict):
+ * the grant with the registry's reason when it refuses. */
+static PYXBUF_COLD int tracked_grant_slow(PyObject *obj, const pyxbuf_borrow_key *key,
+                                          int32_t exclusive, int64_t *token) {
+    const pyxbuf_shared_api *api = pyxbuf_shared_api_get();
+    if (api == NULL) return -1;
+    char why[256];
+    if (PYXBUF_UNLIKELY(pyxbuf__shared_acquire_key(api, key, exclusive, token, why, sizeof why) !=
+                        0))
+        return refuse_tracked(obj, exclusive, key, why);
+    return 0;
+}
+
+/* The registry's grant: inline when the installed table is this copy's own
+ * (no call through the table, no message buffer), else through the table. */
+static inline int tracked_grant(PyObject *obj, const pyxbuf_borrow_key *key, int32_t exclusive,
+                                int64_t *token) {
+    const pyxbuf_shared_api *installed = PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__installed_shared_api);
+    if (PYXBUF_LIKELY(installed == &pyxbuf__own_shared_api)) {
+        registry_lock();
+        int rc = registry_acquire_locked(key, exclusive, token, NULL, 0);
+        registry_unlock();
+        if (PYXBUF_LIKELY(rc == 0)) return 0;
+    }
+    return tracked_grant_slow(obj, key, exclusive, token);
+}
+
+static inline void tracked_ungrant(int64_t token) {
+    const pyxbuf_shared_api *api = PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__installed_shared_api);
+    if (PYXBUF_LIKELY(api == &pyxbuf__own_shared_api)) {
+        registry_lock();
+        registry_release_locked(token);
+        registry_unlock();
+    } else if (api != NULL) {
+        api->borrow_release(token);
+    }
+}
+
+int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags) {
+    int32_t exclusive = (flags & PYXBUF_BORROW_EXCLUSIVE) != 0;
+    if (PYXBUF_UNLIKELY(!exclusive && (flags & PyBUF_WRITABLE))) return refuse_writable_shared(obj);
+    pyxbuf_borrow_key key;
+    if (PYXBUF_UNLIKELY(tracked_key(obj, view, &key) < 0)) return -1;
+    int64_t token = 0;
+    if (PYXBUF_UNLIKELY(tracked_grant(obj, &key, exclusive, &token) < 0)) return -1;
+    view->reserved[0] = 0;
+    if (PYXBUF_UNLIKELY(!PYXBUF__FT_LOAD_RELAXED(&pyxbuf__rust_numpy_table_is_ours)) &&
+        pyxbuf__rust_numpy_acquire(view, exclusive) < 0) {
+        tracked_ungrant(token);
+        return -1;
+    }
+    view->borrow_token = token;
+    view->ext_flags |= PYXBUF_EXT_TRACKED | (exclusive ? PYXBUF_EXT_EXCLUSIVE : PYXBUF_EXT_SHARED);
+    view->flags |= exclusive ? PYXBUF_BORROW_EXCLUSIVE : PYXBUF_BORROW_SHARED;
+    if (!exclusive) view->base.readonly = 1; /* the holder of a shared borrow reads only */
+    return 0;
+}
+
+void pyxbuf__tracked_release(pyxbuf_view *view) {
+    if (PYXBUF_LIKELY(view->borrow_token != 0)) tracked_ungrant(view->borrow_token);
+    view->borrow_token = 0;
+    if (PYXBUF_UNLIKELY(view->reserved[0] != 0)) pyxbuf__rust_numpy_release(view);
+    view->ext_flags &= ~PYXBUF_EXT_TRACKED;
+}
