@@ -1000,11 +1000,8 @@ int pyxbuf__dlpack_get_c(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_
                          const void *api) {
     pyxbuf__view_begin(view, flags);
     int rc = acquire_c(obj, view, flags, stream, api);
-    if (PYXBUF_LIKELY(rc == 1)) {
-        view->state = PYXBUF__STATE_ACQUIRED;
-        return 0;
-    }
-    return pyxbuf__get_after_dlpack(obj, view, flags, stream, rc);
+    if (PYXBUF_LIKELY(rc == 1)) view->state = PYXBUF__STATE_ACQUIRED;
+    return rc;
 }
 
 int pyxbuf__dlpack_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream) {

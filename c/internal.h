@@ -273,14 +273,11 @@ int pyxbuf__dlpack_type_speaks(PyTypeObject *type);
 const void *pyxbuf__dlpack_c_table_of(PyTypeObject *type);
 /* pyxbuf_get's route for a type with no classic buffer whose C exchange
  * table is `api` (view.c caches it per type), for a request without borrow
- * bits: the DLPack bridge called with no other bookkeeping. On failure the
- * other bridges are tried (pyxbuf__get_after_dlpack). 0 or -1 as pyxbuf_get. */
+ * bits: the DLPack bridge called with no other bookkeeping. 1 = acquired (the
+ * view marked so); else a bridge's answer (0 or -1), and view.c tries the
+ * other bridges, as it would have without the route. */
 int pyxbuf__dlpack_get_c(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
                          const void *api);
-/* The route's way back when the DLPack bridge answered `rc` (0 or -1): the
- * later bridges, then the refusal, as pyxbuf_get reports it. */
-int pyxbuf__get_after_dlpack(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
-                             int rc);
 int pyxbuf__cai_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream);
 int pyxbuf__array_interface_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags,
                                     int64_t stream);

@@ -838,8 +838,10 @@ static PYXBUF_COLD int get_view_slow(PyObject *obj, pyxbuf_view *view, int32_t f
     return view->path == PYXBUF_PATH_NATIVE ? 0 : track_if_asked(obj, view, flags);
 }
 
-int pyxbuf__get_after_dlpack(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
-                             int rc) {
+/* The DLPack C route's refusal (`rc` 0 or -1): the later bridges, then the
+ * refusal, as pyxbuf_get reports it. */
+static PYXBUF_COLD int get_after_dlpack(PyObject *obj, pyxbuf_view *view, int32_t flags,
+                                        int64_t stream, int rc) {
     rc = after_first_bridge(obj, view, flags, stream, rc);
     if (rc != 1) return rc == 0 ? refuse_no_protocol(obj) : -1;
     view->state = PYXBUF__STATE_ACQUIRED;
@@ -857,7 +859,11 @@ static inline int get_view(PyObject *obj, pyxbuf_view *view, int32_t flags, int6
     if (PYXBUF_LIKELY(fast == 1)) return 0;
     if (fast == 0 && (flags & ~DLPACK_C_ROUTE_FLAGS) == 0) {
         const void *api = cached_dlpack_c(Py_TYPE(obj));
-        if (api != NULL) return pyxbuf__dlpack_get_c(obj, view, flags, stream, api);
+        if (api != NULL) {
+            int rc = pyxbuf__dlpack_get_c(obj, view, flags, stream, api);
+            if (PYXBUF_LIKELY(rc == 1)) return 0;
+            return get_after_dlpack(obj, view, flags, stream, rc);
+        }
     }
     return get_view_slow(obj, view, flags, stream, fast);
 }
