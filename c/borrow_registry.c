@@ -44,6 +44,12 @@ static int registry_acquire_key(const pyxbuf_borrow_key *key, int32_t exclusive,
     return rc;
 }
 
+/* A version-1 range: one item covering all of it. */
+static pyxbuf_borrow_key key_of_range(const pyxbuf_borrow_range *range) {
+    pyxbuf_borrow_key key = {*range, 0, 0, 0}; /* stride_gcd 0: first, itemsize unread */
+    return key;
+}
+
 static int registry_acquire(const pyxbuf_borrow_range *range, int32_t exclusive, int64_t *token,
                             char *why, size_t why_cap) {
     pyxbuf_borrow_key key = key_of_range(range);

@@ -78,12 +78,6 @@ static inline int keys_overlap(const pyxbuf_borrow_key *a, const pyxbuf_borrow_k
     return ranges_overlap(&a->range, &b->range) && lattices_meet(a, b);
 }
 
-/* A version-1 range: one item covering all of it. */
-static inline pyxbuf_borrow_key key_of_range(const pyxbuf_borrow_range *range) {
-    pyxbuf_borrow_key key = {*range, range->lo, 0, range->hi - range->lo};
-    return key;
-}
-
 /* `why` may be NULL: the caller only wants to know (see tracked_acquire). */
 /* The cold halves (borrow_registry.c): describe a conflict, grow the table. */
 int pyxbuf__registry_conflict(const tracked_borrow *t, char *why, size_t why_cap);

@@ -222,8 +222,7 @@ static int speaks_a_device_protocol(PyObject *obj) {
  * PyBuffer_FillInfo refuses it too, and bytearray then hands back an unfilled
  * view), or PyBUF_WRITE alone with no PyBUF_* bit but PYXBUF_* ones. */
 static int read_or_write_alone(int32_t flags) {
-    return (flags & PYXBUF_CLASSIC_FLAGS) == PyBUF_READ ||
-           (flags & ~PYXBUF_EXTENDED_FLAGS) == PyBUF_WRITE;
+    return ROUTE_READ_ALONE(flags) || (flags & ~PYXBUF_EXTENDED_FLAGS) == PyBUF_WRITE;
 }
 
 static int refuse_read_write_alone(int32_t flags) {
@@ -232,7 +231,7 @@ static int refuse_read_write_alone(int32_t flags) {
                  "rather than a buffer request; Python 3.13+ refuses it in PyObject_GetBuffer "
                  "and so does pyxbuf; ask for PyBUF_SIMPLE (0) or the PyBUF_* flags you need",
                  (unsigned)flags,
-                 (flags & PYXBUF_CLASSIC_FLAGS) == PyBUF_READ ? "PyBUF_READ" : "PyBUF_WRITE");
+                 ROUTE_READ_ALONE(flags) ? "PyBUF_READ" : "PyBUF_WRITE");
     return -1;
 }
 #else
