@@ -847,6 +847,16 @@ static PYXBUF_COLD int get_after_dlpack(PyObject *obj, pyxbuf_view *view, int32_
     return 0; /* the route takes no borrow bits: nothing to track */
 }
 
+/* The DLPack C route, out of line so that the classic fast path in get_view
+ * keeps its tail calls and registers: the table's answer, else the later
+ * bridges. */
+static PYXBUF_NOINLINE int get_by_dlpack_c(PyObject *obj, pyxbuf_view *view, int32_t flags,
+                                           int64_t stream, const void *api) {
+    int rc = pyxbuf__dlpack_get_c(obj, view, flags, stream, api);
+    if (PYXBUF_LIKELY(rc == 1)) return 0;
+    return get_after_dlpack(obj, view, flags, stream, rc);
+}
+
 /* The requests the DLPack C route serves: the fast path's, borrows aside
  * (they take get_view_slow, which tracks them). */
 #define DLPACK_C_ROUTE_FLAGS (FAST_PATH_FLAGS & ~BORROW_FLAGS)
@@ -858,11 +868,7 @@ static inline int get_view(PyObject *obj, pyxbuf_view *view, int32_t flags, int6
     if (PYXBUF_LIKELY(fast == 1)) return 0;
     if (fast == 0 && (flags & ~DLPACK_C_ROUTE_FLAGS) == 0) {
         const void *api = cached_dlpack_c(Py_TYPE(obj));
-        if (api != NULL) {
-            int rc = pyxbuf__dlpack_get_c(obj, view, flags, stream, api);
-            if (PYXBUF_LIKELY(rc == 1)) return 0;
-            return get_after_dlpack(obj, view, flags, stream, rc);
-        }
+        if (api != NULL) return get_by_dlpack_c(obj, view, flags, stream, api);
     }
     return get_view_slow(obj, view, flags, stream, fast);
 }
