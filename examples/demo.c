@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "testdev.h" /* the guarded emulated device: demo and tests only */
+#include "device/emulated.h" /* the guarded emulated device: demo and tests only */
 
 /* Objects to read, built by Python code (the demo consumer is this C file). */
 static const char *const make_objects =

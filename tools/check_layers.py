@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """make check-layers: every arrow in the C core points down.
 
-c/LAYERS declares the layers, bottom first, and which sources and private
-headers belong to each. An arrow is a call (an object's undefined symbol that
+c/LAYERS declares the layers, bottom first, and what belongs to each: a
+folder under c/ (`base/`: every source and private header in it) or one file
+(`acquire.c`). An arrow is a call (an object's undefined symbol that
 another object of the library defines, read with `nm`) or a private include
-(`#include "x.h"` of a header in c/). An arrow is allowed when it runs to a
+(`#include "layer/x.h"` of a header under c/). An arrow is allowed when it runs to a
 lower layer, or within a layer without closing a loop there. Every other arrow
 fails the check with its file pair and the symbol or header that ties them.
 
@@ -26,7 +27,8 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
 def read_layers(path):
-    """({file: (layer index, layer name)}, known arrows as (from, to, what))."""
+    """({folder/ or file: (layer index, layer name)}, known arrows as
+    (from, to, what))."""
     order, layer_of, known = [], {}, set()
     for number, raw in enumerate(path.read_text().splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
@@ -38,17 +40,29 @@ def read_layers(path):
             parts = rest.split()
             if len(parts) != 4 or parts[1] != "->":
                 sys.exit(f"{path}:{number}: write a known arrow as "
-                         "'known: from.c -> to.c symbol_or_header'")
+                         "'known: from.c -> to.c symbol_or_header' (paths under c/)")
             known.add((parts[0], parts[2], parts[3]))
             continue
         if not rest.strip() or head in order:
-            sys.exit(f"{path}:{number}: write each layer once, as 'name: file.c file.h ...'")
+            sys.exit(f"{path}:{number}: write each layer once, as "
+                     "'name: folder/ file.c ...'")
         order.append(head)
         for name in rest.split():
             if name in layer_of:
                 sys.exit(f"{path}:{number}: {name} is in two layers")
             layer_of[name] = (len(order) - 1, head)
     return layer_of, known
+
+
+def place(files, members):
+    """{file: (layer index, layer name)} for each file a member names (the file
+    itself, or a folder holding it); files no member names are left out."""
+    placed = {}
+    for f in files:
+        for member, layer in members.items():
+            if f == member or (member.endswith("/") and f.startswith(member)):
+                placed[f] = layer
+    return placed
 
 
 def nm(obj, *flags):
@@ -61,8 +75,8 @@ def call_arrows(objects, sources):
     object of the library defines. Objects of sources that are gone (a build
     directory keeps them after a file is split) are skipped."""
     defined, used = {}, {}
-    for obj in sorted(objects.glob("*.c.o")):
-        source = obj.name[:-2]  # x.c.o -> x.c
+    for obj in sorted(objects.rglob("*.c.o")):
+        source = obj.relative_to(objects).as_posix()[:-2]  # base/x.c.o -> base/x.c
         if not (sources / source).exists():
             continue
         for symbol in nm(obj, "--defined-only", "-g"):
@@ -80,12 +94,17 @@ def call_arrows(objects, sources):
 
 
 def include_arrows(sources):
-    """(file, header, header) for every private include in c/*.c and c/*.h."""
+    """(file, header, header) for every private include in the library's
+    sources and headers (paths relative to c/, which is the include root; the
+    C tests and fuzzers are not the library)."""
     arrows = set()
-    for path in sorted(list(sources.glob("*.c")) + list(sources.glob("*.h"))):
+    for path in sorted(list(sources.rglob("*.c")) + list(sources.rglob("*.h"))):
+        name = path.relative_to(sources).as_posix()
+        if name.split("/")[0] in ("tests", "fuzz"):
+            continue
         for header in INCLUDE.findall(path.read_text()):
             if (sources / header).exists():
-                arrows.add((path.name, header, header))
+                arrows.add((name, header, header))
     return arrows
 
 
@@ -120,11 +139,12 @@ def main():
     parser.add_argument("--sources", type=pathlib.Path, default=pathlib.Path("c"))
     args = parser.parse_args()
 
-    layer_of, known = read_layers(args.layers)
+    members, known = read_layers(args.layers)
     calls, compiled = call_arrows(args.objects, args.sources)
     arrows = calls | include_arrows(args.sources)
-    unplaced = [f for f in sorted({f for a, b, _ in arrows for f in (a, b)} | compiled)
-                if f not in layer_of]
+    files = sorted({f for a, b, _ in arrows for f in (a, b)} | compiled)
+    layer_of = place(files, members)
+    unplaced = [f for f in files if f not in layer_of]
     if unplaced:
         sys.exit(f"check-layers: {', '.join(unplaced)} in no layer of {args.layers}; add each "
                  "to the layer it belongs to")

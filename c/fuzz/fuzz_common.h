@@ -10,7 +10,7 @@
 #define PYXBUF_FUZZ_COMMON_H
 
 #include "pyxbuf.h"
-#include "testdev.h"
+#include "device/emulated.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "testdev.h"
+#include "device/emulated.h"
 #include "testext_sync.h"
 
 int pyxbuf_testext_add_format(PyObject *module);  /* testext_format.c */

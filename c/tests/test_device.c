@@ -1,7 +1,7 @@
 /* test_device.c -- the backend registry, device identifiers and copies, on
  * the CPU backend and the guarded emulated device. */
 #include "python_fixture.h"
-#include "testdev.h"
+#include "device/emulated.h"
 
 #include <signal.h>
 #include <sys/wait.h>

@@ -11,7 +11,7 @@
  * touch the harness's failure counter (a plain int): they count into
  * thread_failures, which the main thread checks. */
 #include "python_fixture.h"
-#include "testdev.h"
+#include "device/emulated.h"
 
 #include <pthread.h>
 #include <sched.h>

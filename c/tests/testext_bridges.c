@@ -7,7 +7,7 @@
 
 #include "pyxbuf.h"
 
-#include "testdev.h"
+#include "device/emulated.h"
 
 int pyxbuf_testext_add_bridges(PyObject *module);
 

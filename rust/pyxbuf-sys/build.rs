@@ -1,7 +1,8 @@
-//! Compiles libpyxbuf (every `c/*.c` except the test-only `c/testdev.c`) into
+//! Compiles libpyxbuf (every `.c` under `c/` except the C tests, the fuzzers
+//! and the test-only emulated device `c/device/emulated.c`) into
 //! a static library with the `cc` crate, so every crate that links
 //! pyxbuf-sys carries its own private copy (PYXBUF_STATIC: nothing exported).
-//! The `testdev` feature adds `c/testdev.c`, the guarded emulated device.
+//! The `testdev` feature adds `c/device/emulated.c`, the guarded emulated device.
 //!
 //! `c/` and `include/` in this crate are symbolic links to the repository's
 //! `c/` and `include/`: one copy of the sources, which `cargo package`
@@ -55,14 +56,27 @@ fn python_include() -> String {
         .to_owned()
 }
 
-/// `c/*.c`, sorted, so bridge files added later are picked up by themselves.
+/// The library's C sources: every `.c` file under `c/` (the layer folders
+/// and `c/acquire.c`), sorted, except the C tests and fuzzers (`c/tests`,
+/// `c/fuzz`) and, without the `testdev` feature, the emulated device
+/// (`c/device/emulated.c`). New files are picked up by themselves.
 fn c_sources(c_dir: &Path, with_testdev: bool) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(c_dir)
-        .unwrap_or_else(|e| panic!("pyxbuf-sys: cannot read {}: {e}", c_dir.display()))
-        .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "c"))
-        .filter(|p| with_testdev || p.file_name().is_some_and(|n| n != "testdev.c"))
-        .collect();
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let entries = std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("pyxbuf-sys: cannot read {}: {e}", dir.display()));
+        for path in entries.filter_map(|entry| entry.ok().map(|e| e.path())) {
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if path.is_dir() && name != "tests" && name != "fuzz" {
+                walk(&path, out);
+            } else if path.is_file() && name.ends_with(".c") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(c_dir, &mut files);
+    let emulated = c_dir.join("device").join("emulated.c");
+    files.retain(|p| with_testdev || *p != emulated);
     files.sort();
     files
 }

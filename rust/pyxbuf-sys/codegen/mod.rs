@@ -142,15 +142,15 @@ pub fn generate_main() -> Result<String, String> {
     render(b, "include/pyxbuf.h")
 }
 
-/// The bindings of c/testdev.h (the `testdev` feature): only its own items,
+/// The bindings of c/device/emulated.h (the `testdev` feature): only its own items,
 /// the rest comes from the main bindings.
 pub fn generate_testdev() -> Result<String, String> {
-    let header = sources_root().join("c/testdev.h");
+    let header = sources_root().join("c/device/emulated.h");
     let b = builder(&header)?
         .allowlist_function("pyxbuf_testdev_.*")
         .allowlist_var("PYXBUF_TESTDEV_.*")
         .allowlist_recursively(false);
-    render(b, "c/testdev.h")
+    render(b, "c/device/emulated.h")
 }
 
 /// Whether libclang can be loaded here; the reason when not.

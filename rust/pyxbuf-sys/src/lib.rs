@@ -44,7 +44,7 @@ mod bindings {
 }
 pub use bindings::*;
 
-/// The guarded emulated device (DLPack `kDLExtDev`, `c/testdev.h`): device
+/// The guarded emulated device (DLPack `kDLExtDev`, `c/device/emulated.h`): device
 /// memory the host cannot dereference and streams that run only when
 /// synchronised. **Tests only** — compiled in by the `testdev` feature, never
 /// part of a release build.

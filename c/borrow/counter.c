@@ -5,7 +5,7 @@
  * release needs nothing but the view. (Producers that know nothing of borrows
  * get tracked grants instead: borrow_tracked.c.) */
 
-#include "internal.h"
+#include "base/internal.h"
 
 #include <stdio.h>
 

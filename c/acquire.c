@@ -8,7 +8,7 @@
  * and release_by_bridge(). DESIGN.md lists the classic buffer after the CUDA
  * Array Interface; trying it first keeps classic CPU arrays on the fast path. */
 
-#include "internal.h"
+#include "base/internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -529,7 +529,7 @@ static int validate_native_layout(pyxbuf_view *view, PyObject *obj, int32_t pass
             snprintf(why, sizeof why, "its shape[%d] = %zd is negative", i, b->shape[i]);
             return refuse_answer(view, obj, why, passed);
         }
-        if (PYXBUF_UNLIKELY(__builtin_mul_overflow(bytes, b->shape[i], &bytes))) {
+        if (PYXBUF_UNLIKELY(!PYXBUF__MUL_OK(bytes, b->shape[i], &bytes))) {
             snprintf(why, sizeof why, "its shape times itemsize %zd overflows", b->itemsize);
             return refuse_answer(view, obj, why, passed);
         }

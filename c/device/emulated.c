@@ -1,7 +1,7 @@
 /* testdev.c -- the guarded emulated device (see testdev.h). Built into the
  * tests and the demo as libpyxbuf_testdev, registered through the public
  * pyxbuf_backend_register like any third-party backend. */
-#include "testdev.h" /* pyxbuf.h, hence Python.h (and _GNU_SOURCE) first */
+#include "device/emulated.h" /* pyxbuf.h, hence Python.h (and _GNU_SOURCE) first */
 
 #include <pthread.h>
 #include <stdarg.h>

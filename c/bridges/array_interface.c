@@ -34,9 +34,9 @@
  *   PYXBUF_INLINE_NDIM.
  */
 
-#include "internal.h"
+#include "base/internal.h"
 
-#include "array_dict.h"
+#include "bridges/array_dict.h"
 
 #include <stdio.h>
 #include <string.h>

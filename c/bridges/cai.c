@@ -35,9 +35,9 @@
  *   event through the backend when the view is released.
  */
 
-#include "internal.h"
+#include "base/internal.h"
 
-#include "array_dict.h"
+#include "bridges/array_dict.h"
 
 #include <stdio.h>
 #include <string.h>

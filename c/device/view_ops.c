@@ -4,7 +4,7 @@
  * export.c, makes the exporter they fill). Identifiers are in device_ids.c,
  * backends in backends.c; nothing here knows a backend by name. */
 
-#include "internal.h"
+#include "base/internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,9 +109,6 @@ static Py_ssize_t stride_of(const Py_buffer *b, int dim) {
     return s;
 }
 
-#define MUL_OK(a, b, r) (!__builtin_mul_overflow((a), (b), (r)))
-#define ADD_OK(a, b, r) (!__builtin_add_overflow((a), (b), (r)))
-#define SUB_OK(a, b, r) (!__builtin_sub_overflow((a), (b), (r)))
 
 int pyxbuf__checked_span(int ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
                          Py_ssize_t itemsize, Py_ssize_t *lo_out, Py_ssize_t *hi_out) {
@@ -126,12 +123,12 @@ int pyxbuf__checked_span(int ndim, const Py_ssize_t *shape, const Py_ssize_t *st
     }
     for (int i = ndim - 1; i >= 0; i--) {
         Py_ssize_t n = shape[i], s = strides ? strides[i] : expected, extent;
-        if (!strides && !MUL_OK(expected, n, &expected)) return -1;
-        if (!MUL_OK(s, n - 1, &extent)) return -1;
-        if (!(extent < 0 ? ADD_OK(lo, extent, &lo) : ADD_OK(hi, extent, &hi))) return -1;
+        if (!strides && !PYXBUF__MUL_OK(expected, n, &expected)) return -1;
+        if (!PYXBUF__MUL_OK(s, n - 1, &extent)) return -1;
+        if (!(extent < 0 ? PYXBUF__ADD_OK(lo, extent, &lo) : PYXBUF__ADD_OK(hi, extent, &hi))) return -1;
     }
     /* hi - lo, not hi + -lo: lo may be PY_SSIZE_T_MIN, whose negation overflows. */
-    if (!ADD_OK(hi, itemsize, &hi) || !SUB_OK(hi, lo, &expected)) return -1;
+    if (!PYXBUF__ADD_OK(hi, itemsize, &hi) || !PYXBUF__SUB_OK(hi, lo, &expected)) return -1;
     *lo_out = lo;
     *hi_out = hi;
     return 0;
@@ -153,7 +150,7 @@ static layout view_layout(const Py_buffer *b) {
     for (int i = b->ndim - 1; i >= 0 && l.ok; i--) {
         Py_ssize_t n = b->shape[i];
         if (n > 1 && stride_of(b, i) != expected) l.c_contiguous = 0;
-        l.ok = MUL_OK(l.count, n, &l.count) && MUL_OK(expected, n, &expected);
+        l.ok = PYXBUF__MUL_OK(l.count, n, &l.count) && PYXBUF__MUL_OK(expected, n, &expected);
     }
     return l;
 }
@@ -170,7 +167,7 @@ int pyxbuf__view_span_walk(const Py_buffer *b, Py_ssize_t *lo, Py_ssize_t *hi) {
  * 0 when it does. */
 static int address_at(const char *buf, Py_ssize_t off, uintptr_t *out) {
     uintptr_t base = (uintptr_t)buf;
-    if (off >= 0) return !__builtin_add_overflow(base, (uintptr_t)off, out);
+    if (off >= 0) return PYXBUF__ADD_OK(base, (uintptr_t)off, out);
     uintptr_t back = (uintptr_t)0 - (uintptr_t)off;
     if (back > base) return 0;
     *out = base - back;
@@ -333,7 +330,7 @@ static int check_copy_size(const pyxbuf_view *view, size_t nbytes) {
     }
     layout l = view_layout(&view->base);
     Py_ssize_t want = 0;
-    if (!l.ok || !MUL_OK(l.count, view->base.itemsize, &want) || want != view->base.len) {
+    if (!l.ok || !PYXBUF__MUL_OK(l.count, view->base.itemsize, &want) || want != view->base.len) {
         PyErr_Format(PyExc_BufferError,
                      "pyxbuf: the view's len %zd disagrees with its shape and itemsize %zd, or "
                      "its strides overflow; the producer's buffer is inconsistent",

@@ -3,7 +3,7 @@
  * nothing of borrows, keyed by the view's device, span and lattice, and
  * mirrored in rust-numpy's borrow checker for NumPy arrays. */
 
-#include "borrow_registry.h"
+#include "borrow/registry.h"
 
 #include <stdio.h>
 

@@ -2,7 +2,7 @@
  * UTF-8 identifiers, DLPack's device types by name, and which of them the
  * host can dereference. Uses nothing of pyxbuf's above base. */
 
-#include "internal.h"
+#include "base/internal.h"
 
 #include <stdio.h>
 #include <string.h>

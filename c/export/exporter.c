@@ -3,7 +3,7 @@
  * protocol and DLPack; the only file that makes exporters (pyxbuf_to_device
  * too). Filling its views is fill.c's. */
 
-#include "internal.h"
+#include "base/internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,6 +5,8 @@
 
 #include "pyxbuf.h"
 
+#include "base/checked.h"
+
 #include <stdatomic.h>
 
 #if defined(__GNUC__)
@@ -342,7 +344,7 @@ static inline int pyxbuf__fills_c_order(const Py_buffer *b) {
     for (int i = b->ndim - 1; i >= 0; i--) {
         Py_ssize_t n = b->shape[i];
         if (b->strides != NULL && n != 1 && b->strides[i] != expected) return 0;
-        if (n < 0 || __builtin_mul_overflow(expected, n, &expected)) return 0;
+        if (n < 0 || !PYXBUF__MUL_OK(expected, n, &expected)) return 0;
     }
     return expected == b->len;
 }
@@ -400,13 +402,13 @@ static PYXBUF_ALWAYS_INLINE int pyxbuf__layout_pass(const pyxbuf_export_desc *d,
         Py_ssize_t n = d->shape[i], s = d->strides ? d->strides[i] : expected;
         if (n <= 0) return -1;
         if (n != 1 && s != expected) contiguous = 0;
-        if (__builtin_mul_overflow(expected, n, &expected) ||
-            __builtin_mul_overflow(s, n - 1, &extent) ||
-            (extent < 0 ? __builtin_add_overflow(lo, extent, &lo)
-                        : __builtin_add_overflow(hi, extent, &hi)))
+        if (!PYXBUF__MUL_OK(expected, n, &expected) ||
+            !PYXBUF__MUL_OK(s, n - 1, &extent) ||
+            (extent < 0 ? !PYXBUF__ADD_OK(lo, extent, &lo)
+                        : !PYXBUF__ADD_OK(hi, extent, &hi)))
             return -1;
     }
-    if (__builtin_add_overflow(hi, itemsize, &hi) || __builtin_sub_overflow(hi, lo, &span))
+    if (!PYXBUF__ADD_OK(hi, itemsize, &hi) || !PYXBUF__SUB_OK(hi, lo, &span))
         return -1;
     *nbytes = expected; /* every dimension is at least 1 */
     *c = contiguous;

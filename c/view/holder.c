@@ -4,7 +4,7 @@
  * view of it goes. Below the bridges, which make holders, and above nothing
  * of pyxbuf's but base. */
 
-#include "internal.h"
+#include "base/internal.h"
 
 #include <string.h>
 

@@ -3,7 +3,7 @@
  * table (pyxbuf_shared_api_get) in sys.modules, later copies call it. Its
  * table of live borrows is borrow_registry.h's. */
 
-#include "borrow_registry.h"
+#include "borrow/registry.h"
 
 #include <stdio.h>
 #include <stdlib.h>

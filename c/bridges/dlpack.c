@@ -54,7 +54,7 @@
  * Export rules: see dlpack_export below.
  */
 
-#include "internal.h"
+#include "base/internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -496,17 +496,6 @@ static int check_device_pointer(const Py_buffer *base, int32_t type, int32_t id)
     return 0;
 }
 
-static int mul_ok(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *r) {
-#if defined(__GNUC__)
-    return !__builtin_mul_overflow(a, b, r);
-#else
-    if (a != 0 && (b > PY_SSIZE_T_MAX / (a < 0 ? -a : a) || b < -PY_SSIZE_T_MAX / (a < 0 ? -a : a)))
-        return 0;
-    *r = a * b;
-    return 1;
-#endif
-}
-
 /* Fill the view from the tensor `h` describes: the holder owns it, or with
  * no holder (NULL) the view does (bridge_data). -1 with BufferError. */
 static PYXBUF_ALWAYS_INLINE int describe(PyObject *obj, pyxbuf_view *view, int32_t flags,
@@ -548,17 +537,17 @@ static PYXBUF_ALWAYS_INLINE int describe(PyObject *obj, pyxbuf_view *view, int32
             return refuse("pyxbuf: the DLPack tensor's shape[%d] = %lld is invalid", i,
                           (long long)t->shape[i]);
         shape[i] = (Py_ssize_t)t->shape[i];
-        if (!mul_ok(count, shape[i], &count))
+        if (!PYXBUF__MUL_OK(count, shape[i], &count))
             return refuse("pyxbuf: the DLPack tensor's shape overflows the address space");
     }
     Py_ssize_t next = itemsize;
     for (int i = ndim - 1; i >= 0; i--) {
         if (t->strides == NULL) { /* C order, as DLPack defines a NULL strides */
             strides[i] = next;
-            if (shape[i] > 1 && !mul_ok(next, shape[i], &next))
+            if (shape[i] > 1 && !PYXBUF__MUL_OK(next, shape[i], &next))
                 return refuse("pyxbuf: the DLPack tensor's size overflows the address space");
         } else if (t->strides[i] < -PY_SSIZE_T_MAX || t->strides[i] > PY_SSIZE_T_MAX ||
-                   !mul_ok((Py_ssize_t)t->strides[i], itemsize, &strides[i])) {
+                   !PYXBUF__MUL_OK((Py_ssize_t)t->strides[i], itemsize, &strides[i])) {
             return refuse("pyxbuf: the DLPack tensor's strides[%d] = %lld overflows in bytes", i,
                           (long long)t->strides[i]);
         }

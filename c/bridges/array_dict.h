@@ -8,7 +8,7 @@
 #ifndef PYXBUF_ARRAY_DICT_H
 #define PYXBUF_ARRAY_DICT_H
 
-#include "internal.h"
+#include "base/internal.h"
 
 #include <stdarg.h>
 #include <stdint.h>

@@ -43,7 +43,7 @@
  *   count and its code or before a name; prefixes: one per slot, in the slots
  *   NumPy and ctypes use: "<(2)3f", "(2)<3f", "(3)&<i".
  */
-#include "internal.h" /* Python.h first, as the C API asks */
+#include "base/internal.h" /* Python.h first, as the C API asks */
 
 #include <limits.h>
 #include <pthread.h>
@@ -180,32 +180,12 @@ static void scalar_layout(int code, int mode, int32_t flags, int64_t *size, int6
 }
 
 /* ------------------------------------------------------------------------- */
-/* Checked arithmetic on sizes (all non-negative)                            */
+/* Alignment on sizes (all non-negative; base/checked.h does the rest)     */
 /* ------------------------------------------------------------------------- */
-
-static bool mul_ok(int64_t a, int64_t b, int64_t *r) {
-#if defined(__GNUC__)
-    return !__builtin_mul_overflow(a, b, r); /* no division on the hot path */
-#else
-    if (a != 0 && b > INT64_MAX / a) return false;
-    *r = a * b;
-    return true;
-#endif
-}
-
-static bool add_ok(int64_t a, int64_t b, int64_t *r) {
-#if defined(__GNUC__)
-    return !__builtin_add_overflow(a, b, r); /* one add and a flag test */
-#else
-    if (a > INT64_MAX - b) return false;
-    *r = a + b;
-    return true;
-#endif
-}
 
 /* Alignments are powers of two (C's are; registry entries are checked). */
 static bool align_up_ok(int64_t off, int64_t align, int64_t *r) {
-    if (!add_ok(off, align - 1, r)) return false;
+    if (!PYXBUF__ADD_OK(off, align - 1, r)) return false;
     *r &= ~(align - 1);
     return true;
 }
@@ -696,7 +676,7 @@ static bool merge_padding(parser *p, seq *q, const item *it) {
     /* After an opaque item no offset is checked for overflow, so the sum can
      * exceed 2**63 ("[a$b]9223372036854775804xxxxx"): keep two nodes then. */
     if (prev->kind != PYXBUF_FMT_PADDING || prev->name || prev->ndim || prev->flags ||
-        prev->byte_order != it->mode || !add_ok(prev->repeat, it->repeat, &repeat))
+        prev->byte_order != it->mode || !PYXBUF__ADD_OK(prev->repeat, it->repeat, &repeat))
         return false;
     prev->repeat = prev->nbytes = repeat;
     return true;
@@ -713,7 +693,7 @@ static PYXBUF_ALWAYS_INLINE int place_field(parser *p, seq *q, int64_t nbytes, i
                         "the offset of the item at position %lld exceeds 2**63 bytes",
                         POS(p, start));
         if (nbytes < 0) q->offset = -1;
-        else if (!add_ok(*offset, nbytes, &q->offset))
+        else if (!PYXBUF__ADD_OK(*offset, nbytes, &q->offset))
             return fail(p, PYXBUF_EOVERFLOW, start,
                         "the format is larger than 2**63 bytes at position %lld", POS(p, start));
     }
@@ -736,8 +716,8 @@ static PYXBUF_ALWAYS_INLINE int emit_item(parser *p, seq *q, item *it) {
                    (it->kind == PYXBUF_FMT_STRUCT && !(it->flags & PYXBUF_FMTN_POINTER));
     int64_t align = aligned ? it->align : 1; /* an opaque type has align 1 */
     int64_t nbytes = -1, offset;
-    if (it->size >= 0 && (!mul_ok(it->size, it->repeat, &nbytes) ||
-                          !mul_ok(nbytes, it->dims_prod, &nbytes)))
+    if (it->size >= 0 && (!PYXBUF__MUL_OK(it->size, it->repeat, &nbytes) ||
+                          !PYXBUF__MUL_OK(nbytes, it->dims_prod, &nbytes)))
         return fail(p, PYXBUF_EOVERFLOW, it->count_at,
                     "the item counted at position %lld is larger than 2**63 bytes",
                     POS(p, it->count_at));
@@ -996,7 +976,7 @@ static int parse_dims(parser *p, item *it) {
                         "sub-array dimension at position %lld is one more than %d, the most a "
                         "shape may have",
                         POS(p, at), PYXBUF_MAX_NDIM);
-        if (!mul_ok(it->dims_prod, d, &it->dims_prod))
+        if (!PYXBUF__MUL_OK(it->dims_prod, d, &it->dims_prod))
             return fail(p, PYXBUF_EOVERFLOW, at,
                         "sub-array dimension at position %lld makes the shape larger than 2**63 "
                         "elements",
@@ -1296,7 +1276,7 @@ static PYXBUF_NOINLINE int parse_compound(parser *p, seq *q, const char *start,
             it.size = (int64_t)sizeof(void *);
             it.align = (int64_t)_Alignof(void *);
         } else if ((it.flags & PYXBUF_FMTN_COMPLEX) && it.size > 0 &&
-                   !mul_ok(it.size, 2, &it.size)) {
+                   !PYXBUF__MUL_OK(it.size, 2, &it.size)) {
             return fail(p, PYXBUF_EOVERFLOW, opener, "custom type at position %lld is too large",
                         POS(p, opener));
         }
@@ -1761,7 +1741,7 @@ static int build_node(parser *p, const pyxbuf_format *src, int32_t si, seq *q, i
     it.ndim = sn->ndim;
     for (int32_t d = 0; d < sn->ndim; d++) {
         int64_t dim = pyxbuf_format_dims(src)[sn->dims_start + d];
-        if (!mul_ok(it.dims_prod, dim, &it.dims_prod))
+        if (!PYXBUF__MUL_OK(it.dims_prod, dim, &it.dims_prod))
             return fail(p, PYXBUF_EOVERFLOW, NULL,
                         "a sub-array shape has more than 2**63 elements");
         if (!dim_push(p->out, dim)) return fail_nomem(p);
@@ -1804,7 +1784,7 @@ static int build_node(parser *p, const pyxbuf_format *src, int32_t si, seq *q, i
             it.size = (int64_t)sizeof(void *);
             it.align = (int64_t)_Alignof(void *);
         } else if ((it.flags & PYXBUF_FMTN_COMPLEX) && it.size > 0 &&
-                   !mul_ok(it.size, 2, &it.size)) {
+                   !PYXBUF__MUL_OK(it.size, 2, &it.size)) {
             return fail(p, PYXBUF_EOVERFLOW, NULL, "a custom type is too large");
         }
         break;

@@ -2,7 +2,7 @@
  * store, remove and look up, under one lock (backends register from any
  * thread). It knows no backend; backends.c fills it. */
 
-#include "internal.h"
+#include "base/internal.h"
 
 #include <pthread.h>
 #include <string.h>

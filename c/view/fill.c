@@ -2,7 +2,7 @@
  * producer half every exporter and every bridge shares, honouring the classic
  * flags as NumPy does and the extended ones as the proposal says. */
 
-#include "internal.h"
+#include "base/internal.h"
 
 #include <stdio.h>
 
@@ -83,7 +83,7 @@ int pyxbuf__desc_nbytes(const pyxbuf_export_desc *d, Py_ssize_t itemsize,
     Py_ssize_t n = itemsize, extent = itemsize;
     for (int32_t i = 0; i < d->ndim; i++) {
         Py_ssize_t dim = d->shape[i];
-        if (dim < 0 || __builtin_mul_overflow(extent, dim > 0 ? dim : 1, &extent)) {
+        if (dim < 0 || !PYXBUF__MUL_OK(extent, dim > 0 ? dim : 1, &extent)) {
             PyErr_Format(PyExc_ValueError,
                          "pyxbuf: export shape[%d] = %zd is negative or overflows the size",
                          (int)i, dim);

@@ -1,6 +1,6 @@
 /* errors.c -- pyxbuf_error filling and its translation into Python exceptions. */
 
-#include "internal.h"
+#include "base/internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>
