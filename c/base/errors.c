@@ -79,3 +79,13 @@ void pyxbuf__flag_names(int32_t flags, char *buf, size_t cap) {
     if (rest != 0) snprintf(buf + used, cap - used, "%s0x%x", used ? "|" : "", (unsigned)rest);
     else if (used == 0) snprintf(buf, cap, "SIMPLE");
 }
+
+int pyxbuf__buffer_error(const char *fmt, ...) {
+    char msg[PYXBUF_ERROR_MESSAGE_SIZE];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    PyErr_SetString(PyExc_BufferError, msg);
+    return -1;
+}

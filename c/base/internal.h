@@ -74,6 +74,12 @@ int pyxbuf__error(pyxbuf_error *err, int32_t code, int64_t position, const char 
 #define PYXBUF__FT_UNLOCK(m) ((void)0)
 #endif
 
+/* Py_IsFinalizing is public since CPython 3.13 (gh-108014); 3.11 and 3.12
+ * have it as _Py_IsFinalizing. */
+#if PY_VERSION_HEX < 0x030D0000
+#define Py_IsFinalizing() _Py_IsFinalizing()
+#endif
+
 /* Per-object critical sections: CPython 3.13 and later (a no-op there with
  * the GIL); before 3.13 only GIL builds exist. */
 #if PY_VERSION_HEX < 0x030D0000
@@ -198,6 +204,10 @@ static inline int pyxbuf__view_acquired(const pyxbuf_view *view) {
     return view != NULL && view->state == PYXBUF__STATE_ACQUIRED;
 }
 
+/* Raise BufferError with the formatted message (at most
+ * PYXBUF_ERROR_MESSAGE_SIZE bytes) and return -1. */
+int pyxbuf__buffer_error(const char *fmt, ...) PYXBUF_PRINTF(1, 2);
+
 /* Writes a human-readable list of the request bits in `flags`
  * ("WRITABLE|STRIDES|PYXBUF_DEVICE") into buf. */
 void pyxbuf__flag_names(int32_t flags, char *buf, size_t cap);
@@ -231,10 +241,6 @@ int pyxbuf__copy_view_into(const pyxbuf_view *view, const pyxbuf_device *src, vo
                            const pyxbuf_device *target, int64_t stream, pyxbuf_error *err);
 int pyxbuf__record_event(const pyxbuf_device *target, int64_t stream, void **event,
                          pyxbuf_error *err);
-/* A pyxbuf.Exporter's own shape and its strides in items (NULL when a byte
- * stride is not a whole number of items); -1 if `obj` is not an exporter. */
-int pyxbuf__exporter_dims(PyObject *obj, const Py_ssize_t **shape,
-                          const Py_ssize_t **item_strides);
 /* pyxbuf_exporter_new with the item size given (0 = from the format): a copy
  * keeps its source's itemsize even where the format disagrees (ctypes). */
 PyObject *pyxbuf__exporter_new_sized(const char *format, Py_ssize_t itemsize, int32_t ndim,
@@ -283,10 +289,6 @@ int pyxbuf__dlpack_get_c(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_
 int pyxbuf__cai_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream);
 int pyxbuf__array_interface_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags,
                                     int64_t stream);
-/* pyxbuf.Exporter.__dlpack__(*, stream, max_version, dl_device, copy) and
- * .__dlpack_device__() (dlpack.c; METH_VARARGS | METH_KEYWORDS, METH_NOARGS). */
-PyObject *pyxbuf__exporter_dlpack(PyObject *self, PyObject *args, PyObject *kwargs);
-PyObject *pyxbuf__exporter_dlpack_device(PyObject *self, PyObject *unused);
 
 /* The device holding `ptr`, asking every registered backend (CUDA first):
  * fills *device and *backend, or returns PYXBUF_EDEVICE with a message that
@@ -379,6 +381,10 @@ int pyxbuf__check_device_span(const pyxbuf_backend *b, const char *buf, Py_ssize
  * `finalize(storage)`, if not NULL, runs once when it dies, with the GIL. */
 PyObject *pyxbuf__holder_new(size_t size, void (*finalize)(void *storage));
 void *pyxbuf__holder_storage(PyObject *holder);
+/* holder.c: move an acquired view to `dst` (for a view kept past the call that
+ * acquired it): pointers into the view itself (inline dims, &base.itemsize
+ * for 1-d strides, a format or device info stored in it) follow it. */
+void pyxbuf__view_move(pyxbuf_view *dst, const pyxbuf_view *src);
 
 /* fill.c: a description's item size (from its format when 0), its bytes
  * (refusing negative or overflowing shapes), and its basic sanity (size,

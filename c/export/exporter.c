@@ -3,7 +3,8 @@
  * protocol and DLPack; the only file that makes exporters (pyxbuf_to_device
  * too). Filling its views is fill.c's. */
 
-#include "base/internal.h"
+#include "export/dlpack_export.h"
+#include "export/exporter.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,29 +16,13 @@
 /* The exporter type                                                         */
 /* ------------------------------------------------------------------------- */
 
-typedef struct exporter_object {
-    PyObject_HEAD
-    pyxbuf_export_desc desc; /* shape, strides, format, device owned below */
-    void (*free_fn)(void *);
-    void *free_ctx;
-    Py_ssize_t itemsize;
-    Py_ssize_t nbytes;
-    pyxbuf_borrow_counter borrows;
-    pyxbuf_device device;           /* {PYXBUF_DL_CPU, 0} for host memory */
-    pyxbuf_device_info device_info; /* for device memory: type, id, sync event */
-    PyObject *weakreflist;
-    /* Strides in items (DLPack's unit), after shape and strides in the same
-     * block; NULL when a byte stride is not a whole number of items. */
-    Py_ssize_t *item_strides;
-} exporter_object;
-
 static PyObject *exporter_type_object = NULL; /* a type; kept for the process */
 
 /* The exporter's event (device_info) may be replaced by another thread
  * (pyxbuf_exporter_set_event): a view is filled in a critical section on the
  * exporter, so it sees one event or the other. */
 static int exporter_getbuffer(PyObject *self, Py_buffer *view, int flags) {
-    exporter_object *e = (exporter_object *)self;
+    pyxbuf__exporter *e = (pyxbuf__exporter *)self;
     int rc;
     Py_BEGIN_CRITICAL_SECTION(self);
     rc = pyxbuf_export_fill(view, self, flags, &e->desc);
@@ -56,11 +41,11 @@ static int exporter_getbuffer(PyObject *self, Py_buffer *view, int flags) {
 }
 
 static void exporter_releasebuffer(PyObject *self, Py_buffer *view) {
-    pyxbuf_borrow_release(&((exporter_object *)self)->borrows, view);
+    pyxbuf_borrow_release(&((pyxbuf__exporter *)self)->borrows, view);
 }
 
 /* The producer's last event dies with the exporter (or when replaced). */
-static void destroy_event(exporter_object *e) {
+static void destroy_event(pyxbuf__exporter *e) {
     void *event = e->device_info.sync_event;
     e->device_info.sync_event = NULL;
     if (event == NULL) return;
@@ -70,7 +55,7 @@ static void destroy_event(exporter_object *e) {
 }
 
 static void exporter_dealloc(PyObject *self) {
-    exporter_object *e = (exporter_object *)self;
+    pyxbuf__exporter *e = (pyxbuf__exporter *)self;
     PyTypeObject *tp = Py_TYPE(self);
     if (e->weakreflist != NULL) PyObject_ClearWeakRefs(self);
     destroy_event(e);
@@ -82,80 +67,10 @@ static void exporter_dealloc(PyObject *self) {
     Py_DECREF(tp);
 }
 
-static PyObject *tuple_of(const Py_ssize_t *values, int32_t n) {
-    PyObject *t = PyTuple_New(n);
-    for (int32_t i = 0; t != NULL && i < n; i++) {
-        PyObject *v = PyLong_FromSsize_t(values[i]);
-        if (v == NULL) {
-            Py_CLEAR(t);
-            break;
-        }
-        PyTuple_SET_ITEM(t, i, v);
-    }
-    return t;
-}
-
-static PyObject *exporter_get_shape(PyObject *self, void *closure) {
-    (void)closure;
-    exporter_object *e = (exporter_object *)self;
-    return tuple_of(e->desc.shape, e->desc.ndim);
-}
-
-static PyObject *exporter_get_strides(PyObject *self, void *closure) {
-    (void)closure;
-    exporter_object *e = (exporter_object *)self;
-    return tuple_of(e->desc.strides, e->desc.ndim);
-}
-
-static PyObject *exporter_get_format(PyObject *self, void *closure) {
-    (void)closure;
-    return PyUnicode_FromString(((exporter_object *)self)->desc.format);
-}
-
-static PyObject *exporter_get_device(PyObject *self, void *closure) {
-    (void)closure;
-    char name[64];
-    if (pyxbuf_device_format(&((exporter_object *)self)->device, name, sizeof name) < 0)
-        return PyUnicode_FromString("unknown");
-    return PyUnicode_FromString(name);
-}
-
-/* "cpu", "cuda:1", "ext_dev:0" or a (device_type, device_id) tuple. */
-static int parse_device(PyObject *arg, pyxbuf_device *out) {
-    if (PyTuple_Check(arg))
-        return PyArg_ParseTuple(arg, "ii", &out->device_type, &out->device_id) ? 0 : -1;
-    const char *text = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : NULL;
-    if (text == NULL) {
-        PyErr_Format(PyExc_TypeError,
-                     "pyxbuf: a device is 'cpu', 'cuda:0', 'ext_dev:1' ... or a (device_type, "
-                     "device_id) tuple, not '%.200s'",
-                     Py_TYPE(arg)->tp_name);
-        return -1;
-    }
-    for (int32_t t = 1; t < 64; t++) {
-        const char *name = pyxbuf_device_type_name(t);
-        size_t n = strlen(name);
-        if (strcmp(name, "unknown") == 0 || strncmp(text, name, n) != 0) continue;
-        out->device_type = t;
-        out->device_id = 0;
-        if (text[n] == '\0') return 0;
-        char *end = NULL;
-        long id = text[n] == ':' ? strtol(text + n + 1, &end, 10) : -1;
-        if (end != NULL && *end == '\0' && id >= 0 && id <= INT32_MAX) {
-            out->device_id = (int32_t)id;
-            return 0;
-        }
-    }
-    PyErr_Format(PyExc_ValueError,
-                 "pyxbuf: unknown device '%s'; write it as 'cpu', 'cuda:0', 'ext_dev:1', ...",
-                 text);
-    return -1;
-}
-
 /* Exporter.to_device(device): the Array API's method. */
 static PyObject *exporter_to_device(PyObject *self, PyObject *arg) {
     pyxbuf_device target;
-    if (parse_device(arg, &target) < 0) return NULL;
+    if (pyxbuf__parse_device(arg, &target) < 0) return NULL;
     pyxbuf_view view;
     if (pyxbuf_get(self, &view, PyBUF_RECORDS_RO | PYXBUF_DEVICE) < 0) return NULL;
     PyObject *out = pyxbuf_to_device(&view, &target, PYXBUF_STREAM_DEFAULT);
@@ -163,42 +78,36 @@ static PyObject *exporter_to_device(PyObject *self, PyObject *arg) {
     return out;
 }
 
+static PyObject *exporter_dlpack(PyObject *self, PyObject *args, PyObject *kwargs);
+static PyObject *exporter_dlpack_device(PyObject *self, PyObject *unused);
+
 static PyMethodDef exporter_methods[] = {
     {"to_device", exporter_to_device, METH_O,
      "to_device(device) -> the same data on `device` ('cpu', 'cuda:0', ...): this object when "
      "it is already there, else a new Exporter holding a copy."},
-    {"__dlpack__", (PyCFunction)(void (*)(void))pyxbuf__exporter_dlpack,
+    {"__dlpack__", (PyCFunction)(void (*)(void))exporter_dlpack,
      METH_VARARGS | METH_KEYWORDS,
      "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None) -> a DLPack "
      "capsule ('dltensor_versioned', or the legacy 'dltensor' when max_version is None)."},
-    {"__dlpack_device__", pyxbuf__exporter_dlpack_device, METH_NOARGS,
+    {"__dlpack_device__", exporter_dlpack_device, METH_NOARGS,
      "__dlpack_device__() -> (device_type, device_id), DLPack's integers."},
     {NULL, NULL, 0, NULL},
 };
 
-static PyObject *exporter_get_borrows(PyObject *self, void *closure) {
-    (void)closure;
-    pyxbuf_borrow_counter b;
-    pyxbuf__borrow_counts(&((exporter_object *)self)->borrows, &b);
-    return Py_BuildValue("{sLsLsLsL}", "views", (long long)b.views, "writable",
-                         (long long)b.writable, "shared", (long long)b.shared, "exclusive",
-                         (long long)b.exclusive);
-}
-
 static PyGetSetDef exporter_getset[] = {
-    {"shape", exporter_get_shape, NULL, "Shape of the exported array.", NULL},
-    {"strides", exporter_get_strides, NULL, "Strides in bytes.", NULL},
-    {"format", exporter_get_format, NULL, "Buffer format string of one item.", NULL},
-    {"device", exporter_get_device, NULL, "Where the memory lives: 'cpu', 'cuda:0', ...", NULL},
-    {"borrows", exporter_get_borrows, NULL, "Live views and borrow grants, by kind.", NULL},
+    {"shape", pyxbuf__exporter_get_shape, NULL, "Shape of the exported array.", NULL},
+    {"strides", pyxbuf__exporter_get_strides, NULL, "Strides in bytes.", NULL},
+    {"format", pyxbuf__exporter_get_format, NULL, "Buffer format string of one item.", NULL},
+    {"device", pyxbuf__exporter_get_device, NULL, "Where the memory lives: 'cpu', 'cuda:0', ...", NULL},
+    {"borrows", pyxbuf__exporter_get_borrows, NULL, "Live views and borrow grants, by kind.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
 static PyMemberDef exporter_members[] = {
-    {"itemsize", T_PYSSIZET, offsetof(exporter_object, itemsize), READONLY, "Bytes per item."},
-    {"nbytes", T_PYSSIZET, offsetof(exporter_object, nbytes), READONLY, "Bytes in total."},
-    {"readonly", T_INT, offsetof(exporter_object, desc.readonly), READONLY, "Read-only memory."},
-    {"__weaklistoffset__", T_PYSSIZET, offsetof(exporter_object, weakreflist), READONLY, NULL},
+    {"itemsize", T_PYSSIZET, offsetof(pyxbuf__exporter, itemsize), READONLY, "Bytes per item."},
+    {"nbytes", T_PYSSIZET, offsetof(pyxbuf__exporter, nbytes), READONLY, "Bytes in total."},
+    {"readonly", T_INT, offsetof(pyxbuf__exporter, desc.readonly), READONLY, "Read-only memory."},
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(pyxbuf__exporter, weakreflist), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -217,7 +126,7 @@ static PyType_Slot exporter_slots[] = {
 
 static PyType_Spec exporter_spec = {
     .name = "pyxbuf.Exporter",
-    .basicsize = (int)sizeof(exporter_object),
+    .basicsize = (int)sizeof(pyxbuf__exporter),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
     .slots = exporter_slots,
 };
@@ -246,7 +155,7 @@ static char *copy_string(const char *s) {
 }
 
 /* Copy the caller's description into `e`, computing C strides when absent. */
-static int adopt_desc(exporter_object *e, const pyxbuf_export_desc *d) {
+static int adopt_desc(pyxbuf__exporter *e, const pyxbuf_export_desc *d) {
     e->desc = *d;
     e->desc.shape = NULL;
     e->desc.strides = NULL;
@@ -319,7 +228,7 @@ PyObject *pyxbuf_exporter_wrap(const pyxbuf_export_desc *desc, void (*free_fn)(v
     if (pyxbuf__check_desc(desc) < 0) return NULL;
     PyTypeObject *tp = pyxbuf_exporter_type();
     if (tp == NULL) return NULL;
-    exporter_object *e = PyObject_New(exporter_object, tp);
+    pyxbuf__exporter *e = PyObject_New(pyxbuf__exporter, tp);
     if (e == NULL) return NULL;
     memset((char *)e + sizeof(PyObject), 0, sizeof *e - sizeof(PyObject));
     if (adopt_desc(e, desc) < 0) {
@@ -455,7 +364,7 @@ PyObject *pyxbuf_to_device(const pyxbuf_view *view, const pyxbuf_device *target,
     PyObject *out = pyxbuf__exporter_new_sized(view_format(view, fmt, sizeof fmt),
                                                view->base.itemsize, ndim, shape, 0, target);
     if (out == NULL) return NULL;
-    void *dst = ((exporter_object *)out)->desc.buf;
+    void *dst = ((pyxbuf__exporter *)out)->desc.buf;
     void *event = NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -471,25 +380,25 @@ PyObject *pyxbuf_to_device(const pyxbuf_view *view, const pyxbuf_device *target,
     return out;
 }
 
-static exporter_object *as_exporter(PyObject *obj, const char *who) {
+static pyxbuf__exporter *as_exporter(PyObject *obj, const char *who) {
     PyObject *type = PYXBUF__FT_LOAD_ACQUIRE(&exporter_type_object);
     if (obj == NULL || type == NULL || !PyObject_TypeCheck(obj, (PyTypeObject *)type)) {
         PyErr_Format(PyExc_TypeError, "%s: expected a pyxbuf.Exporter, got '%.200s'", who,
                      obj ? Py_TYPE(obj)->tp_name : "NULL");
         return NULL;
     }
-    return (exporter_object *)obj;
+    return (pyxbuf__exporter *)obj;
 }
 
 int pyxbuf_exporter_device(PyObject *obj, pyxbuf_device *out) {
-    exporter_object *e = as_exporter(obj, "pyxbuf_exporter_device");
+    pyxbuf__exporter *e = as_exporter(obj, "pyxbuf_exporter_device");
     if (e == NULL) return -1;
     *out = e->device;
     return 0;
 }
 
 void pyxbuf__exporter_adopt_event(PyObject *obj, void *event, int64_t stream) {
-    exporter_object *e = (exporter_object *)obj;
+    pyxbuf__exporter *e = (pyxbuf__exporter *)obj;
     Py_BEGIN_CRITICAL_SECTION(obj);
     destroy_event(e);
     e->device_info.sync_event = event;
@@ -498,7 +407,7 @@ void pyxbuf__exporter_adopt_event(PyObject *obj, void *event, int64_t stream) {
 }
 
 int pyxbuf_exporter_set_event(PyObject *obj, void *event, int64_t stream) {
-    exporter_object *e = as_exporter(obj, "pyxbuf_exporter_set_event");
+    pyxbuf__exporter *e = as_exporter(obj, "pyxbuf_exporter_set_event");
     if (e == NULL) return -1;
     if (e->device.device_type == PYXBUF_DL_CPU && event != NULL) {
         PyErr_SetString(PyExc_ValueError,
@@ -509,17 +418,228 @@ int pyxbuf_exporter_set_event(PyObject *obj, void *event, int64_t stream) {
     return 0;
 }
 
-int pyxbuf__exporter_dims(PyObject *obj, const Py_ssize_t **shape,
-                          const Py_ssize_t **item_strides) {
+void *pyxbuf_exporter_data(PyObject *obj) {
+    pyxbuf__exporter *e = as_exporter(obj, "pyxbuf_exporter_data");
+    return e ? e->desc.buf : NULL;
+}
+
+/* ------------------------------------------------------------------------- */
+/* DLPack: __dlpack__ and the C exchange table, where they make exporters    */
+/* ------------------------------------------------------------------------- */
+
+/* An exact copy of the view's items on `device` (a new exporter). */
+static PyObject *copy_on(const pyxbuf_view *view, const pyxbuf_device *device) {
+    static const pyxbuf_device host = {PYXBUF_DL_CPU, 0};
+    pyxbuf_device src;
+    pyxbuf_error err;
+    if (pyxbuf_view_device(view, &src, &err) < 0) return (pyxbuf_error_raise(&err), NULL);
+    if (!pyxbuf_device_same(&src, device)) return pyxbuf_to_device(view, device, 0);
+    /* Same device: through the host (pyxbuf_to_device copies only across
+     * devices). Rare: copy=True for a tensor already where it is wanted. */
+    PyObject *staged = src.device_type == PYXBUF_DL_CPU ? NULL : pyxbuf_to_device(view, &host, 0);
+    if (src.device_type != PYXBUF_DL_CPU && staged == NULL) return NULL;
+    PyObject *out = NULL;
+    if (device->device_type == PYXBUF_DL_CPU) {
+        const Py_buffer *b = &view->base;
+        Py_ssize_t flat = b->itemsize ? b->len / b->itemsize : 0;
+        out = pyxbuf_exporter_new(b->format, b->shape ? b->ndim : 1, b->shape ? b->shape : &flat,
+                                  0, NULL);
+        if (out != NULL && pyxbuf_view_copy_contiguous(view, pyxbuf_exporter_data(out),
+                                                       (size_t)b->len, 'C') < 0)
+            Py_CLEAR(out);
+    } else {
+        pyxbuf_view hv;
+        if (pyxbuf_get(staged, &hv, PyBUF_RECORDS_RO) == 0) {
+            out = pyxbuf_to_device(&hv, device, 0);
+            pyxbuf_release(&hv);
+        }
+    }
+    Py_XDECREF(staged);
+    return out;
+}
+
+/* __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None).
+ *
+ * - The capsule (pyxbuf__dlpack_capsule_of) holds a pyxbuf view of the
+ *   exporter (PyBUF_RECORDS_RO | PYXBUF_DEVICE), so the exporter's borrow
+ *   rules apply: the view counts as live until the consumer calls the
+ *   deleter, an exclusive borrow refuses the export, and while a shared
+ *   borrow is live the tensor is READ_ONLY.
+ * - dl_device other than the exporter's: copy=False raises BufferError; None
+ *   or True copy there (the Array API's rule: a copy is allowed unless
+ *   forbidden). copy=True always copies. Copies carry IS_COPIED. */
+static PyObject *exporter_dlpack(PyObject *self, PyObject *args, PyObject *kwargs) {
+    pyxbuf__dlpack_request r;
+    pyxbuf_device have;
+    if (pyxbuf__dlpack_parse_request(args, kwargs, &r) < 0 ||
+        pyxbuf_exporter_device(self, &have) < 0)
+        return NULL;
+    int moving = r.device_given && !pyxbuf_device_same(&r.device, &have);
+    if (moving && r.copy == 0) {
+        char a[64], b[64];
+        pyxbuf_device_format(&have, a, sizeof a);
+        pyxbuf_device_format(&r.device, b, sizeof b);
+        PyErr_Format(PyExc_BufferError,
+                     "pyxbuf: the exporter is on '%s' and dl_device asks for '%s', which needs a "
+                     "copy, but copy=False",
+                     a, b);
+        return NULL;
+    }
+    pyxbuf_view v;
+    if (pyxbuf_get(self, &v, PyBUF_RECORDS_RO | PYXBUF_DEVICE) < 0) return NULL;
+    int copied = moving || r.copy == 1;
+    if (copied) { /* the copy waits for the exporter's event itself */
+        PyObject *dup = copy_on(&v, r.device_given ? &r.device : &have);
+        pyxbuf_release(&v);
+        if (dup == NULL) return NULL;
+        int rc = pyxbuf_get(dup, &v, PyBUF_RECORDS_RO | PYXBUF_DEVICE);
+        Py_DECREF(dup); /* the view keeps it */
+        if (rc < 0) return NULL;
+    }
+    return pyxbuf__dlpack_capsule_of(&v, &r, copied);
+}
+
+static PyObject *exporter_dlpack_device(PyObject *self, PyObject *unused) {
+    (void)unused;
+    pyxbuf_device d;
+    if (pyxbuf_exporter_device(self, &d) < 0) return NULL;
+    return Py_BuildValue("(ii)", d.device_type, d.device_id);
+}
+
+static int null_argument(void) {
+    PyErr_SetString(PyExc_ValueError, "pyxbuf: NULL argument to the DLPack C exchange table");
+    return -1;
+}
+
+static int xc_from_py_object(void *py_object, DLManagedTensorVersioned **out) {
+    if (out != NULL) *out = NULL;
+    if (py_object == NULL || out == NULL) return null_argument();
+    return pyxbuf__dlpack_managed_tensor_of(py_object, out);
+}
+
+/* Only an exporter has shape and item strides that outlive the call. */
+static int xc_dltensor_from_py_object(void *py_object, DLTensor *out) {
+    PyObject *obj = py_object;
+    if (obj == NULL || out == NULL) return null_argument();
     PyObject *type = PYXBUF__FT_LOAD_ACQUIRE(&exporter_type_object);
-    if (type == NULL || !PyObject_TypeCheck(obj, (PyTypeObject *)type)) return -1;
-    const exporter_object *e = (const exporter_object *)obj;
-    *shape = e->desc.shape;
-    *item_strides = e->item_strides;
+    if (type == NULL || !PyObject_TypeCheck(obj, (PyTypeObject *)type))
+        return pyxbuf__buffer_error(
+            "pyxbuf: a non-owning DLTensor of '%.200s' is not available (its shape may not "
+            "outlive a view); use managed_tensor_from_py_object_no_sync",
+            Py_TYPE(obj)->tp_name);
+    const pyxbuf__exporter *e = (const pyxbuf__exporter *)obj;
+    return pyxbuf__dlpack_dltensor_of(obj, e->desc.shape, e->item_strides, out);
+}
+
+/* The tensor's memory as a pyxbuf.Exporter that owns the tensor. */
+static void release_heap_view(void *ctx) {
+    pyxbuf_release(ctx);
+    free(ctx);
+}
+
+static int xc_to_py_object(DLManagedTensorVersioned *tensor, void **out_py_object) {
+    if (out_py_object != NULL) *out_py_object = NULL;
+    if (tensor == NULL || out_py_object == NULL) {
+        if (tensor != NULL) pyxbuf__dlpack_call_deleter(tensor, 1);
+        return null_argument();
+    }
+    pyxbuf__dl_hold *h;
+    PyObject *holder = pyxbuf__dlpack_hold_new(tensor, 1, PYXBUF_PATH_DLPACK_C, &h); /* owns it now */
+    if (holder == NULL) return -1;
+    pyxbuf_view *v = calloc(1, sizeof *v);
+    if (v == NULL) {
+        Py_DECREF(holder);
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (pyxbuf__dlpack_fill_view(holder, v, PyBUF_RECORDS_RO | PYXBUF_DEVICE, PYXBUF__STREAM_UNSET, holder, h) <
+        0) { /* v->owner not set */
+        free(v);
+        Py_DECREF(holder); /* calls the deleter */
+        return -1;
+    }
+    /* The view owns hold_new's reference now (view->owner), as in acquire_c. */
+    v->state = PYXBUF__STATE_ACQUIRED;
+    pyxbuf_export_desc desc = {.size = sizeof desc,
+                               .ndim = v->base.ndim,
+                               .buf = v->base.buf,
+                               .format = v->base.format,
+                               .itemsize = v->base.itemsize,
+                               .shape = v->base.shape,
+                               .strides = v->base.strides,
+                               .readonly = v->base.readonly,
+                               /* The tensor's framework may still write it:
+                                  nothing enforces the exporter's grants. */
+                               .tracked = 1,
+                               .device = v->device,
+                               .device_info = v->device_info};
+    PyObject *e = pyxbuf_exporter_wrap(&desc, release_heap_view, v);
+    if (e == NULL) {
+        release_heap_view(v);
+        return -1;
+    }
+    *out_py_object = e;
     return 0;
 }
 
-void *pyxbuf_exporter_data(PyObject *obj) {
-    exporter_object *e = as_exporter(obj, "pyxbuf_exporter_data");
-    return e ? e->desc.buf : NULL;
+static int xc_allocator(DLTensor *prototype, DLManagedTensorVersioned **out, void *error_ctx,
+                        void (*set_error)(void *error_ctx, const char *kind, const char *message)) {
+    if (out != NULL) *out = NULL;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    int rc = -1;
+    PyObject *e = NULL;
+    Py_ssize_t shape[PYXBUF_MAX_NDIM];
+    char why[320];
+    Py_ssize_t itemsize = 0;
+    if (prototype == NULL || out == NULL || prototype->ndim < 0 ||
+        prototype->ndim > PYXBUF_MAX_NDIM || (prototype->ndim > 0 && prototype->shape == NULL)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "pyxbuf: managed_tensor_allocator needs a prototype with 0..64 "
+                        "dimensions and a shape, and an out pointer");
+        goto done;
+    }
+    /* pyxbuf stores sub-byte items one per byte (ml_dtypes' layout). */
+    const char *format = pyxbuf__dlpack_dtype_to_format(prototype->dtype, 1, &itemsize, why, sizeof why);
+    if (format == NULL) {
+        pyxbuf__buffer_error("pyxbuf: managed_tensor_allocator cannot allocate the prototype's %s", why);
+        goto done;
+    }
+    for (int32_t i = 0; i < prototype->ndim; i++) shape[i] = (Py_ssize_t)prototype->shape[i];
+    pyxbuf_device device = {prototype->device.device_type, prototype->device.device_id};
+    e = pyxbuf_exporter_new(format, prototype->ndim, shape, 0,
+                            device.device_type == PYXBUF_DL_CPU ? NULL : &device);
+    if (e == NULL) goto done;
+    rc = pyxbuf__dlpack_managed_tensor_of(e, out); /* the tensor's view keeps the exporter */
+done:
+    Py_XDECREF(e);
+    if (rc < 0) pyxbuf__dlpack_report_to(error_ctx, set_error);
+    PyGILState_Release(gil);
+    return rc;
+}
+
+static int xc_current_work_stream(int32_t device_type, int32_t device_id, void **out_stream) {
+    (void)device_type;
+    (void)device_id;
+    /* pyxbuf orders its work on the default stream: NULL, as DLPack says
+     * for CPU and for producers without a current-stream notion. */
+    if (out_stream != NULL) *out_stream = NULL;
+    return 0;
+}
+
+static DLPackExchangeAPI exchange_api = {
+    .header = {.version = {DL_MAJOR, DL_MINOR}, .prev_api = NULL},
+    .managed_tensor_allocator = xc_allocator,
+    .managed_tensor_from_py_object_no_sync = xc_from_py_object,
+    .managed_tensor_to_py_object_no_sync = xc_to_py_object,
+    .dltensor_from_py_object_no_sync = xc_dltensor_from_py_object,
+    .current_work_stream = xc_current_work_stream,
+};
+
+int pyxbuf_type_set_dlpack_exchange_api(PyTypeObject *type) {
+    if (type == NULL) {
+        PyErr_SetString(PyExc_ValueError, "pyxbuf_type_set_dlpack_exchange_api: type is NULL");
+        return -1;
+    }
+    return pyxbuf__type_dict_set(type, "__dlpack_c_exchange_api__",
+                                 PyCapsule_New(&exchange_api, CAPSULE_EXCHANGE_API, NULL));
 }

@@ -44,8 +44,7 @@
 
 int pyxbuf_testext_add_dlpack(PyObject *module);
 
-/* dlpack.c: what the bridge recorded for a view (hidden in the shared
- * library; this extension links the static one). */
+/* testext_dlpack_hook.c: what the bridge recorded for a view. */
 int pyxbuf__dlpack_view_info(const pyxbuf_view *view, uint64_t *dl_flags, uint32_t *major,
                              uint32_t *minor, int32_t *versioned);
 

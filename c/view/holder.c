@@ -1,8 +1,8 @@
 /* holder.c -- the bridges' keep-alive object: a Python object holding a
  * bridge's state for a view (a DLPack tensor and its device info, the
  * dimensions a CAI or __array_interface__ dict gave), finalized when the last
- * view of it goes. Below the bridges, which make holders, and above nothing
- * of pyxbuf's but base. */
+ * view of it goes; and the one way to move an acquired view in memory. Below
+ * the bridges, which make holders, and above nothing of pyxbuf's but base. */
 
 #include "base/internal.h"
 
@@ -55,3 +55,17 @@ PyObject *pyxbuf__holder_new(size_t size, void (*finalize)(void *storage)) {
 }
 
 void *pyxbuf__holder_storage(PyObject *holder) { return ((holder_object *)holder)->storage; }
+
+void pyxbuf__view_move(pyxbuf_view *dst, const pyxbuf_view *src) {
+    memcpy(dst, src, sizeof *dst);
+    const char *lo = (const char *)src, *hi = lo + sizeof *src;
+#define REBASE(field, type)                                                                    \
+    if ((const char *)dst->field >= lo && (const char *)dst->field < hi)                      \
+        dst->field = (type)((char *)dst + ((const char *)src->field - lo));
+    REBASE(base.shape, Py_ssize_t *)
+    REBASE(base.strides, Py_ssize_t *)
+    REBASE(base.suboffsets, Py_ssize_t *)
+    REBASE(base.format, char *)
+    REBASE(device_info, void *)
+#undef REBASE
+}

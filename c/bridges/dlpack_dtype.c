@@ -1,0 +1,198 @@
+/* dlpack_dtype.c -- DLPack dtypes and buffer formats, both ways: the standard
+ * dtypes' table (read inline by the import, bridges/dlpack.h), the ml_dtypes
+ * custom types DLPack has codes for, the refusals, and the dtype of a format
+ * for the export.
+ *
+ * dtypes become native format strings without a prefix: DLPack data is in
+ * native byte order, and the native codes b h i q B H I Q e f d have these
+ * sizes on every platform CPython supports ('q', not 'l': long is 4 bytes on
+ * Windows). bool is '?', complex64/128 'Zf'/'Zd', complex32
+ * '[ml_dtypes$complex32]', bfloat16 and the float8/6/4 codes the ml_dtypes
+ * custom types of the same names. Sub-byte types (bits < 8) are read only
+ * when the producer flags them padded (one element per byte, exactly
+ * ml_dtypes' layout: int4 -> '[ml_dtypes$int4]'); packed ones are refused.
+ * float128 is refused (DLPack means IEEE binary128; C's long double is not
+ * that on the platforms pyxbuf runs on), as are vector types (lanes != 1)
+ * and opaque handles. */
+#include "bridges/dlpack.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* The ml_dtypes custom types DLPack has codes for; `bits` is the DLPack bit
+ * width (sub-byte types are stored one per byte by ml_dtypes). */
+typedef struct custom_dtype {
+    uint8_t code;
+    uint8_t bits;
+    const char *format; /* "[ml_dtypes$...]" */
+} custom_dtype;
+
+static const custom_dtype CUSTOM_DTYPES[] = {
+    {kDLBfloat, 16, "[ml_dtypes$bfloat16]"},
+    {kDLComplex, 32, "[ml_dtypes$complex32]"},
+    {kDLFloat8_e3m4, 8, "[ml_dtypes$float8_e3m4]"},
+    {kDLFloat8_e4m3, 8, "[ml_dtypes$float8_e4m3]"},
+    {kDLFloat8_e4m3b11fnuz, 8, "[ml_dtypes$float8_e4m3b11fnuz]"},
+    {kDLFloat8_e4m3fn, 8, "[ml_dtypes$float8_e4m3fn]"},
+    {kDLFloat8_e4m3fnuz, 8, "[ml_dtypes$float8_e4m3fnuz]"},
+    {kDLFloat8_e5m2, 8, "[ml_dtypes$float8_e5m2]"},
+    {kDLFloat8_e5m2fnuz, 8, "[ml_dtypes$float8_e5m2fnuz]"},
+    {kDLFloat8_e8m0fnu, 8, "[ml_dtypes$float8_e8m0fnu]"},
+    /* sub-byte: padded to one byte per element */
+    {kDLFloat6_e2m3fn, 6, "[ml_dtypes$float6_e2m3fn]"},
+    {kDLFloat6_e3m2fn, 6, "[ml_dtypes$float6_e3m2fn]"},
+    {kDLFloat4_e2m1fn, 4, "[ml_dtypes$float4_e2m1fn]"},
+    {kDLInt, 4, "[ml_dtypes$int4]"},
+    {kDLInt, 2, "[ml_dtypes$int2]"},
+    {kDLInt, 1, "[ml_dtypes$int1]"},
+    {kDLUInt, 4, "[ml_dtypes$uint4]"},
+    {kDLUInt, 2, "[ml_dtypes$uint2]"},
+    {kDLUInt, 1, "[ml_dtypes$uint1]"},
+};
+#define N_CUSTOM (sizeof CUSTOM_DTYPES / sizeof *CUSTOM_DTYPES)
+
+static const char *dtype_code_name(uint8_t code) {
+    static const char *const names[] = {
+        "kDLInt", "kDLUInt", "kDLFloat", "kDLOpaqueHandle", "kDLBfloat", "kDLComplex",
+        "kDLBool", "kDLFloat8_e3m4", "kDLFloat8_e4m3", "kDLFloat8_e4m3b11fnuz",
+        "kDLFloat8_e4m3fn", "kDLFloat8_e4m3fnuz", "kDLFloat8_e5m2", "kDLFloat8_e5m2fnuz",
+        "kDLFloat8_e8m0fnu", "kDLFloat6_e2m3fn", "kDLFloat6_e3m2fn", "kDLFloat4_e2m1fn",
+    };
+    return code < sizeof names / sizeof *names ? names[code] : "unknown";
+}
+
+/* The buffer format of each standard dtype, by code and by bits (8, 16, 32,
+ * 64, 128 in the columns); NULL where no format describes it. */
+const char *const pyxbuf__dlpack_standard_formats[kDLBool + 1][5] = {
+    [kDLInt] = {"b", "h", "i", "q", NULL},
+    [kDLUInt] = {"B", "H", "I", "Q", NULL},
+    [kDLFloat] = {NULL, "e", "f", "d", NULL},
+    [kDLComplex] = {NULL, NULL, NULL, "Zf", "Zd"},
+    [kDLBool] = {"?", NULL, NULL, NULL, NULL},
+};
+
+/* dtype_to_format past the standard table: custom types and refusals. */
+PYXBUF_NOINLINE const char *pyxbuf__dlpack_dtype_to_format_slow(DLDataType dt, int padded,
+                                                                Py_ssize_t *itemsize, char *why,
+                                                                size_t cap) {
+    const char *code = dtype_code_name(dt.code);
+    if (dt.lanes != 1) {
+        snprintf(why, cap,
+                 "dtype (%s, %u bits, %u lanes) is a vector type; pyxbuf describes one scalar "
+                 "per element (lanes must be 1)",
+                 code, dt.bits, dt.lanes);
+        return NULL;
+    }
+    if (dt.code == kDLFloat && dt.bits == 128) {
+        snprintf(why, cap,
+                 "dtype float128 (%s, 128 bits) is IEEE binary128, which no buffer format "
+                 "describes ('g' is the platform's long double); cast it to float64 first",
+                 code);
+        return NULL;
+    }
+    if (dt.code == kDLOpaqueHandle) {
+        snprintf(why, cap, "dtype kDLOpaqueHandle (%u bits) has no agreed meaning; pyxbuf "
+                 "cannot describe its elements", dt.bits);
+        return NULL;
+    }
+    for (size_t i = 0; i < N_CUSTOM; i++) {
+        if (CUSTOM_DTYPES[i].code != dt.code || CUSTOM_DTYPES[i].bits != dt.bits) continue;
+        if (dt.bits < 8 && !padded) {
+            snprintf(why, cap,
+                     "sub-byte type %s of %u bits is packed (several elements per byte), which "
+                     "is not supported; pyxbuf reads sub-byte types only when the producer pads "
+                     "them to one byte each (DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED)",
+                     code, dt.bits);
+            return NULL;
+        }
+        *itemsize = dt.bits < 8 ? 1 : dt.bits / 8;
+        return CUSTOM_DTYPES[i].format;
+    }
+    if (dt.code > kDLFloat4_e2m1fn)
+        snprintf(why, cap, "dtype code %u is unknown to pyxbuf (DLPack %d.%d knows codes 0..%d)",
+                 dt.code, DL_MAJOR, DL_MINOR, kDLFloat4_e2m1fn);
+    else if (dt.bits < 8)
+        snprintf(why, cap, "sub-byte type %s of %u bits is not supported", code, dt.bits);
+    else
+        snprintf(why, cap, "dtype %s with %u bits is not a type pyxbuf can describe", code,
+                 dt.bits);
+    return NULL;
+}
+
+static int native_order(int32_t order) {
+    static const union {
+        uint16_t u;
+        uint8_t b[2];
+    } probe = {1};
+    int little = probe.b[0] == 1;
+    if (order == PYXBUF_ORDER_LITTLE) return little;
+    if (order == PYXBUF_ORDER_BIG || order == PYXBUF_ORDER_NETWORK) return !little;
+    return 1;
+}
+
+/* The DLPack dtype of a buffer format, or -1 with BufferError. *padded is
+ * set for sub-byte ml_dtypes types (one element per byte). */
+int pyxbuf__dlpack_format_to_dtype(const char *fmt, DLDataType *dt, int *padded) {
+    pyxbuf_format f;
+    pyxbuf_error err;
+    const char *shown = fmt ? fmt : "B";
+    if (pyxbuf_format_parse(fmt, &f, &err) < 0) {
+        PyErr_Format(PyExc_BufferError, "pyxbuf: format '%s' cannot be exported by DLPack: %s",
+                     shown, err.message);
+        return -1;
+    }
+    const pyxbuf_format_node *n = f.nnodes == 2 ? &pyxbuf_format_nodes(&f)[1] : NULL;
+    const char *why = "DLPack describes one scalar per element, not structs, repeats or "
+                      "sub-arrays";
+    int ok = 0;
+    *padded = 0;
+    dt->lanes = 1;
+    if (n != NULL && n->repeat == 1 && n->ndim == 0 && !(n->flags & PYXBUF_FMTN_POINTER)) {
+        why = "DLPack has no code for this type";
+        int complex = (n->flags & PYXBUF_FMTN_COMPLEX) != 0;
+        if (n->itemsize > 1 && !native_order(n->byte_order)) {
+            why = "DLPack tensors are in native byte order";
+        } else if (n->kind == PYXBUF_FMT_SCALAR && n->itemsize > 0 && n->itemsize <= 16) {
+            int64_t bits = f.itemsize * 8;
+            dt->bits = (uint8_t)bits;
+            switch (n->code) {
+            case 'b': case 'h': case 'i': case 'l': case 'q': case 'n':
+                dt->code = kDLInt, ok = !complex;
+                break;
+            case 'B': case 'H': case 'I': case 'L': case 'Q': case 'N':
+                dt->code = kDLUInt, ok = !complex;
+                break;
+            case 'e':
+                dt->code = kDLFloat, ok = !complex;
+                break;
+            case 'f': case 'd':
+                dt->code = complex ? kDLComplex : kDLFloat, ok = 1;
+                break;
+            case '?':
+                dt->code = kDLBool, ok = !complex;
+                break;
+            case 'g':
+                why = "long double ('g') is not IEEE binary128, DLPack's float128";
+                break;
+            default:
+                break;
+            }
+        } else if (n->kind == PYXBUF_FMT_CUSTOM && !complex && n->custom != NULL) {
+            for (size_t i = 0; i < N_CUSTOM && !ok; i++) {
+                const char *name = CUSTOM_DTYPES[i].format + 1; /* skip '[' */
+                size_t len = strlen(name) - 1;                  /* drop ']' */
+                if ((size_t)n->custom_len == len && memcmp(n->custom, name, len) == 0) {
+                    dt->code = CUSTOM_DTYPES[i].code;
+                    dt->bits = CUSTOM_DTYPES[i].bits;
+                    *padded = dt->bits < 8;
+                    ok = 1;
+                }
+            }
+        }
+    }
+    pyxbuf_format_clear(&f);
+    if (ok) return 0;
+    PyErr_Format(PyExc_BufferError, "pyxbuf: format '%s' cannot be exported by DLPack: %s",
+                 shown, why);
+    return -1;
+}

@@ -1,0 +1,35 @@
+/* exporter.h -- pyxbuf.Exporter's object, private to the export layer:
+ * exporter.c makes exporters (the only file that does), exporter_attrs.c
+ * answers their Python attributes. */
+#ifndef PYXBUF_EXPORT_EXPORTER_H
+#define PYXBUF_EXPORT_EXPORTER_H
+
+#include "base/internal.h"
+
+typedef struct pyxbuf__exporter {
+    PyObject_HEAD
+    pyxbuf_export_desc desc; /* shape, strides, format, device owned below */
+    void (*free_fn)(void *);
+    void *free_ctx;
+    Py_ssize_t itemsize;
+    Py_ssize_t nbytes;
+    pyxbuf_borrow_counter borrows;
+    pyxbuf_device device;           /* {PYXBUF_DL_CPU, 0} for host memory */
+    pyxbuf_device_info device_info; /* for device memory: type, id, sync event */
+    PyObject *weakreflist;
+    /* Strides in items (DLPack's unit), after shape and strides in the same
+     * block; NULL when a byte stride is not a whole number of items. */
+    Py_ssize_t *item_strides;
+} pyxbuf__exporter;
+
+/* Exporter attributes (exporter_attrs.c), for the type's tables. */
+PyObject *pyxbuf__exporter_get_shape(PyObject *self, void *closure);
+PyObject *pyxbuf__exporter_get_strides(PyObject *self, void *closure);
+PyObject *pyxbuf__exporter_get_format(PyObject *self, void *closure);
+PyObject *pyxbuf__exporter_get_device(PyObject *self, void *closure);
+PyObject *pyxbuf__exporter_get_borrows(PyObject *self, void *closure);
+/* "cpu", "cuda:1", "ext_dev:0" or a (device_type, device_id) tuple; -1 with
+ * TypeError or ValueError. */
+int pyxbuf__parse_device(PyObject *arg, pyxbuf_device *out);
+
+#endif
