@@ -8,7 +8,9 @@
  * and release_by_bridge(). DESIGN.md lists the classic buffer after the CUDA
  * Array Interface; trying it first keeps classic CPU arrays on the fast path. */
 
-#include "base/internal.h"
+#include "bridges/bridges.h"
+#include "borrow/borrow.h"
+#include "base/type_cache.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* errors.c -- pyxbuf_error filling and its translation into Python exceptions. */
 
-#include "base/internal.h"
+#include "base/base.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * declares for a type (supported flags, the DLPack C exchange table): every
  * copy of the library in the process reads it there. */
 
-#include "base/internal.h"
+#include "base/base.h"
 
 /* Write the type's dict directly: immutable and static types refuse setattr,
  * and the dict is what every copy of libpyxbuf reads. Steals `value`. */

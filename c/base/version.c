@@ -1,5 +1,5 @@
 /* version.c -- what the loaded library is, for header/library mismatch checks. */
-#include "base/internal.h"
+#include "base/base.h"
 
 uint32_t pyxbuf_abi_version(void) { return PYXBUF_ABI_VERSION; }
 

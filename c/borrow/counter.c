@@ -5,7 +5,7 @@
  * release needs nothing but the view. (Producers that know nothing of borrows
  * get tracked grants instead: borrow_tracked.c.) */
 
-#include "base/internal.h"
+#include "borrow/borrow.h"
 
 #include <stdio.h>
 

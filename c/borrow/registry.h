@@ -5,7 +5,7 @@
 #ifndef PYXBUF_BORROW_REGISTRY_H
 #define PYXBUF_BORROW_REGISTRY_H
 
-#include "base/internal.h"
+#include "borrow/borrow.h"
 
 #include <sched.h>
 #include <stdatomic.h>

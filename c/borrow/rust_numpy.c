@@ -18,7 +18,7 @@
  *   "pyxbuf", so every copy of pyxbuf knows not to register twice.
  * Either way one registry sees both kinds of borrow. Arrays other than
  * ndarrays (and processes without NumPy) are not affected. */
-#include "base/internal.h"
+#include "borrow/borrow.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
 #ifndef PYXBUF_ARRAY_DICT_H
 #define PYXBUF_ARRAY_DICT_H
 
-#include "base/internal.h"
+#include "bridges/bridges.h"
 
 #include <stdarg.h>
 #include <stdint.h>

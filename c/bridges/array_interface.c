@@ -34,7 +34,7 @@
  *   PYXBUF_INLINE_NDIM.
  */
 
-#include "base/internal.h"
+#include "bridges/bridges.h"
 
 #include "bridges/array_dict.h"
 

@@ -35,7 +35,8 @@
  *   event through the backend when the view is released.
  */
 
-#include "base/internal.h"
+#include "bridges/bridges.h"
+#include "device/device.h"
 
 #include "bridges/array_dict.h"
 

@@ -6,7 +6,9 @@
 #ifndef PYXBUF_BRIDGES_DLPACK_H
 #define PYXBUF_BRIDGES_DLPACK_H
 
-#include "base/internal.h"
+#include "bridges/bridges.h"
+#include "device/device.h"
+#include "base/type_cache.h"
 #include "bridges/dlpack_abi.h"
 
 /* Storage of the view's owner (a pyxbuf__holder_new object). */

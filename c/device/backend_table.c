@@ -2,7 +2,7 @@
  * store, remove and look up, under one lock (backends register from any
  * thread). It knows no backend; backends.c fills it. */
 
-#include "base/internal.h"
+#include "device/device.h"
 
 #include <pthread.h>
 #include <string.h>

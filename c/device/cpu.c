@@ -1,7 +1,7 @@
 /* cpu_backend.c -- the host as a device backend: copies are memmove, memory
  * is 64-byte aligned and zeroed. backends.c registers it. */
 
-#include "base/internal.h"
+#include "device/device.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -11,7 +11,7 @@
  * operation, so pointers, streams and events from those libraries are valid
  * here. Streams follow DLPack's integer convention (see pyxbuf.h). */
 
-#include "base/internal.h"
+#include "device/device.h"
 
 #include <dlfcn.h>
 #include <inttypes.h>

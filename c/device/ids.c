@@ -2,7 +2,7 @@
  * UTF-8 identifiers, DLPack's device types by name, and which of them the
  * host can dereference. Uses nothing of pyxbuf's above base. */
 
-#include "base/internal.h"
+#include "device/device.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * into libpyxbuf: the first use of the registry registers them, and this is
  * the only place that names them (backend_table.c keeps the table). */
 
-#include "base/internal.h"
+#include "device/device.h"
 
 #include <pthread.h>
 #include <stdio.h>

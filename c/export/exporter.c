@@ -352,7 +352,7 @@ PyObject *pyxbuf_to_device(const pyxbuf_view *view, const pyxbuf_device *target,
         }
         return Py_NewRef(view->base.obj);
     }
-    if (pyxbuf__check_copy(view) < 0) return NULL;
+    if (pyxbuf__check_copy_size(view, (size_t)view->base.len) < 0) return NULL;
     char fmt[32];
     Py_ssize_t flat = view->base.itemsize ? view->base.len / view->base.itemsize : 0;
     /* Without a shape the view is one flat run of `flat` items, whatever its

@@ -4,7 +4,8 @@
 #ifndef PYXBUF_EXPORT_EXPORTER_H
 #define PYXBUF_EXPORT_EXPORTER_H
 
-#include "base/internal.h"
+#include "export/export.h"
+#include "borrow/borrow.h"
 
 typedef struct pyxbuf__exporter {
     PyObject_HEAD

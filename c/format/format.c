@@ -43,7 +43,7 @@
  *   count and its code or before a name; prefixes: one per slot, in the slots
  *   NumPy and ctypes use: "<(2)3f", "(2)<3f", "(3)&<i".
  */
-#include "base/internal.h" /* Python.h first, as the C API asks */
+#include "base/type_cache.h" /* Python.h first, as the C API asks */
 
 #include <limits.h>
 #include <pthread.h>

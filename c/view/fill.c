@@ -2,7 +2,7 @@
  * producer half every exporter and every bridge shares, honouring the classic
  * flags as NumPy does and the extended ones as the proposal says. */
 
-#include "base/internal.h"
+#include "view/view.h"
 
 #include <stdio.h>
 

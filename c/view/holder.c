@@ -4,7 +4,7 @@
  * view of it goes; and the one way to move an acquired view in memory. Below
  * the bridges, which make holders, and above nothing of pyxbuf's but base. */
 
-#include "base/internal.h"
+#include "view/view.h"
 
 #include <string.h>
 

@@ -1,0 +1,94 @@
+/* compat.h -- every difference between the CPython versions and builds that
+ * libpyxbuf supports (3.11 to 3.15, with the GIL and free-threaded), in one
+ * place: each shim says which CPython change it covers. Other files never
+ * test PY_VERSION_HEX or Py_GIL_DISABLED for an API's sake. */
+#ifndef PYXBUF_BASE_COMPAT_H
+#define PYXBUF_BASE_COMPAT_H
+
+#include "pyxbuf.h" /* Python.h as pyxbuf.h includes it */
+
+/* Shared state on free-threaded builds (Py_GIL_DISABLED). With the GIL one
+ * thread runs the library at a time, switching only where it calls Python or
+ * releases the GIL, so plain loads and stores serve and the hot path stays
+ * free of atomics. Without the GIL every word another thread may write at
+ * the same time is read and written through these: acquire/release where the
+ * word publishes other data, relaxed where it stands alone. */
+#ifdef Py_GIL_DISABLED
+#define PYXBUF__FT_LOAD_ACQUIRE(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define PYXBUF__FT_LOAD_RELAXED(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define PYXBUF__FT_STORE_RELEASE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define PYXBUF__FT_STORE_RELAXED(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+#else
+#define PYXBUF__FT_LOAD_ACQUIRE(p) (*(p))
+#define PYXBUF__FT_LOAD_RELAXED(p) (*(p))
+#define PYXBUF__FT_STORE_RELEASE(p, v) ((void)(*(p) = (v)))
+#define PYXBUF__FT_STORE_RELAXED(p, v) ((void)(*(p) = (v)))
+#endif
+
+/* A lock that exists on free-threaded builds only, for state that the GIL
+ * guards otherwise. Never held across a call that may run Python. */
+#ifdef Py_GIL_DISABLED
+#define PYXBUF__FT_MUTEX(name) static PyMutex name
+#define PYXBUF__FT_LOCK(m) PyMutex_Lock(&(m))
+#define PYXBUF__FT_UNLOCK(m) PyMutex_Unlock(&(m))
+#else
+#define PYXBUF__FT_MUTEX(name) typedef int pyxbuf__unused_##name
+#define PYXBUF__FT_LOCK(m) ((void)0)
+#define PYXBUF__FT_UNLOCK(m) ((void)0)
+#endif
+
+/* Py_IsFinalizing is public since CPython 3.13 (gh-108014); 3.11 and 3.12
+ * have it as _Py_IsFinalizing. */
+#if PY_VERSION_HEX < 0x030D0000
+#define Py_IsFinalizing() _Py_IsFinalizing()
+#endif
+
+/* Per-object critical sections: CPython 3.13 and later (a no-op there with
+ * the GIL); before 3.13 only GIL builds exist. */
+#if PY_VERSION_HEX < 0x030D0000
+#define Py_BEGIN_CRITICAL_SECTION(op) {
+#define Py_END_CRITICAL_SECTION() }
+#endif
+
+/* A type's version tag: CPython assigns it without a lock on free-threaded
+ * builds (relaxed atomics there). */
+static inline unsigned int pyxbuf__type_tag(PyTypeObject *type) {
+    return PYXBUF__FT_LOAD_RELAXED(&type->tp_version_tag);
+}
+
+/* Publish `made` (a new reference) in the process-lifetime *slot unless
+ * another thread published one while `made` was being built: building
+ * allocates, which may run finalizers that switch threads (with the GIL), and
+ * without it two threads really build at once. The first object published
+ * stays; returns it (borrowed). Read the slot with PYXBUF__FT_LOAD_ACQUIRE. */
+static inline PyObject *pyxbuf__publish_once(PyObject **slot, PyObject *made) {
+#ifdef Py_GIL_DISABLED
+    PyObject *first = NULL;
+    if (__atomic_compare_exchange_n(slot, &first, made, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return made;
+    Py_DECREF(made);
+    return first;
+#else
+    if (*slot == NULL)
+        *slot = made;
+    else
+        Py_DECREF(made);
+    return *slot;
+#endif
+}
+
+/* The same for a pointer to memory the caller built: returns the pointer
+ * published first; when that is not `made`, the caller frees `made`. */
+static inline void *pyxbuf__publish_ptr_once(void **slot, void *made) {
+#ifdef Py_GIL_DISABLED
+    void *first = NULL;
+    if (__atomic_compare_exchange_n(slot, &first, made, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return made;
+    return first;
+#else
+    if (*slot == NULL) *slot = made;
+    return *slot;
+#endif
+}
+
+#endif
