@@ -15,7 +15,8 @@ use pyxbuf_sys as sys;
 pub const SUPPORTED_FLAGS: i32 = sys::PYXBUF_CLASSIC_FLAGS | sys::PYXBUF_EXTENDED_FLAGS;
 
 /// Record that `C` speaks the extended protocol (`SUPPORTED_FLAGS`), for
-/// classes that do not set the class attribute `__pyxbuf_supported_flags__`.
+/// classes that do not set the class attribute `__pyxbuf_supported_flags__`
+/// (which [`export_pymethods!`](crate::export_pymethods) sets).
 /// Without either, pyxbuf treats the class as a classic producer: no device
 /// memory, and borrows only from pyxbuf's cooperative registry.
 pub fn declare_supported<C: PyClass>(py: Python<'_>) -> PyResult<()> {

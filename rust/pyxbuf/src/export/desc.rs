@@ -100,7 +100,9 @@ impl<'a> ExportDesc<'a> {
 }
 
 /// A `#[pyclass]` that exports memory through
-/// [`getbuffer`](super::getbuffer) / [`releasebuffer`](super::releasebuffer).
+/// [`getbuffer`](super::getbuffer) / [`releasebuffer`](super::releasebuffer)
+/// (to which [`export_pymethods!`](crate::export_pymethods) forwards its
+/// buffer slots).
 ///
 /// # Safety
 ///

@@ -1,6 +1,6 @@
 //! The buffer slots of an [`ExportBuffer`] class: [`getbuffer`] fills a view
 //! and takes its borrow from the class's [`BorrowCounter`], [`releasebuffer`]
-//! gives it back. A class forwards its `__getbuffer__` and
+//! gives it back. `export_pymethods!` forwards a class's `__getbuffer__` and
 //! `__releasebuffer__` to them.
 
 use std::ffi::c_int;

@@ -2,13 +2,15 @@
 //! the extended buffer protocol, with borrows counted for it.
 //!
 //! A class implements [`ExportBuffer`] (what it exports, and where its
-//! [`BorrowCounter`] is), forwards PyO3's `__getbuffer__` and
-//! `__releasebuffer__` to [`getbuffer`] and [`releasebuffer`], and declares
-//! that it speaks the extended protocol with the class attribute
-//! `__pyxbuf_supported_flags__` (or [`declare_supported`]). [`HostArray`] is
-//! ready-made storage that does the bookkeeping for host memory. Forwarding
-//! `__dlpack__` and `__dlpack_device__` to [`dlpack`] and [`dlpack_device`]
-//! exports the same memory through DLPack under the same borrow rules
+//! [`BorrowCounter`] is) and writes its `#[pymethods]` block through
+//! [`export_pymethods!`](crate::export_pymethods), which forwards PyO3's
+//! `__getbuffer__` and `__releasebuffer__` to [`getbuffer`] and
+//! [`releasebuffer`] and declares that the class speaks the extended
+//! protocol (the class attribute `__pyxbuf_supported_flags__`; or
+//! [`declare_supported`]). [`HostArray`] is ready-made storage that does the
+//! bookkeeping for host memory. Forwarding `__dlpack__` and
+//! `__dlpack_device__` to [`dlpack`] and [`dlpack_device`] exports the same
+//! memory through DLPack under the same borrow rules
 //! ([`declare_dlpack_exchange_api`] adds DLPack's C exchange table), and
 //! [`wrap`] makes a zero-copy `pyxbuf.Exporter` of any object's memory.
 //!
@@ -16,6 +18,8 @@
 //!   [`ExportBuffer`], what a class exports and promises;
 //! - `counter`: [`BorrowCounter`] and the owner's [`OwnerBorrow`];
 //! - `getbuffer`: [`getbuffer`] / [`releasebuffer`], the buffer slots;
+//! - `pymethods`: [`export_pymethods!`](crate::export_pymethods), the
+//!   class's `#[pymethods]` block with those slots forwarded;
 //! - `declare`: [`SUPPORTED_FLAGS`], [`declare_supported`],
 //!   [`declare_dlpack_exchange_api`], set on the type object;
 //! - `host_array`: [`HostArray`], ready-made host storage;
@@ -23,9 +27,8 @@
 //! - `exporter`: [`new_exporter`] and [`wrap`], `pyxbuf.Exporter`s.
 //!
 //! ```
-//! use std::os::raw::c_int;
-//! use pyo3::{ffi, prelude::*};
-//! use pyxbuf::export::{self, BorrowCounter, ExportBuffer, ExportDesc, HostArray};
+//! use pyo3::prelude::*;
+//! use pyxbuf::export::{BorrowCounter, ExportBuffer, ExportDesc, HostArray};
 //! use pyxbuf::PyXBuffer;
 //!
 //! #[pyclass(frozen)]
@@ -44,25 +47,9 @@
 //!     }
 //! }
 //!
-//! #[pymethods]
-//! impl Samples {
-//!     #[classattr]
-//!     #[allow(non_upper_case_globals)]
-//!     const __pyxbuf_supported_flags__: i32 = export::SUPPORTED_FLAGS;
-//!
-//!     unsafe fn __getbuffer__(
-//!         slf: Bound<'_, Self>,
-//!         view: *mut ffi::Py_buffer,
-//!         flags: c_int,
-//!     ) -> PyResult<()> {
-//!         // SAFETY: PyO3 passes the view and flags of bf_getbuffer.
-//!         unsafe { export::getbuffer(&slf, view, flags) }
-//!     }
-//!
-//!     unsafe fn __releasebuffer__(&self, view: *mut ffi::Py_buffer) {
-//!         // SAFETY: the view getbuffer filled, released once.
-//!         unsafe { export::releasebuffer(self, view) }
-//!     }
+//! // The class's #[pymethods] block, buffer slots and supported flags added.
+//! pyxbuf::export_pymethods! {
+//!     impl Samples {}
 //! }
 //!
 //! Python::attach(|py| -> PyResult<()> {
@@ -90,6 +77,7 @@ mod dlpack;
 mod exporter;
 mod getbuffer;
 mod host_array;
+mod pymethods;
 
 pub use counter::{BorrowCounter, OwnerBorrow};
 pub use declare::{declare_dlpack_exchange_api, declare_supported, SUPPORTED_FLAGS};
