@@ -389,12 +389,12 @@ pub(crate) unsafe fn matches_ptr<T: Element>(format: *const c_char, itemsize: is
 /// pyxbuf::custom_element!(unsafe Fixed16 = "mylib$fixed16");
 /// pyxbuf::register_custom::<Fixed16>().unwrap();
 /// ```
-pub fn register_custom<T: Element>() -> Result<(), crate::FormatError> {
+pub fn register_custom<T: Element>() -> Result<(), RegisterCustomError> {
     let ElementKind::Custom(ids) = T::KIND else {
         return Ok(());
     };
     for id in ids {
-        let key = std::ffi::CString::new(*id).map_err(|_| crate::FormatError {
+        let key = std::ffi::CString::new(*id).map_err(|_| RegisterCustomError {
             code: sys::PYXBUF_EINVAL,
             message: format!("custom id {id:?} contains NUL"),
         })?;
@@ -409,7 +409,7 @@ pub fn register_custom<T: Element>() -> Result<(), crate::FormatError> {
         // registry copies it).
         let rc = unsafe { sys::pyxbuf_dtype_register(&spec) };
         if rc != 0 {
-            return Err(crate::FormatError {
+            return Err(RegisterCustomError {
                 code: rc,
                 message: format!("pyxbuf_dtype_register({id:?}) failed with code {rc}"),
             });
@@ -417,6 +417,26 @@ pub fn register_custom<T: Element>() -> Result<(), crate::FormatError> {
     }
     Ok(())
 }
+
+/// Why [`register_custom`] failed: a custom id that cannot be a C string
+/// (`PYXBUF_EINVAL`), or the negative `PYXBUF_E*` code with which the C
+/// registry (`pyxbuf_dtype_register`) refused the type. No Python exception
+/// is involved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegisterCustomError {
+    /// The `PYXBUF_E*` code.
+    pub code: i32,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl std::fmt::Display for RegisterCustomError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (pyxbuf error {})", self.message, self.code)
+    }
+}
+
+impl std::error::Error for RegisterCustomError {}
 
 #[cfg(test)]
 mod tests {

@@ -206,27 +206,9 @@ pub use buffer::{
     Request, Shared, Untyped,
 };
 pub use device::{Device, DevicePtr, SyncEvent};
-pub use element::{register_custom, Element, ElementKind};
+pub use element::{register_custom, Element, ElementKind, RegisterCustomError};
 /// The raw bindings (`pyxbuf-sys`), for what this crate does not wrap.
 pub use pyxbuf_sys as sys;
-
-/// An error from pyxbuf's pure C functions (no Python exception involved):
-/// a negative `PYXBUF_E*` code and a message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FormatError {
-    /// The `PYXBUF_E*` code.
-    pub code: i32,
-    /// What went wrong.
-    pub message: String,
-}
-
-impl std::fmt::Display for FormatError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} (pyxbuf error {})", self.message, self.code)
-    }
-}
-
-impl std::error::Error for FormatError {}
 
 /// The version of the libpyxbuf compiled into this crate (`"0.1.0"`).
 ///

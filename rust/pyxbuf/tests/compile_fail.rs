@@ -2,7 +2,8 @@
 //! exclusive borrow, buffers outliving their `Python<'py>`, slices outliving
 //! their buffer, buffers crossing threads, `temporary()` outside `unsafe`,
 //! a `HostArray` or a `PyXBufferOwned` shared across threads over items that
-//! are not `Sync`. The expected compiler messages are
+//! are not `Sync`, `export_pymethods!` on a class without the `ExportBuffer`
+//! promise. The expected compiler messages are
 //! in tests/compile_fail/*.stderr (regenerate with TRYBUILD=overwrite after a
 //! toolchain change).
 

@@ -27,40 +27,25 @@ unsafe impl ExportBuffer for Grid {
     }
 }
 
-#[pymethods]
-impl Grid {
-    #[classattr]
-    #[allow(non_upper_case_globals)]
-    const __pyxbuf_supported_flags__: i32 = export::SUPPORTED_FLAGS;
+// The buffer slots come from the macro; the class's own methods (DLPack's
+// protocol included) sit in the same #[pymethods] block.
+pyxbuf::export_pymethods! {
+    impl Grid {
+        fn set(&self, i: usize, v: f64) -> PyResult<()> {
+            self.data.write(|x| x[i] = v)
+        }
 
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut ffi::Py_buffer,
-        flags: c_int,
-    ) -> PyResult<()> {
-        // SAFETY: bf_getbuffer's arguments.
-        unsafe { export::getbuffer(&slf, view, flags) }
-    }
+        #[pyo3(signature = (**kwargs))]
+        fn __dlpack__<'py>(
+            slf: &Bound<'py, Self>,
+            kwargs: Option<&Bound<'py, pyo3::types::PyDict>>,
+        ) -> PyResult<Bound<'py, PyAny>> {
+            export::dlpack(slf, kwargs)
+        }
 
-    unsafe fn __releasebuffer__(&self, view: *mut ffi::Py_buffer) {
-        // SAFETY: a view getbuffer filled.
-        unsafe { export::releasebuffer(self, view) }
-    }
-
-    fn set(&self, i: usize, v: f64) -> PyResult<()> {
-        self.data.write(|x| x[i] = v)
-    }
-
-    #[pyo3(signature = (**kwargs))]
-    fn __dlpack__<'py>(
-        slf: &Bound<'py, Self>,
-        kwargs: Option<&Bound<'py, pyo3::types::PyDict>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        export::dlpack(slf, kwargs)
-    }
-
-    fn __dlpack_device__(&self) -> (i32, i32) {
-        export::dlpack_device(self)
+        fn __dlpack_device__(&self) -> (i32, i32) {
+            export::dlpack_device(self)
+        }
     }
 }
 
@@ -152,6 +137,9 @@ unsafe impl ExportBuffer for Undeclared {
     }
 }
 
+// Forwarded by hand, not through export_pymethods!: the macro declares the
+// supported flags, and this class must not, so that declare_supported is
+// what turns it into an extended producer.
 #[pymethods]
 impl Undeclared {
     unsafe fn __getbuffer__(
@@ -233,36 +221,19 @@ mod device_export {
         }
     }
 
-    #[pymethods]
-    impl DeviceVec {
-        #[classattr]
-        #[allow(non_upper_case_globals)]
-        const __pyxbuf_supported_flags__: i32 = export::SUPPORTED_FLAGS;
+    pyxbuf::export_pymethods! {
+        impl DeviceVec {
+            #[pyo3(signature = (**kwargs))]
+            fn __dlpack__<'py>(
+                slf: &Bound<'py, Self>,
+                kwargs: Option<&Bound<'py, pyo3::types::PyDict>>,
+            ) -> PyResult<Bound<'py, PyAny>> {
+                export::dlpack(slf, kwargs)
+            }
 
-        unsafe fn __getbuffer__(
-            slf: Bound<'_, Self>,
-            view: *mut ffi::Py_buffer,
-            flags: c_int,
-        ) -> PyResult<()> {
-            // SAFETY: bf_getbuffer's arguments.
-            unsafe { export::getbuffer(&slf, view, flags) }
-        }
-
-        unsafe fn __releasebuffer__(&self, view: *mut ffi::Py_buffer) {
-            // SAFETY: a view getbuffer filled.
-            unsafe { export::releasebuffer(self, view) }
-        }
-
-        #[pyo3(signature = (**kwargs))]
-        fn __dlpack__<'py>(
-            slf: &Bound<'py, Self>,
-            kwargs: Option<&Bound<'py, pyo3::types::PyDict>>,
-        ) -> PyResult<Bound<'py, PyAny>> {
-            export::dlpack(slf, kwargs)
-        }
-
-        fn __dlpack_device__(&self) -> (i32, i32) {
-            export::dlpack_device(self)
+            fn __dlpack_device__(&self) -> (i32, i32) {
+                export::dlpack_device(self)
+            }
         }
     }
 

@@ -124,7 +124,8 @@ fn suboffsets_only_when_requested() {
 }
 
 /// A native producer that answers an exclusive request with the weaker
-/// shared grant (allowed by the protocol).
+/// shared grant (allowed by the protocol). It forwards by hand, not through
+/// `export_pymethods!`, because it changes the view `getbuffer` filled.
 #[pyclass(frozen)]
 struct WeakGrants {
     data: HostArray<u8>,

@@ -307,7 +307,7 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
             return &[];
         }
         // SAFETY: a non-NULL shape has ndim entries, alive while the view is
-        // (rebased if it points into it).
+        // (also when it points into the view: its slot never moves).
         unsafe { std::slice::from_raw_parts(self.view.base.shape, n as usize) }
     }
 
@@ -433,11 +433,11 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
             return &[];
         }
         // SAFETY: checked at acquisition: shape is non-NULL with ndim
-        // entries, alive while the view is (rebased if it points into it);
-        // Py_ssize_t and usize share a layout (any bits are a usize). Once
-        // acquired, every extent is known non-negative (fast_len_consistent
-        // or check_extents; a negative one refuses the view), so each reads
-        // as the same value.
+        // entries, alive while the view is (also when it points into the
+        // view: its slot never moves); Py_ssize_t and usize share a layout
+        // (any bits are a usize). Once acquired, every extent is known
+        // non-negative (fast_len_consistent or check_extents; a negative one
+        // refuses the view), so each reads as the same value.
         unsafe { std::slice::from_raw_parts(self.view.base.shape.cast::<usize>(), n) }
     }
 
@@ -451,8 +451,8 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
         if self.view.base.strides.is_null() {
             return &self.view.fallback_strides()[..n];
         }
-        // SAFETY: strides has ndim entries while the view lives (rebased if it
-        // points into the view); Py_ssize_t is isize.
+        // SAFETY: strides has ndim entries while the view lives (also when
+        // it points into the view: its slot never moves); Py_ssize_t is isize.
         unsafe { std::slice::from_raw_parts(self.view.base.strides, n) }
     }
 
@@ -534,7 +534,7 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
             return None;
         }
         // SAFETY: non-NULL suboffsets have ndim entries while the view lives
-        // (rebased if they point into it).
+        // (also when they point into the view: its slot never moves).
         Some(unsafe { std::slice::from_raw_parts(p, self.ndim()) })
     }
 

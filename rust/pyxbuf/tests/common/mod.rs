@@ -48,7 +48,7 @@ pub fn refcount(obj: &Bound<'_, PyAny>) -> isize {
 }
 
 /// A frozen `#[pyclass]` `$name { data: HostArray<$item> }` exporting its
-/// array through pyxbuf's producer helpers, with borrow counting: the exporter
+/// array through `pyxbuf::export_pymethods!`, with borrow counting: the exporter
 /// the tests borrow from. Needs `pyxbuf::export::HostArray` in scope.
 #[macro_export]
 macro_rules! host_exporter {
@@ -58,25 +58,8 @@ macro_rules! host_exporter {
             data: HostArray<$item>,
         }
 
-        #[pyo3::pymethods]
-        impl $name {
-            #[classattr]
-            #[allow(non_upper_case_globals)]
-            const __pyxbuf_supported_flags__: i32 = pyxbuf::export::SUPPORTED_FLAGS;
-
-            unsafe fn __getbuffer__(
-                slf: pyo3::Bound<'_, Self>,
-                view: *mut pyo3::ffi::Py_buffer,
-                flags: std::os::raw::c_int,
-            ) -> pyo3::PyResult<()> {
-                // SAFETY: bf_getbuffer's arguments.
-                unsafe { pyxbuf::export::getbuffer(&slf, view, flags) }
-            }
-
-            unsafe fn __releasebuffer__(&self, view: *mut pyo3::ffi::Py_buffer) {
-                // SAFETY: a view getbuffer filled.
-                unsafe { pyxbuf::export::releasebuffer(self, view) }
-            }
+        pyxbuf::export_pymethods! {
+            impl $name {}
         }
 
         // SAFETY: HostArray keeps memory, shape and strides in place while views live.
