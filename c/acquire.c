@@ -217,7 +217,7 @@ static int speaks_a_device_protocol(PyObject *obj) {
  * it (PyBUF_WRITE is outside the routes' masks already). A library built for
  * 3.12 or older runs on no 3.13 (there is no stable-ABI build), so it pays
  * nothing for the test. */
-#if PY_VERSION_HEX >= 0x030D0000
+#if PYXBUF__REFUSES_READ_OR_WRITE_ALONE
 #define ROUTE_READ_ALONE(flags) (((flags) & PYXBUF_CLASSIC_FLAGS) == PyBUF_READ)
 
 /* PyBUF_READ alone in what a classic producer would receive (3.13's
@@ -260,7 +260,7 @@ int pyxbuf_check_supports(PyObject *obj, int32_t flags) {
         PyErr_SetString(PyExc_ValueError, "pyxbuf_check_supports: obj is NULL");
         return -1;
     }
-#if PY_VERSION_HEX >= 0x030D0000
+#if PYXBUF__REFUSES_READ_OR_WRITE_ALONE
     if (read_or_write_alone(flags)) return 0;
 #endif
     int32_t advertised;
@@ -302,7 +302,6 @@ static void reset_view(pyxbuf_view *view, int32_t requested) {
  * contiguity, bytes BufferError for writability); consumers of pyxbuf catch
  * one. Other exceptions (MemoryError, KeyboardInterrupt...) keep their type. */
 static void add_context(PyObject *obj, const char *path, int32_t flags) {
-    PyObject *type, *value, *tb;
     char names[256];
     pyxbuf__flag_names(flags, names, sizeof names);
     if (!PyErr_Occurred()) {
@@ -314,13 +313,8 @@ static void add_context(PyObject *obj, const char *path, int32_t flags) {
                      path, Py_TYPE(obj)->tp_name, names);
         return;
     }
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    if (value == NULL) {
-        PyErr_Restore(type, value, tb);
-        return;
-    }
-    PyObject *text = PyObject_Str(value);
+    PyObject *cause = PyErr_GetRaisedException();
+    PyObject *text = PyObject_Str(cause);
     const char *reason = text ? PyUnicode_AsUTF8(text) : NULL;
     if (reason == NULL) {
         PyErr_Clear();
@@ -328,22 +322,17 @@ static void add_context(PyObject *obj, const char *path, int32_t flags) {
     }
     /* pyxbuf's own exporters already start with "pyxbuf: "; say it once. */
     if (strncmp(reason, "pyxbuf: ", 8) == 0) reason += 8;
-    PyObject *raised = type;
-    if (PyErr_GivenExceptionMatches(type, PyExc_ValueError) ||
-        PyErr_GivenExceptionMatches(type, PyExc_TypeError) ||
-        PyErr_GivenExceptionMatches(type, PyExc_BufferError))
+    PyObject *raised = (PyObject *)Py_TYPE(cause);
+    if (PyErr_GivenExceptionMatches(cause, PyExc_ValueError) ||
+        PyErr_GivenExceptionMatches(cause, PyExc_TypeError) ||
+        PyErr_GivenExceptionMatches(cause, PyExc_BufferError))
         raised = PyExc_BufferError;
     PyErr_Format(raised, "pyxbuf: %s buffer of '%.200s' refused the request %s: %s", path,
                  Py_TYPE(obj)->tp_name, names, reason);
     Py_XDECREF(text);
-    PyObject *t2, *v2, *tb2;
-    PyErr_Fetch(&t2, &v2, &tb2);
-    PyErr_NormalizeException(&t2, &v2, &tb2);
-    if (tb != NULL) PyException_SetTraceback(value, tb);
-    PyException_SetCause(v2, value); /* steals value */
-    Py_XDECREF(type);
-    Py_XDECREF(tb);
-    PyErr_Restore(t2, v2, tb2);
+    PyObject *context = PyErr_GetRaisedException();
+    PyException_SetCause(context, cause); /* steals cause */
+    PyErr_SetRaisedException(context);
 }
 
 static int refuse_unsupported(PyObject *obj, int32_t flags, int32_t missing) {
@@ -572,7 +561,7 @@ static int acquire_native(PyObject *obj, pyxbuf_view *view, int32_t flags, int32
  * ("<path> buffer of '<type>' refused ...") names, formatted only at the end
  * (NULL when it needs none). */
 typedef struct refusal {
-    PyObject *type, *value, *tb;
+    PyObject *exc; /* the exception; NULL: none yet */
     const char *path;
     int32_t flags;
 } refusal;
@@ -624,14 +613,14 @@ static const bridge bridges[] = {
 
 /* Holds the pending exception as the refusal of `path`. */
 static void refusal_take(refusal *r, const char *path, int32_t flags) {
-    PyErr_Fetch(&r->type, &r->value, &r->tb);
+    r->exc = PyErr_GetRaisedException();
     r->path = path;
     r->flags = flags;
 }
 
 /* Bridge i failed: the first failure is kept, later ones are dropped. */
 static void refusal_note(refusal *r, PyObject *obj, size_t i, int32_t flags) {
-    if (r->type != NULL) {
+    if (r->exc != NULL) {
         PyErr_Clear();
     } else if (!PyErr_Occurred()) { /* a broken bridge: say so now */
         add_context(obj, bridges[i].path, flags);
@@ -649,16 +638,14 @@ static int acquire_by_bridges(PyObject *obj, pyxbuf_view *view, int32_t flags, i
     for (size_t i = first; i < sizeof bridges / sizeof *bridges; i++) {
         int rc = bridges[i].acquire(obj, view, flags, stream);
         if (rc == 1) {
-            Py_XDECREF(r->type);
-            Py_XDECREF(r->value);
-            Py_XDECREF(r->tb);
+            Py_XDECREF(r->exc);
             return 1;
         }
         reset_view(view, flags); /* for the next bridge */
         if (rc < 0) refusal_note(r, obj, i, flags);
     }
-    if (r->type == NULL) return 0;
-    PyErr_Restore(r->type, r->value, r->tb);
+    if (r->exc == NULL) return 0;
+    PyErr_SetRaisedException(r->exc);
     if (r->path != NULL) add_context(obj, r->path, r->flags);
     return -1;
 }
@@ -667,7 +654,7 @@ static int acquire_by_bridges(PyObject *obj, pyxbuf_view *view, int32_t flags, i
 static PYXBUF_COLD int after_first_bridge(PyObject *obj, pyxbuf_view *view, int32_t flags,
                                           int64_t stream, int rc) {
     reset_view(view, flags);
-    refusal r = {NULL, NULL, NULL, NULL, 0};
+    refusal r = {NULL, NULL, 0};
     if (rc < 0) refusal_note(&r, obj, 0, flags);
     return acquire_by_bridges(obj, view, flags, stream, 1, &r);
 }
@@ -695,15 +682,14 @@ static int classic_cannot_describe(PyObject *obj, int32_t flags, int raw) {
                   PyErr_ExceptionMatches(PyExc_TypeError))))
         return 0;
     if (!(flags & PyBUF_WRITABLE)) return 1;
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
+    PyObject *refused = PyErr_GetRaisedException();
     Py_buffer probe;
     int readable = PyObject_GetBuffer(obj, &probe, flags & PYXBUF_CLASSIC_FLAGS & ~PyBUF_WRITABLE);
     if (readable == 0)
         PyBuffer_Release(&probe);
     else
         PyErr_Clear();
-    PyErr_Restore(type, value, tb);
+    PyErr_SetRaisedException(refused);
     return readable != 0;
 }
 
@@ -806,7 +792,7 @@ static PYXBUF_COLD int get_view_slow(PyObject *obj, pyxbuf_view *view, int32_t f
         return -1;
     }
     reset_view(view, flags);
-#if PY_VERSION_HEX >= 0x030D0000
+#if PYXBUF__REFUSES_READ_OR_WRITE_ALONE
     if (PYXBUF_UNLIKELY(read_or_write_alone(flags))) return refuse_read_write_alone(flags);
 #endif
     /* Unknown request bits are not refused: only a type that declares them

@@ -43,6 +43,63 @@
 #define Py_IsFinalizing() _Py_IsFinalizing()
 #endif
 
+/* PyErr_GetRaisedException / PyErr_SetRaisedException (3.12, gh-101578)
+ * replace PyErr_Fetch / PyErr_Restore, deprecated since. On 3.11 they are
+ * built from the old triple: the exception instance, normalized, with its
+ * traceback attached (as 3.12 keeps it). SetRaisedException(NULL) clears. */
+#if PY_VERSION_HEX < 0x030C0000
+static inline PyObject *PyErr_GetRaisedException(void) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (type == NULL) return NULL;
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != NULL && tb != NULL) PyException_SetTraceback(value, tb);
+    Py_DECREF(type);
+    Py_XDECREF(tb);
+    return value;
+}
+
+static inline void PyErr_SetRaisedException(PyObject *exc) {
+    if (exc == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, PyException_GetTraceback(exc));
+}
+#endif
+
+/* PyObject_GetOptionalAttr (3.13, gh-106521) is 3.11 and 3.12's
+ * _PyObject_LookupAttr under its public name: 1 and a new reference, 0 when
+ * the attribute is absent (no AttributeError is built), -1 on error. */
+#if PY_VERSION_HEX < 0x030D0000
+#define PyObject_GetOptionalAttr(obj, name, result) _PyObject_LookupAttr((obj), (name), (result))
+#endif
+
+/* PyType_GetDict (3.12, gh-105227): a new reference to the type's dict,
+ * which 3.12 no longer keeps in static builtin types' tp_dict. */
+#if PY_VERSION_HEX < 0x030C0000
+static inline PyObject *PyType_GetDict(PyTypeObject *type) { return Py_XNewRef(type->tp_dict); }
+#endif
+
+/* PyDict_SetDefaultRef (3.13, gh-112066): a strong reference to what the key
+ * holds after the call (in *result); 1 when it was there, 0 when `value` was
+ * inserted, -1 on error. Before 3.13, from the borrowed PyDict_SetDefault. */
+#if PY_VERSION_HEX < 0x030D0000
+static inline int PyDict_SetDefaultRef(PyObject *dict, PyObject *key, PyObject *value,
+                                       PyObject **result) {
+    PyObject *held = PyDict_SetDefault(dict, key, value);
+    if (result != NULL) *result = Py_XNewRef(held);
+    if (held == NULL) return -1;
+    return held == value ? 0 : 1;
+}
+#endif
+
+/* Behaviour, not API: from 3.13 PyObject_GetBuffer raises SystemError for a
+ * request of PyBUF_READ or PyBUF_WRITE alone, before any producer runs, and
+ * PyBuffer_FillInfo refuses them too (gh-114685); pyxbuf answers as the
+ * interpreter it runs on (acquire.c). */
+#define PYXBUF__REFUSES_READ_OR_WRITE_ALONE (PY_VERSION_HEX >= 0x030D0000)
+
 /* Per-object critical sections: CPython 3.13 and later (a no-op there with
  * the GIL); before 3.13 only GIL builds exist. */
 #if PY_VERSION_HEX < 0x030D0000

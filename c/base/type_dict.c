@@ -8,11 +8,7 @@
  * and the dict is what every copy of libpyxbuf reads. Steals `value`. */
 int pyxbuf__type_dict_set(PyTypeObject *type, const char *name, PyObject *value) {
     if (value == NULL) return -1;
-#if PY_VERSION_HEX >= 0x030C0000
     PyObject *dict = PyType_GetDict(type);
-#else
-    PyObject *dict = Py_XNewRef(type->tp_dict);
-#endif
     if (dict == NULL) {
         Py_DECREF(value);
         PyErr_Format(PyExc_TypeError, "pyxbuf: type '%.200s' has no dict (is it ready?)",

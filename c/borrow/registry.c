@@ -97,13 +97,8 @@ static PyObject *shared_module(PyObject *modules) {
     int rc = ours && capsule ? PyModule_AddObjectRef(ours, "API", capsule) : -1;
     Py_XDECREF(capsule);
     PyObject *module = NULL;
-#if PY_VERSION_HEX >= 0x030D0000
-    if (rc == 0) PyDict_SetDefaultRef(modules, pyxbuf__interned(&shared_module_name,
-                                      PYXBUF_SHARED_MODULE), ours, &module);
-#else
     PyObject *key = rc == 0 ? pyxbuf__interned(&shared_module_name, PYXBUF_SHARED_MODULE) : NULL;
-    if (key != NULL) module = Py_XNewRef(PyDict_SetDefault(modules, key, ours));
-#endif
+    if (key != NULL) PyDict_SetDefaultRef(modules, key, ours, &module);
     Py_XDECREF(ours);
     return module;
 }

@@ -32,11 +32,7 @@ static inline int pyxbuf__dict_fail(const char *iface, const char *fmt, ...) {
 static inline int pyxbuf__optional_attr(PyObject *obj, PyObject *name, PyObject **out) {
     /* CPython's own lookup skips building an AttributeError (and formatting
      * its message) for types with the generic getattr, such as NumPy's. */
-#if PY_VERSION_HEX >= 0x030D0000
     return PyObject_GetOptionalAttr(obj, name, out);
-#else
-    return _PyObject_LookupAttr(obj, name, out);
-#endif
 }
 
 /* The interned str for a key (a string literal: cached by its address, one

@@ -68,10 +68,9 @@ void pyxbuf__dlpack_call_deleter(void *tensor, int versioned) {
     }
     /* The deleter runs arbitrary code (often Py_DECREF): keep a pending
      * exception (an error path's) out of its way. */
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
+    PyObject *pending = PyErr_GetRaisedException();
     run_deleter(tensor, versioned);
-    PyErr_Restore(type, value, tb);
+    PyErr_SetRaisedException(pending);
 }
 
 void pyxbuf__dlpack_release_bare(void *tensor) { pyxbuf__dlpack_call_deleter(tensor, 1); }
@@ -528,20 +527,17 @@ static PyObject *call_dlpack(PyObject *obj, PyObject *stream, int writable) {
                                             kwnames);
     if (r != NULL || !PyErr_ExceptionMatches(PyExc_TypeError)) return r;
     /* A producer from before the 2023 Array API: no max_version, no copy. */
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
+    PyObject *first = PyErr_GetRaisedException();
     PyObject *legacy_args[2] = {obj, stream};
     r = PyObject_VectorcallMethod(name, legacy_args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
                                   with_stream ? n->kwnames[KW_STREAM] : NULL);
     if (r != NULL) {
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(tb);
+        Py_DECREF(first);
         return r;
     }
     /* Both failed: the first error is the informative one. */
     PyErr_Clear();
-    PyErr_Restore(type, value, tb);
+    PyErr_SetRaisedException(first);
     return NULL;
 }
 

@@ -49,18 +49,15 @@ static void deleter_legacy(DLManagedTensor *self) { export_block_free(self->mana
 
 /* Capsule destructors: delete the tensor unless a consumer took it (renamed). */
 static void capsule_destructor(PyObject *capsule) {
-    PyObject *type, *value, *tb;
+    PyObject *pending = PyErr_GetRaisedException();
     if (PyCapsule_IsValid(capsule, CAPSULE_VERSIONED)) {
-        PyErr_Fetch(&type, &value, &tb);
         DLManagedTensorVersioned *t = PyCapsule_GetPointer(capsule, CAPSULE_VERSIONED);
         if (t != NULL && t->deleter != NULL) t->deleter(t);
-        PyErr_Restore(type, value, tb);
     } else if (PyCapsule_IsValid(capsule, CAPSULE_LEGACY)) {
-        PyErr_Fetch(&type, &value, &tb);
         DLManagedTensor *t = PyCapsule_GetPointer(capsule, CAPSULE_LEGACY);
         if (t != NULL && t->deleter != NULL) t->deleter(t);
-        PyErr_Restore(type, value, tb);
     }
+    PyErr_SetRaisedException(pending);
 }
 
 /* A device argument: None, or a (device_type, device_id) pair. */
@@ -310,18 +307,15 @@ done:
 
 void pyxbuf__dlpack_report_to(void *error_ctx,
                               void (*set_error)(void *, const char *, const char *)) {
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyObject *text = value ? PyObject_Str(value) : NULL;
+    PyObject *exc = PyErr_GetRaisedException();
+    PyObject *text = exc ? PyObject_Str(exc) : NULL;
     const char *message = text ? PyUnicode_AsUTF8(text) : NULL;
     if (message == NULL) {
         PyErr_Clear();
         message = "pyxbuf: the allocation failed";
     }
-    const char *kind = type ? ((PyTypeObject *)type)->tp_name : "RuntimeError";
+    const char *kind = exc ? Py_TYPE(exc)->tp_name : "RuntimeError";
     if (set_error != NULL) set_error(error_ctx, kind, message);
     Py_XDECREF(text);
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(tb);
+    Py_XDECREF(exc);
 }
