@@ -162,7 +162,7 @@ static int run(void) {
     pyxbuf_view host_view;
     const pyxbuf_device ext0 = {PYXBUF_DL_EXT_DEV, 0};
     PyObject *array = PyTuple_GET_ITEM(PyList_GET_ITEM(objects, 0), 1);
-    if (pyxbuf_testdev_register(&err) < 0 || pyxbuf_get(array, &host_view, flags) < 0) {
+    if (pyxbuf_emulated_register(&err) < 0 || pyxbuf_get(array, &host_view, flags) < 0) {
         Py_DECREF(globals);
         return -1;
     }

@@ -295,10 +295,10 @@ ROWS = [(r[0], null_data_producer, *r[2:]) if r[1] is None else r for r in ROWS]
 @pytest.fixture(autouse=True)
 def no_leaked_device_memory():
     gc.collect()
-    before = t.testdev_live_allocations()
+    before = t.emulated_live_allocations()
     yield
     gc.collect()
-    assert t.testdev_live_allocations() == before
+    assert t.emulated_live_allocations() == before
 
 
 @pytest.mark.parametrize("make,flags,exc,reason", [r[1:] for r in ROWS],

@@ -28,10 +28,10 @@ POISON = 0xDB  # every byte of fresh emulated-device memory
 
 @pytest.fixture(autouse=True)
 def no_leaked_device_memory():
-    before = t.testdev_live_allocations()
+    before = t.emulated_live_allocations()
     yield
     gc.collect()
-    assert t.testdev_live_allocations() == before
+    assert t.emulated_live_allocations() == before
 
 
 def upload(host, device=DEV0):
@@ -266,19 +266,19 @@ PAYLOAD = np.arange(1, 5, dtype="<f4").tobytes()
 def producer():
     """Device memory with a producer write queued (not run) on its stream."""
     e, ptr = fresh(len(PAYLOAD))
-    stream = t.testdev_write(e, PAYLOAD, 0, False)
+    stream = t.emulated_write(e, PAYLOAD, 0, False)
     c = CAI(e, shape=(4,), typestr="<f4", data=(ptr, False), version=3, stream=stream)
     p = SimpleNamespace(c=c, ptr=ptr, stream=stream)
     del c, e
     yield p
-    t.testdev_destroy_stream(stream)
+    t.emulated_destroy_stream(stream)
     p.__dict__.clear()  # the memory dies before the leak check
 
 
 def test_the_producer_write_is_pending(producer):
     c, ptr, stream = producer.c, producer.ptr, producer.stream
-    assert t.testdev_pending(0, stream) == 1
-    assert t.testdev_peek_at(ptr, 16) == bytes([POISON]) * 16
+    assert t.emulated_pending(0, stream) == 1
+    assert t.emulated_peek_at(ptr, 16) == bytes([POISON]) * 16
 
 
 def test_an_event_is_recorded_on_the_producer_stream(producer):
@@ -286,26 +286,26 @@ def test_an_event_is_recorded_on_the_producer_stream(producer):
     v = t.bridge_view(c)
     assert v["sync_event"] is not None
     assert v["stream"] == stream
-    assert t.testdev_pending(0, stream) == 2  # the write, then the event
+    assert t.emulated_pending(0, stream) == 2  # the write, then the event
 
 
 def test_reading_without_waiting_is_stale(producer):
     c, ptr, stream = producer.c, producer.ptr, producer.stream
-    consumer = t.testdev_stream()
+    consumer = t.emulated_stream()
     try:
         assert t.wait_and_peek(c, consumer, False) == bytes([POISON]) * 16
     finally:
-        t.testdev_destroy_stream(consumer)
+        t.emulated_destroy_stream(consumer)
 
 
 def test_pyxbuf_device_wait_orders_the_consumer_after_the_producer(producer):
     c, ptr, stream = producer.c, producer.ptr, producer.stream
-    consumer = t.testdev_stream()
+    consumer = t.emulated_stream()
     try:
         assert t.wait_and_peek(c, consumer, True) == PAYLOAD
-        assert t.testdev_pending(0, stream) == 0
+        assert t.emulated_pending(0, stream) == 0
     finally:
-        t.testdev_destroy_stream(consumer)
+        t.emulated_destroy_stream(consumer)
 
 
 def test_copy_to_host_waits(producer):
@@ -315,27 +315,27 @@ def test_copy_to_host_waits(producer):
 
 def test_a_consumer_stream_gets_the_wait_enqueued_at_acquisition(producer):
     c, ptr, stream = producer.c, producer.ptr, producer.stream
-    consumer = t.testdev_stream()
+    consumer = t.emulated_stream()
     try:
         t.bridge_view(c, consumer_stream=consumer)
-        assert t.testdev_pending(0, consumer) == 1  # the wait, queued at once
-        assert t.testdev_peek_at(ptr, 16) == bytes([POISON]) * 16
+        assert t.emulated_pending(0, consumer) == 1  # the wait, queued at once
+        assert t.emulated_peek_at(ptr, 16) == bytes([POISON]) * 16
         t.stream_sync(DEV0, consumer)  # a consumer kernel on that stream runs now
-        assert t.testdev_peek_at(ptr, 16) == PAYLOAD
+        assert t.emulated_peek_at(ptr, 16) == PAYLOAD
     finally:
-        t.testdev_destroy_stream(consumer)
+        t.emulated_destroy_stream(consumer)
 
 
 def test_consumer_stream_none_enqueues_nothing(producer):
     c, ptr, stream = producer.c, producer.ptr, producer.stream
-    consumer = t.testdev_stream()
+    consumer = t.emulated_stream()
     try:
         v = t.bridge_view(c, consumer_stream=t.PYXBUF_STREAM_NONE)
         assert v["sync_event"] is not None  # still there for whoever wants it
-        assert t.testdev_pending(0, consumer) == 0
-        assert t.testdev_peek_at(ptr, 16) == bytes([POISON]) * 16
+        assert t.emulated_pending(0, consumer) == 0
+        assert t.emulated_peek_at(ptr, 16) == bytes([POISON]) * 16
     finally:
-        t.testdev_destroy_stream(consumer)
+        t.emulated_destroy_stream(consumer)
 
 
 def test_stream_none_means_ready():
@@ -366,7 +366,7 @@ def test_no_event_for_a_refused_request(producer):
     c, ptr, stream = producer.c, producer.ptr, producer.stream
     with pytest.raises(BufferError):
         t.inspect(c, t.PyBUF_RECORDS_RO)  # no PYXBUF_DEVICE
-    assert t.testdev_pending(0, stream) == 1  # nothing recorded
+    assert t.emulated_pending(0, stream) == 1  # nothing recorded
 
 
 # --------------------------------------------------------------------------
@@ -491,16 +491,16 @@ def test_refcounts_unchanged_after_10000_cycles():
 
 def test_refcounts_unchanged_after_10000_stream_cycles(producer):
     c, ptr, stream = producer.c, producer.ptr, producer.stream
-    consumer = t.testdev_stream()
+    consumer = t.emulated_stream()
     try:
         before = sys.getrefcount(c)
         t.cycle(c, DEVICE_VIEW, 10_000)
         t.cycle_stream(c, DEVICE_VIEW, 10_000, consumer)
         assert sys.getrefcount(c) == before
         t.stream_sync(DEV0, consumer)
-        assert t.testdev_peek_at(ptr, 16) == PAYLOAD
+        assert t.emulated_peek_at(ptr, 16) == PAYLOAD
     finally:
-        t.testdev_destroy_stream(consumer)
+        t.emulated_destroy_stream(consumer)
 
 
 def test_held_views_keep_the_producer_alive():

@@ -41,9 +41,9 @@ def members(p, parent=0):
 
 @pytest.fixture(autouse=True)
 def no_leaked_device_memory():
-    before = t.testdev_live_allocations()
+    before = t.emulated_live_allocations()
     yield
-    assert t.testdev_live_allocations() == before
+    assert t.emulated_live_allocations() == before
 
 
 # --- item 11: formats real producers emit ------------------------------------

@@ -22,12 +22,12 @@ POISON = 0xDB  # every byte of fresh emulated-device memory
 
 @pytest.fixture(autouse=True)
 def no_leaked_device_memory():
-    before = t.testdev_live_allocations()
+    before = t.emulated_live_allocations()
     yield
     import gc
 
     gc.collect()
-    assert t.testdev_live_allocations() == before
+    assert t.emulated_live_allocations() == before
 
 
 def upload(array, device=DEV0):
@@ -138,22 +138,22 @@ def test_same_device_rules():
 def test_read_without_waiting_is_stale_every_time():
     for _ in range(50):
         e = t.exporter("B", (8,), device=DEV0)
-        stream = t.testdev_write(e, b"PRODUCED", 0, True)
+        stream = t.emulated_write(e, b"PRODUCED", 0, True)
         # The producer's kernel is queued, not run.
-        assert t.testdev_pending(0, stream) == 2  # the write and the event record
-        assert t.testdev_peek(e, 8) == bytes([POISON]) * 8  # no wait: stale
+        assert t.emulated_pending(0, stream) == 2  # the write and the event record
+        assert t.emulated_peek(e, 8) == bytes([POISON]) * 8  # no wait: stale
         # pyxbuf_copy_to_host waits for the exporter's event: fresh.
         assert download(e) == b"PRODUCED"
-        assert t.testdev_pending(0, stream) == 0
-        t.testdev_destroy_stream(stream)
+        assert t.emulated_pending(0, stream) == 0
+        t.emulated_destroy_stream(stream)
 
 
 def test_missing_event_means_stale_even_through_pyxbuf():
     """A producer that forgets to record its event breaks its consumers."""
     e = t.exporter("B", (4,), device=DEV0)
-    stream = t.testdev_write(e, b"LATE", 0, False)
+    stream = t.emulated_write(e, b"LATE", 0, False)
     assert download(e) == bytes([POISON]) * 4
-    t.testdev_destroy_stream(stream)  # destroying runs the queue
+    t.emulated_destroy_stream(stream)  # destroying runs the queue
     assert download(e) == b"LATE"
 
 
@@ -175,10 +175,10 @@ def test_to_device_of_a_view_without_a_shape_copies_every_byte(source, flags):
 
 def test_to_device_waits_for_the_source_event():
     e = t.exporter("B", (5,), device=DEV0)
-    stream = t.testdev_write(e, b"HELLO")
+    stream = t.emulated_write(e, b"HELLO")
     on1 = t.to_device(e, DEV1)
     assert download(on1) == b"HELLO"
-    t.testdev_destroy_stream(stream)
+    t.emulated_destroy_stream(stream)
 
 
 @pytest.mark.parametrize("op", ["item", "memoryview", "contiguous", "fortran"])

@@ -70,10 +70,10 @@ def items(obj, flags=RO):
 
 @pytest.fixture(autouse=True)
 def no_leaked_device_memory():
-    before = t.testdev_live_allocations()
+    before = t.emulated_live_allocations()
     yield
     gc.collect()
-    assert t.testdev_live_allocations() == before
+    assert t.emulated_live_allocations() == before
 
 
 # --------------------------------------------------------------------------
@@ -638,19 +638,19 @@ def test_c_exchange_borrows_are_tracked_on_every_call():
 
 def test_c_exchange_device_tensor_gets_an_event_on_the_work_stream():
     e = t.exporter("B", (8,), device=(EXT, 0))
-    stream = t.testdev_write(e, bytes(range(8)), 0, False)  # queued, not run
+    stream = t.emulated_write(e, bytes(range(8)), 0, False)  # queued, not run
     t.dlpack_set_work_stream(stream)
     try:
         p = t.DLPackCProducer(e)
         info = t.dlpack_info(p, DEVICE_VIEW)
         assert info["path"] == "dlpack-c" and info["device_type"] == EXT
         assert info["stream"] == stream and info["sync_event"] is True
-        assert t.testdev_peek(e, 8) == bytes([POISON] * 8), "the producer's work is queued"
+        assert t.emulated_peek(e, 8) == bytes([POISON] * 8), "the producer's work is queued"
         assert t.copy_to_host(p) == bytes(range(8)), "waiting for the event runs it"
         assert p.deleted == 2
     finally:
         t.dlpack_set_work_stream(0)
-        t.testdev_destroy_stream(stream)
+        t.emulated_destroy_stream(stream)
     del p, e
 
 
@@ -864,7 +864,7 @@ def test_device_exporter_exports_an_ext_dev_tensor():
 def test_device_tensor_imported_back_through_dlpack():
     e = t.exporter("<i", (2, 3), device=(EXT, 0))
     values = np.arange(6, dtype=np.int32).reshape(2, 3) * 3
-    stream = t.testdev_write(e, values.tobytes())  # queued, with an event
+    stream = t.emulated_write(e, values.tobytes())  # queued, with an event
     try:
         w = DL(e)
         info = t.dlpack_info(w, DEVICE_VIEW)
@@ -879,21 +879,21 @@ def test_device_tensor_imported_back_through_dlpack():
             t.dlpack_info(w, RO)
         assert t.deref_in_child(e) in (signal_segv(), signal_bus())
     finally:
-        t.testdev_destroy_stream(stream)
+        t.emulated_destroy_stream(stream)
     del w, e
 
 
 def test_device_exporter_to_host_with_dl_device():
     e = t.exporter("<h", (4,), device=(EXT, 0))
     values = np.array([1, -2, 3, -4], dtype=np.int16)
-    stream = t.testdev_write(e, values.tobytes())
+    stream = t.emulated_write(e, values.tobytes())
     try:
         a = np.from_dlpack(DL(e), device="cpu")  # dl_device=(1, 0), copy=None: a copy
         assert a.tolist() == values.tolist()
         with pytest.raises(BufferError, match="copy=False"):
             e.__dlpack__(max_version=(1, 3), dl_device=(1, 0), copy=False)
     finally:
-        t.testdev_destroy_stream(stream)
+        t.emulated_destroy_stream(stream)
     del a, e
 
 
@@ -916,7 +916,7 @@ def test_host_exporter_to_device_with_dl_device():
 
 def test_device_exporter_copy_true_on_same_device():
     e = t.exporter("B", (4,), device=(EXT, 0))
-    stream = t.testdev_write(e, b"\x01\x02\x03\x04")
+    stream = t.emulated_write(e, b"\x01\x02\x03\x04")
     try:
         c = e.__dlpack__(max_version=(1, 3), copy=True)
         info = t.capsule_info(c)
@@ -924,7 +924,7 @@ def test_device_exporter_copy_true_on_same_device():
         assert info["data"] != t.inspect(e, DEVICE_VIEW)["buf"]
         del c
     finally:
-        t.testdev_destroy_stream(stream)
+        t.emulated_destroy_stream(stream)
     del e
 
 

@@ -115,9 +115,9 @@ def filled(shape=(2, 3), readonly=False):
 
 @pytest.fixture(autouse=True)
 def no_leaked_device_memory():
-    before = t.testdev_live_allocations()
+    before = t.emulated_live_allocations()
     yield
-    assert t.testdev_live_allocations() == before
+    assert t.emulated_live_allocations() == before
 
 
 def test_the_exporter_type_carries_a_complete_1_3_table():

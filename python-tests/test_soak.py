@@ -266,7 +266,7 @@ def churn():
 @pytest.mark.parametrize("make", ORPHANS, ids=[m.__name__[len("orphan_"):] for m in ORPHANS])
 def test_view_outlives_its_producer(make, end):
     gc.collect()
-    allocations = t.testdev_live_allocations()
+    allocations = t.emulated_live_allocations()
     totals = t.dlpack_totals()
     case = make()  # every reference but the view's is gone with make's frame
     gc.collect()
@@ -278,7 +278,7 @@ def test_view_outlives_its_producer(make, end):
     assert view.copy_to_host() == case.expected
     if case.alive is not None:
         assert case.alive() is not None  # the view keeps it alive
-    assert t.testdev_live_allocations() == allocations + case.allocation
+    assert t.emulated_live_allocations() == allocations + case.allocation
     exported, deleted = t.dlpack_totals()
     assert (exported - totals[0], deleted - totals[1]) == (int(case.dlpack), 0)
     churn()
@@ -294,7 +294,7 @@ def test_view_outlives_its_producer(make, end):
     gc.collect()
     if case.alive is not None:
         assert case.alive() is None  # freed by the release, not kept by a leaked reference
-    assert t.testdev_live_allocations() == allocations
+    assert t.emulated_live_allocations() == allocations
     exported, deleted = t.dlpack_totals()
     assert (exported - totals[0], deleted - totals[1]) == (int(case.dlpack), int(case.dlpack))
     assert t.shared_info()[1] == 0
@@ -304,7 +304,7 @@ def test_many_views_of_one_orphaned_producer_release_in_any_order():
     host = values(256)
     p = t.DLPackProducer(t.to_device(host, DEV0))
     e = t.to_device(host, DEV0)
-    allocations = t.testdev_live_allocations()
+    allocations = t.emulated_live_allocations()
     totals = t.dlpack_totals()
     views = [t.acquire(p, DEVICE_VIEW) for _ in range(50)]
     views += [t.acquire(e, DEVICE_VIEW | t.PYXBUF_BORROW_SHARED) for _ in range(50)]
@@ -318,7 +318,7 @@ def test_many_views_of_one_orphaned_producer_release_in_any_order():
             views[i] = None
     del views
     gc.collect()
-    assert t.testdev_live_allocations() == allocations - 2
+    assert t.emulated_live_allocations() == allocations - 2
     exported, deleted = t.dlpack_totals()
     assert (exported - totals[0], deleted - totals[1]) == (50, 50)
 

@@ -543,9 +543,9 @@ def test_device_exporters_created_copied_and_destroyed_concurrently():
             assert t.inspect(back, RO)["device"] is None
             # A producer "kernel" on its own stream, then a consumer that waits.
             w = t.exporter("B", (16,), device=src)
-            stream = t.testdev_write(w, bytes([i] * 16))
+            stream = t.emulated_write(w, bytes([i] * 16))
             assert t.copy_to_host(w) == bytes([i] * 16)
-            t.testdev_destroy_stream(stream)
+            t.emulated_destroy_stream(stream)
             # Through DLPack and the CAI, on the device.
             p = t.DLPackProducer(moved)
             assert t.copy_to_host(p) == host.tobytes()

@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use pyxbuf::PyXBuffer;
 use pyxbuf_bench::{
-    emulated, exporter, exporter_data, fixtures, note, path_of, register_testdev, setup_python,
+    emulated, exporter, exporter_data, fixtures, note, path_of, register_emulated, setup_python,
     write_notes, DEVICE_VIEW, RECORDS_RO,
 };
 use pyxbuf_sys as sys;
@@ -716,7 +716,7 @@ fn ndim(py: Python<'_>, c: &mut Criterion) -> PyResult<()> {
 }
 
 fn main() {
-    register_testdev();
+    register_emulated();
     let mut c = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(2))

@@ -111,8 +111,8 @@ pub fn path_of(obj: &Bound<'_, PyAny>, flags: i32) -> Result<String, String> {
 }
 
 /// Register the emulated device (`kDLExtDev`, ids 0..4) in this copy of libpyxbuf.
-pub fn register_testdev() {
-    pyxbuf::testdev::register().expect("the emulated device registers");
+pub fn register_emulated() {
+    pyxbuf::emulated::register().expect("the emulated device registers");
 }
 
 /// A `pyxbuf.Exporter` of `format` and `shape` on `device` (None = host).

@@ -1,5 +1,5 @@
-/* testdev.c -- the guarded emulated device (see testdev.h). Built into the
- * tests and the demo as libpyxbuf_testdev, registered through the public
+/* emulated.c -- the guarded emulated device (see emulated.h). Built into the
+ * tests and the demo as libpyxbuf_emulated, registered through the public
  * pyxbuf_backend_register like any third-party backend. */
 #include "device/emulated.h" /* pyxbuf.h, hence Python.h (and _GNU_SOURCE) first */
 
@@ -74,39 +74,39 @@ typedef struct stream {
     op *head, *tail;
 } stream;
 
-static device devices[PYXBUF_TESTDEV_MAX_DEVICES];
+static device devices[PYXBUF_EMULATED_MAX_DEVICES];
 static stream streams[MAX_STREAMS]; /* handle h < DEFAULT_STREAMS: per-device default */
-static stream default_streams[PYXBUF_TESTDEV_MAX_DEVICES];
+static stream default_streams[PYXBUF_EMULATED_MAX_DEVICES];
 static int64_t live_allocations = 0;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int map_device(int32_t id, pyxbuf_error *err) {
     device *d = &devices[id];
     if (d->ready) return 0;
-    int fd = memfd_create("pyxbuf-testdev", MFD_CLOEXEC);
-    if (fd < 0) return td_error(err, PYXBUF_EDEVICE, "testdev: memfd_create failed");
+    int fd = memfd_create("pyxbuf-emulated", MFD_CLOEXEC);
+    if (fd < 0) return td_error(err, PYXBUF_EDEVICE, "emulated: memfd_create failed");
     if (ftruncate(fd, (off_t)DEVICE_BYTES) != 0) {
         close(fd);
-        return td_error(err, PYXBUF_EDEVICE, "testdev: cannot size the memfd");
+        return td_error(err, PYXBUF_EDEVICE, "emulated: cannot size the memfd");
     }
     void *guarded = mmap(NULL, DEVICE_BYTES, PROT_NONE, MAP_SHARED, fd, 0);
     void *backing = mmap(NULL, DEVICE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd); /* the mappings keep the memory */
     if (guarded == MAP_FAILED || backing == MAP_FAILED)
-        return td_error(err, PYXBUF_EDEVICE, "testdev: cannot map device memory");
+        return td_error(err, PYXBUF_EDEVICE, "emulated: cannot map device memory");
     d->guarded = guarded;
     d->backing = backing;
     d->blocks = calloc(1, sizeof(block));
-    if (d->blocks == NULL) return td_error(err, PYXBUF_ENOMEM, "testdev: out of memory");
+    if (d->blocks == NULL) return td_error(err, PYXBUF_ENOMEM, "emulated: out of memory");
     d->blocks->size = DEVICE_BYTES;
     d->ready = 1;
     return 0;
 }
 
 static int check_id(int32_t id, pyxbuf_error *err) {
-    if (id < 0 || id >= PYXBUF_TESTDEV_MAX_DEVICES)
-        return td_error(err, PYXBUF_EDEVICE, "testdev: no emulated device %d (ids are 0..%d)", (int)id,
-                             PYXBUF_TESTDEV_MAX_DEVICES - 1);
+    if (id < 0 || id >= PYXBUF_EMULATED_MAX_DEVICES)
+        return td_error(err, PYXBUF_EDEVICE, "emulated: no emulated device %d (ids are 0..%d)", (int)id,
+                             PYXBUF_EMULATED_MAX_DEVICES - 1);
     return map_device(id, err);
 }
 
@@ -121,11 +121,11 @@ static char *backing_of(int32_t id, const void *p, size_t n) {
 }
 
 static int bad_address(int32_t id, const void *p, size_t n, pyxbuf_error *err) {
-    return td_error(err, PYXBUF_EDEVICE, "testdev: %zu bytes at %p are not memory of emulated device %d", n, p,
+    return td_error(err, PYXBUF_EDEVICE, "emulated: %zu bytes at %p are not memory of emulated device %d", n, p,
                          (int)id);
 }
 
-/* Fresh memory reads as poison (PYXBUF_TESTDEV_POISON), never as leftovers of
+/* Fresh memory reads as poison (PYXBUF_EMULATED_POISON), never as leftovers of
  * an earlier test. The poison is written at the first access of a fresh
  * block, not at allocation: a write that covers the block (to_device's copy)
  * leaves nothing to poison, so a copy to fresh memory is one pass over it,
@@ -139,19 +139,19 @@ static void touch_device(device *d, const char *at, size_t n, int writes) {
         b->fresh = 0;
         char *start = d->backing + b->offset, *end = start + b->size;
         if (!writes) {
-            memset(start, PYXBUF_TESTDEV_POISON, b->size);
+            memset(start, PYXBUF_EMULATED_POISON, b->size);
             continue;
         }
         char *w0 = (char *)(at > start ? at : start), *w1 = (char *)(at + n < end ? at + n : end);
-        memset(start, PYXBUF_TESTDEV_POISON, (size_t)(w0 - start));
-        memset(w1, PYXBUF_TESTDEV_POISON, (size_t)(end - w1));
+        memset(start, PYXBUF_EMULATED_POISON, (size_t)(w0 - start));
+        memset(w1, PYXBUF_EMULATED_POISON, (size_t)(end - w1));
     }
 }
 
 /* touch_device for a backing address of any device (queued operations keep
  * only the address). */
 static void touch(const char *at, size_t n, int writes) {
-    for (int i = 0; i < PYXBUF_TESTDEV_MAX_DEVICES; i++) {
+    for (int i = 0; i < PYXBUF_EMULATED_MAX_DEVICES; i++) {
         device *d = &devices[i];
         if (d->ready && at >= d->backing && at < d->backing + DEVICE_BYTES) {
             touch_device(d, at, n, writes);
@@ -168,11 +168,11 @@ static int td_alloc(void *ctx, int32_t id, size_t n, void **ptr, pyxbuf_error *e
     block *b = rc == 0 ? devices[id].blocks : NULL;
     while (b != NULL && (b->used || b->size < size)) b = b->next;
     if (rc == 0 && b == NULL)
-        rc = td_error(err, PYXBUF_ENOMEM, "testdev: cannot allocate %zu bytes on emulated device %d", n, (int)id);
+        rc = td_error(err, PYXBUF_ENOMEM, "emulated: cannot allocate %zu bytes on emulated device %d", n, (int)id);
     if (rc == 0 && b->size > size) { /* split: the rest stays free */
         block *rest = calloc(1, sizeof *rest);
         if (rest == NULL) {
-            rc = td_error(err, PYXBUF_ENOMEM, "testdev: out of memory");
+            rc = td_error(err, PYXBUF_ENOMEM, "emulated: out of memory");
         } else {
             *rest = (block){b->offset + size, b->size - size, 0, b->next, 0};
             b->size = size;
@@ -193,7 +193,7 @@ static int td_free(void *ctx, int32_t id, void *ptr, pyxbuf_error *err) {
     (void)ctx;
     int rc = -1;
     pthread_mutex_lock(&lock);
-    if (id >= 0 && id < PYXBUF_TESTDEV_MAX_DEVICES && devices[id].ready) {
+    if (id >= 0 && id < PYXBUF_EMULATED_MAX_DEVICES && devices[id].ready) {
         size_t offset = (size_t)((char *)ptr - devices[id].guarded);
         for (block *b = devices[id].blocks; b != NULL; b = b->next) {
             if (b->offset != offset || !b->used) continue;
@@ -211,7 +211,7 @@ static int td_free(void *ctx, int32_t id, void *ptr, pyxbuf_error *err) {
     }
     pthread_mutex_unlock(&lock);
     return rc == 0 ? 0
-                   : td_error(err, PYXBUF_EINVAL, "testdev: %p is not a live allocation of emulated device %d",
+                   : td_error(err, PYXBUF_EINVAL, "emulated: %p is not a live allocation of emulated device %d",
                                    ptr, (int)id);
 }
 
@@ -242,7 +242,7 @@ static void run_op(op *o) {
     case OP_WAIT:
         /* Run every queue until the event has happened: its recording stream
          * is unknown here, so run all (deterministic, and cheap in tests). */
-        for (int i = 0; !o->ev->done && i < PYXBUF_TESTDEV_MAX_DEVICES; i++)
+        for (int i = 0; !o->ev->done && i < PYXBUF_EMULATED_MAX_DEVICES; i++)
             run_stream(&default_streams[i]);
         for (int i = 0; !o->ev->done && i < MAX_STREAMS; i++)
             if (streams[i].used) run_stream(&streams[i]);
@@ -271,7 +271,7 @@ static int enqueue(stream *s, op *o) {
 }
 
 static int no_stream(int32_t id, int64_t handle, pyxbuf_error *err) {
-    return td_error(err, PYXBUF_EDEVICE, "testdev: no stream %lld on emulated device %d",
+    return td_error(err, PYXBUF_EDEVICE, "emulated: no stream %lld on emulated device %d",
                          (long long)handle, (int)id);
 }
 
@@ -351,7 +351,7 @@ static int td_event_record(void *ctx, int32_t id, int64_t handle, void **out, py
     if (rc == 0) {
         ev = calloc(1, sizeof *ev);
         o = calloc(1, sizeof *o);
-        if (ev == NULL || o == NULL) rc = td_error(err, PYXBUF_ENOMEM, "testdev: OOM");
+        if (ev == NULL || o == NULL) rc = td_error(err, PYXBUF_ENOMEM, "emulated: OOM");
     }
     if (rc == 0 && s->head == NULL) {
         /* An idle stream: the event has happened, as a real device says at
@@ -386,7 +386,7 @@ static int td_event_wait(void *ctx, int32_t id, void *ev, int64_t handle, pyxbuf
         return 0;
     }
     if (rc == 0 && (o = calloc(1, sizeof *o)) == NULL)
-        rc = td_error(err, PYXBUF_ENOMEM, "testdev: OOM");
+        rc = td_error(err, PYXBUF_ENOMEM, "emulated: OOM");
     if (rc == 0) {
         ((event *)ev)->refs++;
         *o = (op){OP_WAIT, NULL, NULL, 0, ev, NULL};
@@ -428,7 +428,7 @@ static int td_pointer_query(void *ctx, const void *ptr, pyxbuf_device *out, pyxb
     (void)ctx;
     pthread_mutex_lock(&lock);
     int32_t found = -1;
-    for (int32_t i = 0; i < PYXBUF_TESTDEV_MAX_DEVICES && found < 0; i++)
+    for (int32_t i = 0; i < PYXBUF_EMULATED_MAX_DEVICES && found < 0; i++)
         if (backing_of(i, ptr, 1) != NULL && in_live_block(i, ptr)) found = i;
     pthread_mutex_unlock(&lock);
     if (found < 0)
@@ -439,11 +439,11 @@ static int td_pointer_query(void *ctx, const void *ptr, pyxbuf_device *out, pyxb
     return 0;
 }
 
-int pyxbuf_testdev_register(pyxbuf_error *err) {
+int pyxbuf_emulated_register(pyxbuf_error *err) {
     static const pyxbuf_backend backend = {
         .size = sizeof(pyxbuf_backend),
         .device_type = PYXBUF_DL_EXT_DEV,
-        .name = "pyxbuf.testdev",
+        .name = "pyxbuf.emulated",
         .copy_to_host = td_copy_to_host,
         .copy_from_host = td_copy_from_host,
         .copy_on_device = td_copy_on_device,
@@ -458,21 +458,21 @@ int pyxbuf_testdev_register(pyxbuf_error *err) {
     return pyxbuf_backend_register(&backend, err);
 }
 
-int64_t pyxbuf_testdev_live_allocations(void) {
+int64_t pyxbuf_emulated_live_allocations(void) {
     pthread_mutex_lock(&lock);
     int64_t n = live_allocations;
     pthread_mutex_unlock(&lock);
     return n;
 }
 
-int pyxbuf_testdev_stream_create(int32_t id, int64_t *handle, pyxbuf_error *err) {
+int pyxbuf_emulated_stream_create(int32_t id, int64_t *handle, pyxbuf_error *err) {
     pthread_mutex_lock(&lock);
     int rc = check_id(id, err);
     int slot = -1;
     for (int i = 0; rc == 0 && i < MAX_STREAMS && slot < 0; i++)
         if (!streams[i].used) slot = i;
     if (rc == 0 && slot < 0)
-        rc = td_error(err, PYXBUF_ENOMEM, "testdev: all %d streams are in use",
+        rc = td_error(err, PYXBUF_ENOMEM, "emulated: all %d streams are in use",
                            MAX_STREAMS);
     if (rc == 0) {
         streams[slot] = (stream){1, id, NULL, NULL};
@@ -482,12 +482,12 @@ int pyxbuf_testdev_stream_create(int32_t id, int64_t *handle, pyxbuf_error *err)
     return rc;
 }
 
-int pyxbuf_testdev_stream_destroy(int64_t handle, pyxbuf_error *err) {
+int pyxbuf_emulated_stream_destroy(int64_t handle, pyxbuf_error *err) {
     pthread_mutex_lock(&lock);
     int rc = 0;
     if (handle < DEFAULT_STREAMS || handle >= MAX_STREAMS + DEFAULT_STREAMS ||
         !streams[handle - DEFAULT_STREAMS].used) {
-        rc = td_error(err, PYXBUF_EINVAL, "testdev: no stream %lld to destroy",
+        rc = td_error(err, PYXBUF_EINVAL, "emulated: no stream %lld to destroy",
                            (long long)handle);
     } else {
         stream *s = &streams[handle - DEFAULT_STREAMS];
@@ -498,7 +498,7 @@ int pyxbuf_testdev_stream_destroy(int64_t handle, pyxbuf_error *err) {
     return rc;
 }
 
-int pyxbuf_testdev_enqueue_write(int32_t id, int64_t handle, void *dst, const void *src, size_t n,
+int pyxbuf_emulated_enqueue_write(int32_t id, int64_t handle, void *dst, const void *src, size_t n,
                                  pyxbuf_error *err) {
     pthread_mutex_lock(&lock);
     int rc = check_id(id, err);
@@ -513,7 +513,7 @@ int pyxbuf_testdev_enqueue_write(int32_t id, int64_t handle, void *dst, const vo
         if (o == NULL || data == NULL) {
             free(o);
             free(data);
-            rc = td_error(err, PYXBUF_ENOMEM, "testdev: OOM");
+            rc = td_error(err, PYXBUF_ENOMEM, "emulated: OOM");
         } else {
             memcpy(data, src, n);
             *o = (op){OP_WRITE, b, data, n, NULL, NULL};
@@ -524,19 +524,19 @@ int pyxbuf_testdev_enqueue_write(int32_t id, int64_t handle, void *dst, const vo
     return rc;
 }
 
-int64_t pyxbuf_testdev_pending(int32_t id, int64_t handle) {
+int64_t pyxbuf_emulated_pending(int32_t id, int64_t handle) {
     pthread_mutex_lock(&lock);
     int64_t n = 0;
-    stream *s = id >= 0 && id < PYXBUF_TESTDEV_MAX_DEVICES ? find_stream(id, handle) : NULL;
+    stream *s = id >= 0 && id < PYXBUF_EMULATED_MAX_DEVICES ? find_stream(id, handle) : NULL;
     for (op *o = s ? s->head : NULL; o != NULL; o = o->next) n++;
     pthread_mutex_unlock(&lock);
     return n;
 }
 
-int pyxbuf_testdev_peek(const void *src, void *dst, size_t n, pyxbuf_error *err) {
+int pyxbuf_emulated_peek(const void *src, void *dst, size_t n, pyxbuf_error *err) {
     pthread_mutex_lock(&lock);
     char *b = NULL;
-    for (int32_t i = 0; i < PYXBUF_TESTDEV_MAX_DEVICES && b == NULL; i++) b = backing_of(i, src, n);
+    for (int32_t i = 0; i < PYXBUF_EMULATED_MAX_DEVICES && b == NULL; i++) b = backing_of(i, src, n);
     if (b != NULL) {
         touch(b, n, 0);
         memcpy(dst, b, n);

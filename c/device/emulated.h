@@ -1,4 +1,4 @@
-/* testdev.h -- pyxbuf's guarded emulated device (DLPack kDLExtDev), for tests
+/* emulated.h -- pyxbuf's guarded emulated device (DLPack kDLExtDev), for tests
  * and the demo; never part of the release library.
  *
  * Device memory is one memfd mapped twice: the addresses handed out are in a
@@ -8,8 +8,8 @@
  * only when that stream is synchronised, copied on, or made to wait for an
  * event recorded after the work — so a consumer that skips the wait reads
  * stale data every time. */
-#ifndef PYXBUF_TESTDEV_H
-#define PYXBUF_TESTDEV_H
+#ifndef PYXBUF_EMULATED_H
+#define PYXBUF_EMULATED_H
 
 #include "pyxbuf.h"
 
@@ -17,34 +17,34 @@
 extern "C" {
 #endif
 
-/* Emulated devices have ids 0 .. PYXBUF_TESTDEV_MAX_DEVICES-1. */
-#define PYXBUF_TESTDEV_MAX_DEVICES 4
+/* Emulated devices have ids 0 .. PYXBUF_EMULATED_MAX_DEVICES-1. */
+#define PYXBUF_EMULATED_MAX_DEVICES 4
 /* Every byte of a new allocation, so a read that skipped a wait is always
  * recognisable. */
-#define PYXBUF_TESTDEV_POISON 0xDB
+#define PYXBUF_EMULATED_POISON 0xDB
 
 /* Register the backend for PYXBUF_DL_EXT_DEV (idempotent). Returns 0 or a
  * negative code (mapping failures). */
-int pyxbuf_testdev_register(pyxbuf_error *err);
+int pyxbuf_emulated_register(pyxbuf_error *err);
 
 /* Live allocations across all emulated devices (tests assert 0 at the end). */
-int64_t pyxbuf_testdev_live_allocations(void);
+int64_t pyxbuf_emulated_live_allocations(void);
 
 /* A new stream on `device_id`; streams 0, 1 and 2 are its default stream. */
-int pyxbuf_testdev_stream_create(int32_t device_id, int64_t *stream, pyxbuf_error *err);
-int pyxbuf_testdev_stream_destroy(int64_t stream, pyxbuf_error *err);
+int pyxbuf_emulated_stream_create(int32_t device_id, int64_t *stream, pyxbuf_error *err);
+int pyxbuf_emulated_stream_destroy(int64_t stream, pyxbuf_error *err);
 
 /* A "kernel" that writes n bytes (copied now from src) to device address dst
  * when `stream` runs. */
-int pyxbuf_testdev_enqueue_write(int32_t device_id, int64_t stream, void *dst, const void *src,
+int pyxbuf_emulated_enqueue_write(int32_t device_id, int64_t stream, void *dst, const void *src,
                                  size_t n, pyxbuf_error *err);
 
 /* Operations queued on `stream` that have not run yet. */
-int64_t pyxbuf_testdev_pending(int32_t device_id, int64_t stream);
+int64_t pyxbuf_emulated_pending(int32_t device_id, int64_t stream);
 
 /* Read n bytes at device address src NOW, without running any queue: what a
  * consumer sees if it copies without waiting for the producer's event. */
-int pyxbuf_testdev_peek(const void *src, void *dst, size_t n, pyxbuf_error *err);
+int pyxbuf_emulated_peek(const void *src, void *dst, size_t n, pyxbuf_error *err);
 
 #ifdef __cplusplus
 }

@@ -80,7 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     PyObject *alive = PyWeakref_NewRef(producer, NULL);
     FUZZ_CHECK(alive != NULL, "weakref");
-    int64_t allocations = pyxbuf_testdev_live_allocations();
+    int64_t allocations = pyxbuf_emulated_live_allocations();
 
     pyxbuf_view view;
     int rc = stream_mode == 0 ? pyxbuf_get(producer, &view, request)
@@ -101,6 +101,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     Py_DECREF(producer);
     FUZZ_CHECK(weakref_is_dead(alive), "the producer outlived its last reference");
     Py_DECREF(alive);
-    FUZZ_CHECK(pyxbuf_testdev_live_allocations() == allocations, "emulated allocations leaked");
+    FUZZ_CHECK(pyxbuf_emulated_live_allocations() == allocations, "emulated allocations leaked");
     return 0;
 }

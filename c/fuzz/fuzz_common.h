@@ -94,7 +94,7 @@ static inline void fuzz_start_python(void) {
 #endif
     Py_InitializeEx(0);
     pyxbuf_error err;
-    FUZZ_CHECK(pyxbuf_testdev_register(&err) == 0, "emulated device: %s", err.message);
+    FUZZ_CHECK(pyxbuf_emulated_register(&err) == 0, "emulated device: %s", err.message);
 
     fuzz_mem.host = malloc(FUZZ_REGION);
     fuzz_mem.mirror = malloc(FUZZ_REGION);

@@ -252,7 +252,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     PyObject *producer = spec.route == 2 ? c_producer : py_producer;
     Py_ssize_t refs = Py_REFCNT(producer);
-    int64_t allocations = pyxbuf_testdev_live_allocations();
+    int64_t allocations = pyxbuf_emulated_live_allocations();
     pyxbuf_view view;
     int rc = spec.route == 3 ? pyxbuf_get_stream(producer, &view, spec.request, spec.stream)
                              : pyxbuf_get(producer, &view, spec.request);
@@ -277,7 +277,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(exported == deleted, "%zd tensors exported, %zd deleted", exported, deleted);
     FUZZ_CHECK(Py_REFCNT(producer) == refs, "producer refcount %zd -> %zd", refs,
                Py_REFCNT(producer));
-    FUZZ_CHECK(pyxbuf_testdev_live_allocations() == allocations, "emulated allocations leaked");
+    FUZZ_CHECK(pyxbuf_emulated_live_allocations() == allocations, "emulated allocations leaked");
     for (int i = 0; i < norphans; i++) {
         free(orphans[i]->shape);
         free(orphans[i]->strides);

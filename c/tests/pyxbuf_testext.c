@@ -395,10 +395,10 @@ static PyObject *exporter(PyObject *mod, PyObject *args, PyObject *kwargs) {
 
 static int raise_err(const pyxbuf_error *err) { return pyxbuf_error_raise(err); }
 
-/* testdev_write(exporter, data, offset=0, record=True): a producer "kernel"
+/* emulated_write(exporter, data, offset=0, record=True): a producer "kernel"
  * on its own stream writes data into the exporter's device memory; with
  * record, the exporter gets the event recorded after it. */
-static PyObject *testdev_write(PyObject *mod, PyObject *args) {
+static PyObject *emulated_write(PyObject *mod, PyObject *args) {
     (void)mod;
     PyObject *obj;
     Py_buffer data;
@@ -412,8 +412,8 @@ static PyObject *testdev_write(PyObject *mod, PyObject *args) {
     void *event = NULL;
     pyxbuf_backend b;
     int rc = base && pyxbuf_exporter_device(obj, &d) == 0 ? 0 : -1;
-    if (rc == 0 && (pyxbuf_testdev_stream_create(d.device_id, &stream, &err) < 0 ||
-                    pyxbuf_testdev_enqueue_write(d.device_id, stream, base + offset, data.buf,
+    if (rc == 0 && (pyxbuf_emulated_stream_create(d.device_id, &stream, &err) < 0 ||
+                    pyxbuf_emulated_enqueue_write(d.device_id, stream, base + offset, data.buf,
                                                  (size_t)data.len, &err) < 0 ||
                     (record && (pyxbuf_backend_get(PYXBUF_DL_EXT_DEV, &b, &err) < 0 ||
                                 b.event_record(b.ctx, d.device_id, stream, &event, &err) < 0))))
@@ -424,25 +424,25 @@ static PyObject *testdev_write(PyObject *mod, PyObject *args) {
     return PyLong_FromLongLong(stream);
 }
 
-static PyObject *testdev_destroy_stream(PyObject *mod, PyObject *arg) {
+static PyObject *emulated_destroy_stream(PyObject *mod, PyObject *arg) {
     (void)mod;
     pyxbuf_error err;
     long long stream = PyLong_AsLongLong(arg);
     if (stream == -1 && PyErr_Occurred()) return NULL;
-    if (pyxbuf_testdev_stream_destroy(stream, &err) < 0) return (raise_err(&err), NULL);
+    if (pyxbuf_emulated_stream_destroy(stream, &err) < 0) return (raise_err(&err), NULL);
     Py_RETURN_NONE;
 }
 
-static PyObject *testdev_pending(PyObject *mod, PyObject *args) {
+static PyObject *emulated_pending(PyObject *mod, PyObject *args) {
     (void)mod;
     int id;
     long long stream;
     if (!PyArg_ParseTuple(args, "iL", &id, &stream)) return NULL;
-    return PyLong_FromLongLong(pyxbuf_testdev_pending(id, stream));
+    return PyLong_FromLongLong(pyxbuf_emulated_pending(id, stream));
 }
 
 /* What a consumer that does not wait would read: the device bytes now. */
-static PyObject *testdev_peek(PyObject *mod, PyObject *args) {
+static PyObject *emulated_peek(PyObject *mod, PyObject *args) {
     (void)mod;
     PyObject *obj;
     Py_ssize_t n;
@@ -451,16 +451,16 @@ static PyObject *testdev_peek(PyObject *mod, PyObject *args) {
     if (base == NULL) return NULL;
     PyObject *out = PyBytes_FromStringAndSize(NULL, n);
     pyxbuf_error err;
-    if (out != NULL && pyxbuf_testdev_peek(base, PyBytes_AS_STRING(out), (size_t)n, &err) < 0) {
+    if (out != NULL && pyxbuf_emulated_peek(base, PyBytes_AS_STRING(out), (size_t)n, &err) < 0) {
         Py_DECREF(out);
         return (raise_err(&err), NULL);
     }
     return out;
 }
 
-static PyObject *testdev_live_allocations(PyObject *mod, PyObject *unused) {
+static PyObject *emulated_live_allocations(PyObject *mod, PyObject *unused) {
     (void)mod, (void)unused;
-    return PyLong_FromLongLong(pyxbuf_testdev_live_allocations());
+    return PyLong_FromLongLong(pyxbuf_emulated_live_allocations());
 }
 
 /* Dereference the exporter's first byte in a child process; return the
@@ -825,12 +825,12 @@ static PyMethodDef module_methods[] = {
     {"type_supported_flags", type_supported_flags, METH_VARARGS, "A type's supported mask."},
     {"exporter", (PyCFunction)(void (*)(void))exporter, METH_VARARGS | METH_KEYWORDS,
      "exporter(format, shape, readonly=False) -> pyxbuf.Exporter"},
-    {"testdev_write", testdev_write, METH_VARARGS,
-     "testdev_write(exporter, data, offset=0, record=True) -> producer stream"},
-    {"testdev_destroy_stream", testdev_destroy_stream, METH_O, "Destroy a testdev stream."},
-    {"testdev_pending", testdev_pending, METH_VARARGS, "testdev_pending(device_id, stream)"},
-    {"testdev_peek", testdev_peek, METH_VARARGS, "testdev_peek(exporter, n): bytes now, no wait"},
-    {"testdev_live_allocations", testdev_live_allocations, METH_NOARGS, "Live allocations."},
+    {"emulated_write", emulated_write, METH_VARARGS,
+     "emulated_write(exporter, data, offset=0, record=True) -> producer stream"},
+    {"emulated_destroy_stream", emulated_destroy_stream, METH_O, "Destroy a emulated stream."},
+    {"emulated_pending", emulated_pending, METH_VARARGS, "emulated_pending(device_id, stream)"},
+    {"emulated_peek", emulated_peek, METH_VARARGS, "emulated_peek(exporter, n): bytes now, no wait"},
+    {"emulated_live_allocations", emulated_live_allocations, METH_NOARGS, "Live allocations."},
     {"deref_in_child", deref_in_child, METH_O, "Signal ending a child that reads the memory."},
     {"copy_to_host", copy_to_host, METH_O, "pyxbuf_copy_to_host of obj -> bytes (C order)"},
     {"to_device", to_device, METH_VARARGS, "to_device(obj, (type, id) or None, stream=0, flags=RECORDS_RO|DEVICE)"},
@@ -884,7 +884,7 @@ PyMODINIT_FUNC PyInit__pyxbuf_testext(void) {
         return NULL;
     }
     pyxbuf_error err;
-    if (pyxbuf_testdev_register(&err) < 0) {
+    if (pyxbuf_emulated_register(&err) < 0) {
         Py_DECREF(m);
         return (pyxbuf_error_raise(&err), NULL);
     }

@@ -13,7 +13,7 @@ static const pyxbuf_device host = {PYXBUF_DL_CPU, 0};
 
 static void setup(void) {
     pyxbuf_error err;
-    CHECK(pyxbuf_testdev_register(&err) == 0);
+    CHECK(pyxbuf_emulated_register(&err) == 0);
 }
 
 TEST_CASE(device_names_and_formatting) {
@@ -117,7 +117,7 @@ TEST_CASE(host_dereference_of_emulated_memory_crashes) {
     /* The backend reads the same bytes through its own mapping. */
     unsigned char byte = 0;
     CHECK(b.copy_to_host(b.ctx, 0, &byte, p, 1, PYXBUF_STREAM_DEFAULT, NULL) == 0);
-    CHECK_INT_EQ(byte, PYXBUF_TESTDEV_POISON);
+    CHECK_INT_EQ(byte, PYXBUF_EMULATED_POISON);
     CHECK(b.free(b.ctx, 0, p, NULL) == 0);
 }
 
@@ -129,9 +129,9 @@ TEST_CASE(events_order_work_across_streams) {
     void *p = NULL, *event = NULL;
     int64_t producer = 0, consumer = 0;
     CHECK(b.alloc(b.ctx, 0, 4, &p, &err) == 0);
-    CHECK(pyxbuf_testdev_stream_create(0, &producer, &err) == 0);
-    CHECK(pyxbuf_testdev_stream_create(0, &consumer, &err) == 0);
-    CHECK(pyxbuf_testdev_enqueue_write(0, producer, p, "DATA", 4, &err) == 0);
+    CHECK(pyxbuf_emulated_stream_create(0, &producer, &err) == 0);
+    CHECK(pyxbuf_emulated_stream_create(0, &consumer, &err) == 0);
+    CHECK(pyxbuf_emulated_enqueue_write(0, producer, p, "DATA", 4, &err) == 0);
     CHECK(b.event_record(b.ctx, 0, producer, &event, &err) == 0);
     char out[4];
     /* Copy on the consumer stream without waiting: stale, every time. */
@@ -142,10 +142,10 @@ TEST_CASE(events_order_work_across_streams) {
     CHECK(b.event_wait(b.ctx, 0, event, consumer, &err) == 0);
     CHECK(b.copy_to_host(b.ctx, 0, out, p, 4, consumer, &err) == 0);
     CHECK(memcmp(out, "DATA", 4) == 0);
-    CHECK_INT_EQ(pyxbuf_testdev_pending(0, producer), 0);
+    CHECK_INT_EQ(pyxbuf_emulated_pending(0, producer), 0);
     CHECK(b.event_destroy(b.ctx, 0, event, &err) == 0);
-    CHECK(pyxbuf_testdev_stream_destroy(producer, &err) == 0);
-    CHECK(pyxbuf_testdev_stream_destroy(consumer, &err) == 0);
+    CHECK(pyxbuf_emulated_stream_destroy(producer, &err) == 0);
+    CHECK(pyxbuf_emulated_stream_destroy(consumer, &err) == 0);
     CHECK(b.free(b.ctx, 0, p, &err) == 0);
 }
 
@@ -167,7 +167,7 @@ TEST_CASE(emulated_device_refuses_bad_addresses) {
 
 TEST_CASE(to_device_round_trip_and_no_leaks) {
     setup();
-    int64_t live = pyxbuf_testdev_live_allocations();
+    int64_t live = pyxbuf_emulated_live_allocations();
     PyObject *a = py_eval("bytes(range(48))");
     pyxbuf_view v;
     CHECK(pyxbuf_get(a, &v, PyBUF_RECORDS_RO | PYXBUF_DEVICE) == 0);
@@ -183,13 +183,13 @@ TEST_CASE(to_device_round_trip_and_no_leaks) {
     PyObject *back = pyxbuf_to_device(&v, &host, PYXBUF_STREAM_DEFAULT);
     pyxbuf_release(&v);
     CHECK(back != NULL && memcmp(pyxbuf_exporter_data(back), PyBytes_AS_STRING(a), 48) == 0);
-    CHECK_INT_EQ(pyxbuf_testdev_live_allocations(), live + 2);
+    CHECK_INT_EQ(pyxbuf_emulated_live_allocations(), live + 2);
     Py_XDECREF(back);
     Py_XDECREF(same);
     Py_XDECREF(on1);
     Py_XDECREF(on0);
     Py_DECREF(a);
-    CHECK_INT_EQ(pyxbuf_testdev_live_allocations(), live);
+    CHECK_INT_EQ(pyxbuf_emulated_live_allocations(), live);
 }
 
 TEST_CASE(same_device_and_host_only_refusals) {

@@ -209,8 +209,8 @@ static PyObject *switch_interval(double seconds) {
 
 TEST_CASE(acquisition_from_8_threads) {
     pyxbuf_error err;
-    CHECK(pyxbuf_testdev_register(&err) == 0);
-    int64_t live = pyxbuf_testdev_live_allocations();
+    CHECK(pyxbuf_emulated_register(&err) == 0);
+    int64_t live = pyxbuf_emulated_live_allocations();
     producers p = {0};
     p.numpy = py_eval("__import__('numpy').arange(48, dtype='float64').reshape(6, 8)");
     if (p.numpy == NULL) {
@@ -251,7 +251,7 @@ TEST_CASE(acquisition_from_8_threads) {
     Py_DECREF(p.python);
     Py_DECREF(p.exporter);
     Py_DECREF(p.device);
-    CHECK_INT_EQ(pyxbuf_testdev_live_allocations(), live);
+    CHECK_INT_EQ(pyxbuf_emulated_live_allocations(), live);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -887,8 +887,8 @@ static void fill(unsigned char *p, size_t n, int seed) {
  * download and compare; every pointer is where the backend says. */
 static void device_round(int index, int round, int64_t stream, const pyxbuf_backend *td) {
     pyxbuf_error err;
-    int32_t a_id = index % PYXBUF_TESTDEV_MAX_DEVICES;
-    int32_t b_id = (index + 1) % PYXBUF_TESTDEV_MAX_DEVICES;
+    int32_t a_id = index % PYXBUF_EMULATED_MAX_DEVICES;
+    int32_t b_id = (index + 1) % PYXBUF_EMULATED_MAX_DEVICES;
     size_t n = 256 + 64 * (size_t)index + (size_t)round;
     unsigned char src[1024], dst[1024];
     fill(src, n, index * DEVICE_ROUNDS + round);
@@ -919,11 +919,11 @@ static void *device_worker(void *arg) {
     pthread_barrier_wait(w->start);
     /* Idempotent; the first of these calls in the process also registers the
      * built-in backends (a pthread_once raced by all eight). */
-    TCHECK(pyxbuf_testdev_register(&err) == 0);
+    TCHECK(pyxbuf_emulated_register(&err) == 0);
     pyxbuf_backend td, b;
     TCHECK(pyxbuf_backend_get(PYXBUF_DL_EXT_DEV, &td, &err) == 0);
     int64_t stream = 0;
-    TCHECK(pyxbuf_testdev_stream_create(w->index % PYXBUF_TESTDEV_MAX_DEVICES, &stream, &err) == 0);
+    TCHECK(pyxbuf_emulated_stream_create(w->index % PYXBUF_EMULATED_MAX_DEVICES, &stream, &err) == 0);
     const pyxbuf_backend fake = {
         .size = sizeof(pyxbuf_backend),
         .device_type = FAKE_TYPE + w->index % 2,
@@ -949,19 +949,19 @@ static void *device_worker(void *arg) {
         if (round % 5 == 4) pyxbuf_backend_unregister(fake.device_type);
         device_round(w->index, round, stream, &td);
     }
-    TCHECK(pyxbuf_testdev_stream_destroy(stream, &err) == 0);
+    TCHECK(pyxbuf_emulated_stream_destroy(stream, &err) == 0);
     return NULL;
 }
 
 TEST_CASE(device_registry_from_8_threads) {
     /* No registry call before the threads: they race its initialisation. */
     run_threads(device_worker, NULL);
-    CHECK_INT_EQ(pyxbuf_testdev_live_allocations(), 0);
+    CHECK_INT_EQ(pyxbuf_emulated_live_allocations(), 0);
     pyxbuf_backend_unregister(FAKE_TYPE);
     pyxbuf_backend_unregister(FAKE_TYPE + 1);
     pyxbuf_backend b;
     CHECK(pyxbuf_backend_get(PYXBUF_DL_EXT_DEV, &b, NULL) == 0);
-    CHECK_STR_EQ(b.name, "pyxbuf.testdev");
+    CHECK_STR_EQ(b.name, "pyxbuf.emulated");
 }
 
 /* ------------------------------------------------------------------------- */

@@ -98,14 +98,14 @@ static PyObject *bridge_view(PyObject *mod, PyObject *args, PyObject *kwargs) {
     return d;
 }
 
-/* testdev_stream(device_id=0) -> a new emulated-device stream. */
-static PyObject *testdev_stream(PyObject *mod, PyObject *args) {
+/* emulated_stream(device_id=0) -> a new emulated-device stream. */
+static PyObject *emulated_stream(PyObject *mod, PyObject *args) {
     (void)mod;
     int id = 0;
     if (!PyArg_ParseTuple(args, "|i", &id)) return NULL;
     int64_t stream;
     pyxbuf_error err;
-    if (pyxbuf_testdev_stream_create(id, &stream, &err) < 0) return (pyxbuf_error_raise(&err), NULL);
+    if (pyxbuf_emulated_stream_create(id, &stream, &err) < 0) return (pyxbuf_error_raise(&err), NULL);
     return PyLong_FromLongLong(stream);
 }
 
@@ -132,9 +132,9 @@ static PyObject *stream_sync(PyObject *mod, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* testdev_peek_at(address, n) -> the bytes of emulated-device memory now,
+/* emulated_peek_at(address, n) -> the bytes of emulated-device memory now,
  * running no queue. */
-static PyObject *testdev_peek_at(PyObject *mod, PyObject *args) {
+static PyObject *emulated_peek_at(PyObject *mod, PyObject *args) {
     (void)mod;
     PyObject *addr;
     Py_ssize_t n;
@@ -143,7 +143,7 @@ static PyObject *testdev_peek_at(PyObject *mod, PyObject *args) {
     if (p == NULL && PyErr_Occurred()) return NULL;
     PyObject *out = PyBytes_FromStringAndSize(NULL, n);
     pyxbuf_error err;
-    if (out != NULL && pyxbuf_testdev_peek(p, PyBytes_AS_STRING(out), (size_t)n, &err) < 0) {
+    if (out != NULL && pyxbuf_emulated_peek(p, PyBytes_AS_STRING(out), (size_t)n, &err) < 0) {
         Py_DECREF(out);
         return (pyxbuf_error_raise(&err), NULL);
     }
@@ -172,7 +172,7 @@ static PyObject *wait_and_peek(PyObject *mod, PyObject *args) {
                     b.synchronize(b.ctx, dev.device_id, stream, &err) < 0))
         rc = pyxbuf_error_raise(&err);
     if (rc == 0) out = PyBytes_FromStringAndSize(NULL, v.base.len);
-    if (out != NULL && pyxbuf_testdev_peek(v.base.buf, PyBytes_AS_STRING(out), (size_t)v.base.len,
+    if (out != NULL && pyxbuf_emulated_peek(v.base.buf, PyBytes_AS_STRING(out), (size_t)v.base.len,
                                            &err) < 0) {
         Py_CLEAR(out);
         pyxbuf_error_raise(&err);
@@ -200,10 +200,10 @@ static PyObject *cycle_stream(PyObject *mod, PyObject *args) {
 static PyMethodDef bridge_methods[] = {
     {"bridge_view", (PyCFunction)(void (*)(void))bridge_view, METH_VARARGS | METH_KEYWORDS,
      "bridge_view(obj, flags=RECORDS_RO|DEVICE, consumer_stream=None) -> dict with device info"},
-    {"testdev_stream", testdev_stream, METH_VARARGS, "testdev_stream(device_id=0) -> stream"},
+    {"emulated_stream", emulated_stream, METH_VARARGS, "emulated_stream(device_id=0) -> stream"},
     {"stream_sync", stream_sync, METH_VARARGS, "stream_sync((type, id), stream): run the stream"},
-    {"testdev_peek_at", testdev_peek_at, METH_VARARGS,
-     "testdev_peek_at(address, n) -> emulated-device bytes now, no wait"},
+    {"emulated_peek_at", emulated_peek_at, METH_VARARGS,
+     "emulated_peek_at(address, n) -> emulated-device bytes now, no wait"},
     {"wait_and_peek", wait_and_peek, METH_VARARGS,
      "wait_and_peek(obj, consumer_stream, wait=True) -> bytes read on that stream"},
     {"cycle_stream", cycle_stream, METH_VARARGS,

@@ -2,7 +2,7 @@
 //! and the test-only emulated device `c/device/emulated.c`) into
 //! a static library with the `cc` crate, so every crate that links
 //! pyxbuf-sys carries its own private copy (PYXBUF_STATIC: nothing exported).
-//! The `testdev` feature adds `c/device/emulated.c`, the guarded emulated device.
+//! The `emulated-device` feature adds `c/device/emulated.c`, the guarded emulated device.
 //!
 //! `c/` and `include/` in this crate are symbolic links to the repository's
 //! `c/` and `include/`: one copy of the sources, which `cargo package`
@@ -58,9 +58,9 @@ fn python_include() -> String {
 
 /// The library's C sources: every `.c` file under `c/` (the layer folders
 /// and `c/acquire.c`), sorted, except the C tests and fuzzers (`c/tests`,
-/// `c/fuzz`) and, without the `testdev` feature, the emulated device
+/// `c/fuzz`) and, without the `emulated-device` feature, the emulated device
 /// (`c/device/emulated.c`). New files are picked up by themselves.
-fn c_sources(c_dir: &Path, with_testdev: bool) -> Vec<PathBuf> {
+fn c_sources(c_dir: &Path, with_emulated: bool) -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         let entries = std::fs::read_dir(dir)
             .unwrap_or_else(|e| panic!("pyxbuf-sys: cannot read {}: {e}", dir.display()));
@@ -76,7 +76,7 @@ fn c_sources(c_dir: &Path, with_testdev: bool) -> Vec<PathBuf> {
     let mut files = Vec::new();
     walk(c_dir, &mut files);
     let emulated = c_dir.join("device").join("emulated.c");
-    files.retain(|p| with_testdev || *p != emulated);
+    files.retain(|p| with_emulated || *p != emulated);
     files.sort();
     files
 }
@@ -90,7 +90,7 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=PYO3_PYTHON");
 
-    let with_testdev = env::var_os("CARGO_FEATURE_TESTDEV").is_some();
+    let with_emulated = env::var_os("CARGO_FEATURE_EMULATED_DEVICE").is_some();
     let py_include = python_include();
     let mut build = cc::Build::new();
     build
@@ -104,7 +104,7 @@ fn main() {
         .flag_if_supported("-fno-semantic-interposition")
         // cc enables -Wall -Wextra; the CMake build is the one that runs -Werror.
         .warnings(true);
-    for file in c_sources(&c_dir, with_testdev) {
+    for file in c_sources(&c_dir, with_emulated) {
         build.file(file);
     }
     build.compile("pyxbuf");

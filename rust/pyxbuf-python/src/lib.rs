@@ -398,7 +398,7 @@ fn abi_version() -> u32 {
 #[pyo3(name = "pyxbuf")]
 fn pyxbuf_python(m: &Bound<'_, PyModule>) -> PyResult<()> {
     #[cfg(feature = "emulated-device")]
-    pyxbuf::testdev::register()?;
+    pyxbuf::emulated::register()?;
     m.add_function(wrap_pyfunction!(inspect, m)?)?;
     m.add_function(wrap_pyfunction!(to_device, m)?)?;
     m.add_function(wrap_pyfunction!(from_dlpack, m)?)?;

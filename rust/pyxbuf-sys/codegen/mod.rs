@@ -1,4 +1,4 @@
-//! How `src/bindings.rs` and `src/testdev_bindings.rs` are generated from the
+//! How `src/bindings.rs` and `src/emulated_bindings.rs` are generated from the
 //! C headers. Shared by `examples/regenerate.rs` (writes the files, run by
 //! `make bindings`) and `tests/bindings_up_to_date.rs` (regenerates and fails
 //! on any difference). Both need libclang at run time; nothing else does.
@@ -19,8 +19,8 @@ pub fn bindings_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src/bindings.rs")
 }
 
-pub fn testdev_bindings_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src/testdev_bindings.rs")
+pub fn emulated_bindings_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src/emulated_bindings.rs")
 }
 
 /// The Python include directory of the interpreter PYO3_PYTHON names (else
@@ -67,7 +67,7 @@ impl ParseCallbacks for MacroTypes {
                 is_signed: false,
             },
             "PYXBUF_STREAM_DEFAULT" | "PYXBUF_STREAM_NONE" => IntKind::I64,
-            "PYXBUF_TESTDEV_POISON" => IntKind::U8,
+            "PYXBUF_EMULATED_POISON" => IntKind::U8,
             n if n.starts_with("PYXBUF_DL_FLAG_") => IntKind::U64,
             _ => IntKind::I32,
         };
@@ -133,8 +133,8 @@ pub fn generate_main() -> Result<String, String> {
         .allowlist_function("pyxbuf_.*")
         .allowlist_type("pyxbuf_.*")
         .allowlist_var("PYXBUF_.*")
-        .blocklist_function("pyxbuf_testdev_.*")
-        .blocklist_var("PYXBUF_TESTDEV_.*")
+        .blocklist_function("pyxbuf_emulated_.*")
+        .blocklist_var("PYXBUF_EMULATED_.*")
         // Only pyxbuf's own items: CPython's (Py_buffer, PyObject, ...) are
         // pyo3-ffi's, and blocklisting alone still lets bindgen walk into
         // PyTypeObject's members and emit them.
@@ -142,13 +142,13 @@ pub fn generate_main() -> Result<String, String> {
     render(b, "include/pyxbuf.h")
 }
 
-/// The bindings of c/device/emulated.h (the `testdev` feature): only its own items,
+/// The bindings of c/device/emulated.h (the `emulated-device` feature): only its own items,
 /// the rest comes from the main bindings.
-pub fn generate_testdev() -> Result<String, String> {
+pub fn generate_emulated() -> Result<String, String> {
     let header = sources_root().join("c/device/emulated.h");
     let b = builder(&header)?
-        .allowlist_function("pyxbuf_testdev_.*")
-        .allowlist_var("PYXBUF_TESTDEV_.*")
+        .allowlist_function("pyxbuf_emulated_.*")
+        .allowlist_var("PYXBUF_EMULATED_.*")
         .allowlist_recursively(false);
     render(b, "c/device/emulated.h")
 }

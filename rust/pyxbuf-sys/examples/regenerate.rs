@@ -1,4 +1,4 @@
-//! Regenerate `src/bindings.rs` and `src/testdev_bindings.rs` from the C
+//! Regenerate `src/bindings.rs` and `src/emulated_bindings.rs` from the C
 //! headers (needs libclang): `make bindings`, or
 //! `PYO3_PYTHON=.venv/bin/python cargo run -p pyxbuf-sys --example regenerate`.
 
@@ -13,8 +13,8 @@ fn main() {
     let outputs = [
         (codegen::bindings_path(), codegen::generate_main()),
         (
-            codegen::testdev_bindings_path(),
-            codegen::generate_testdev(),
+            codegen::emulated_bindings_path(),
+            codegen::generate_emulated(),
         ),
     ];
     for (path, text) in outputs {

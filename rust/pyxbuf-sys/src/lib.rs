@@ -46,17 +46,17 @@ pub use bindings::*;
 
 /// The guarded emulated device (DLPack `kDLExtDev`, `c/device/emulated.h`): device
 /// memory the host cannot dereference and streams that run only when
-/// synchronised. **Tests only** — compiled in by the `testdev` feature, never
+/// synchronised. **Tests only** — compiled in by the `emulated-device` feature, never
 /// part of a release build.
 ///
 /// ```
-/// # #[cfg(feature = "testdev")] {
+/// # #[cfg(feature = "emulated-device")] {
 /// // Register the backend once; afterwards PYXBUF_DL_EXT_DEV devices work.
-/// let rc = unsafe { pyxbuf_sys::testdev::pyxbuf_testdev_register(std::ptr::null_mut()) };
+/// let rc = unsafe { pyxbuf_sys::emulated::pyxbuf_emulated_register(std::ptr::null_mut()) };
 /// assert_eq!(rc, 0);
 /// # }
 /// ```
-#[cfg(feature = "testdev")]
+#[cfg(feature = "emulated-device")]
 #[allow(
     non_camel_case_types,
     non_upper_case_globals,
@@ -65,7 +65,7 @@ pub use bindings::*;
     clippy::all,
     rustdoc::all
 )]
-pub mod testdev {
+pub mod emulated {
     use crate::pyxbuf_error;
-    include!("testdev_bindings.rs");
+    include!("emulated_bindings.rs");
 }

@@ -43,7 +43,7 @@ fn committed_bindings_match_the_headers() {
     }
     check(codegen::bindings_path(), codegen::generate_main());
     check(
-        codegen::testdev_bindings_path(),
-        codegen::generate_testdev(),
+        codegen::emulated_bindings_path(),
+        codegen::generate_emulated(),
     );
 }

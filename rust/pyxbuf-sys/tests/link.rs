@@ -76,12 +76,12 @@ fn exporter_round_trip_in_an_embedded_interpreter() {
     }
 }
 
-#[cfg(feature = "testdev")]
+#[cfg(feature = "emulated-device")]
 #[test]
-fn testdev_registers() {
+fn emulated_registers() {
     let mut err = pyxbuf_error::default();
     // SAFETY: registration needs no GIL; err outlives the call.
-    let rc = unsafe { testdev::pyxbuf_testdev_register(&mut err) };
+    let rc = unsafe { emulated::pyxbuf_emulated_register(&mut err) };
     assert_eq!(rc, 0);
     let mut b = MaybeUninit::<pyxbuf_backend>::zeroed();
     // SAFETY: out-pointer valid for the call.

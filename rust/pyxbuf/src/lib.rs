@@ -184,8 +184,8 @@
 //!
 //! # Features
 //!
-//! - `testdev`: compile pyxbuf's guarded emulated device into the library
-//!   and expose the `testdev` module (tests only).
+//! - `emulated`: compile pyxbuf's guarded emulated device into the library
+//!   and expose the `emulated` module (tests only).
 //! - `ndarray`: `PyXBuffer::as_array` / `PyXBuffer::as_array_mut`,
 //!   `ndarray` views of borrowed host memory (strided, negative strides
 //!   included), under the same grants as the slices (documented on docs.rs,
@@ -198,8 +198,8 @@ mod buffer;
 mod device;
 mod element;
 pub mod export;
-#[cfg(feature = "testdev")]
-pub mod testdev;
+#[cfg(feature = "emulated-device")]
+pub mod emulated;
 
 pub use buffer::{
     BorrowMode, Exclusive, Grants, Path, PyXBuffer, PyXBufferOwned, PyXUntypedBuffer, ReadOnlyCell,

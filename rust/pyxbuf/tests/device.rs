@@ -1,6 +1,6 @@
-//! The device path on pyxbuf's guarded emulated device (`--features testdev`):
+//! The device path on pyxbuf's guarded emulated device (`--features emulated`):
 //! acquisition, device(), device_ptr(), copies, to_device, refusals.
-#![cfg(feature = "testdev")]
+#![cfg(feature = "emulated-device")]
 
 mod common;
 
@@ -13,7 +13,7 @@ const EMU: Device = Device::Emulated { id: 0 };
 
 /// A float32 array of `values` on the emulated device.
 fn on_device<'py>(py: Python<'py>, values: &[f32], shape: &[usize]) -> Bound<'py, PyAny> {
-    pyxbuf::testdev::register().unwrap();
+    pyxbuf::emulated::register().unwrap();
     let host = pyxbuf::export::new_exporter::<f32>(py, shape, Device::Cpu).unwrap();
     PyXBuffer::<f32, Exclusive>::get(&host)
         .unwrap()
@@ -110,7 +110,7 @@ fn exclusive_device_borrows() {
 #[test]
 fn device_bfloat16_and_numpy_round_trip() {
     Python::attach(|py| {
-        pyxbuf::testdev::register().unwrap();
+        pyxbuf::emulated::register().unwrap();
         let a = eval(
             py,
             "np.arange(6, dtype=np.float64).reshape(2, 3)[:, ::2]",
@@ -143,7 +143,7 @@ fn device_bfloat16_and_numpy_round_trip() {
 #[test]
 fn foreign_device_sync_is_unknown_not_ready() {
     Python::attach(|py| {
-        pyxbuf::testdev::register().unwrap();
+        pyxbuf::emulated::register().unwrap();
         let ready = pyxbuf::export::new_exporter::<f32>(py, &[2], EMU).unwrap();
         let buf = PyXBuffer::<f32>::request().device().get(&ready).unwrap();
         assert_eq!(buf.device_ptr().unwrap().sync_event(), SyncEvent::Ready);
@@ -218,11 +218,11 @@ fn pending_write(dev: &Bound<'_, PyAny>, values: &[f32]) -> i64 {
     unsafe {
         let data = pyxbuf::sys::pyxbuf_exporter_data(dev.as_ptr());
         assert_eq!(
-            pyxbuf::sys::testdev::pyxbuf_testdev_stream_create(0, &mut stream, &mut err),
+            pyxbuf::sys::emulated::pyxbuf_emulated_stream_create(0, &mut stream, &mut err),
             0
         );
         let n = std::mem::size_of_val(values);
-        let rc = pyxbuf::sys::testdev::pyxbuf_testdev_enqueue_write(
+        let rc = pyxbuf::sys::emulated::pyxbuf_emulated_enqueue_write(
             0,
             stream,
             data,
@@ -255,7 +255,7 @@ fn read_on_own_stream(buf: &PyXBuffer<'_, f32>) -> Vec<f32> {
     // exactly the view's bytes (a C-contiguous exporter).
     unsafe {
         assert_eq!(
-            pyxbuf::sys::testdev::pyxbuf_testdev_stream_create(0, &mut own, &mut err),
+            pyxbuf::sys::emulated::pyxbuf_emulated_stream_create(0, &mut own, &mut err),
             0
         );
         if let SyncEvent::Event(e) = ptr.sync_event() {
@@ -276,7 +276,7 @@ fn read_on_own_stream(buf: &PyXBuffer<'_, f32>) -> Vec<f32> {
         );
         assert_eq!(rc, 0);
         assert_eq!(
-            pyxbuf::sys::testdev::pyxbuf_testdev_stream_destroy(own, &mut err),
+            pyxbuf::sys::emulated::pyxbuf_emulated_stream_destroy(own, &mut err),
             0
         );
     }
@@ -318,7 +318,7 @@ fn a_consumer_on_its_own_stream_that_trusts_the_sync_event_reads_current_data() 
         for s in [producer, producer2] {
             // SAFETY: streams this test created.
             assert_eq!(
-                unsafe { pyxbuf::sys::testdev::pyxbuf_testdev_stream_destroy(s, &mut err) },
+                unsafe { pyxbuf::sys::emulated::pyxbuf_emulated_stream_destroy(s, &mut err) },
                 0
             );
         }

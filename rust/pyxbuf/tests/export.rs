@@ -194,7 +194,7 @@ fn read_only_exports() {
     });
 }
 
-#[cfg(feature = "testdev")]
+#[cfg(feature = "emulated-device")]
 mod device_export {
     use super::*;
     use pyxbuf::export::DeviceInfo;
@@ -259,8 +259,8 @@ mod device_export {
 
     #[test]
     fn pyclass_exports_device_memory() {
-        pyxbuf::testdev::register().unwrap();
-        let live = pyxbuf::testdev::live_allocations();
+        pyxbuf::emulated::register().unwrap();
+        let live = pyxbuf::emulated::live_allocations();
         Python::attach(|py| {
             let b = backend();
             let mut ptr = std::ptr::null_mut();
@@ -338,7 +338,7 @@ mod device_export {
             drop(v);
             run(py, "import gc; gc.collect()", &[]);
         });
-        assert_eq!(pyxbuf::testdev::live_allocations(), live);
+        assert_eq!(pyxbuf::emulated::live_allocations(), live);
     }
 }
 

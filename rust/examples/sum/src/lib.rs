@@ -122,7 +122,7 @@ fn zeros_f32(py: Python<'_>, n: usize) -> PyResult<Bound<'_, PyAny>> {
 #[cfg(feature = "emulated-device")]
 #[pyfunction]
 fn to_emulated_device<'py>(x: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    pyxbuf::testdev::register()?;
+    pyxbuf::emulated::register()?;
     let device = Device::Emulated { id: 0 };
     // Any item type: to_device copies bytes and keeps the format.
     PyXUntypedBuffer::get(x)?.to_device(device)

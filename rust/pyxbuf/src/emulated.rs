@@ -1,6 +1,6 @@
 //! The guarded emulated device (DLPack `kDLExtDev`) for tests: device memory
 //! that faults when the host dereferences it, and streams that run only
-//! when synchronised. Compiled in by the `testdev` feature; never enable it
+//! when synchronised. Compiled in by the `emulated-device` feature; never enable it
 //! in a release build.
 
 use pyo3::exceptions::PyRuntimeError;
@@ -13,7 +13,7 @@ use pyxbuf_sys as sys;
 /// ```
 /// use pyo3::prelude::*;
 /// use pyxbuf::{Device, PyXBuffer};
-/// pyxbuf::testdev::register().unwrap();
+/// pyxbuf::emulated::register().unwrap();
 /// Python::attach(|py| -> PyResult<()> {
 ///     let host = pyo3::types::PyBytes::new(py, &[1, 2, 3, 4]);
 ///     let on_device = PyXBuffer::<u8>::get(&host)?.to_device(Device::Emulated { id: 0 })?;
@@ -28,7 +28,7 @@ use pyxbuf_sys as sys;
 pub fn register() -> PyResult<()> {
     let mut err = sys::pyxbuf_error::default();
     // SAFETY: registration needs no GIL; `err` outlives the call.
-    let rc = unsafe { sys::testdev::pyxbuf_testdev_register(&mut err) };
+    let rc = unsafe { sys::emulated::pyxbuf_emulated_register(&mut err) };
     if rc == 0 {
         return Ok(());
     }
@@ -47,5 +47,5 @@ pub fn register() -> PyResult<()> {
 /// Live allocations on all emulated devices (tests assert 0 at the end).
 pub fn live_allocations() -> i64 {
     // SAFETY: a counter read under the backend's lock.
-    unsafe { sys::testdev::pyxbuf_testdev_live_allocations() }
+    unsafe { sys::emulated::pyxbuf_emulated_live_allocations() }
 }
