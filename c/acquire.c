@@ -1,12 +1,14 @@
-/* view.c -- acquisition and release of extended views, supported-flags
- * lookups, and validation of what producers hand back.
- *
- * pyxbuf_get tries the object's native extended buffer (its type advertises
- * extended flags), else its classic buffer, then -- when it has none or the
- * classic buffer cannot describe the object -- the bridges (DLPack,
- * __cuda_array_interface__, __array_interface__) through acquire_by_bridges()
- * and release_by_bridge(). DESIGN.md lists the classic buffer after the CUDA
- * Array Interface; trying it first keeps classic CPU arrays on the fast path. */
+/* acquire.c -- pyxbuf_get and pyxbuf_release, the dispatcher above the
+ * bridges: supported and required flags (and the per-type cache of them),
+ * then the first protocol that applies -- the object's native extended buffer
+ * (its type advertises extended flags), else its classic buffer (the fast
+ * path), then, when it has none or the classic buffer cannot describe the
+ * object, the bridges in order (bridges/bridges.h: DLPack, its C exchange
+ * table first; __cuda_array_interface__; __array_interface__) -- and the
+ * validation of what producers hand back. A bridge reports by return value
+ * (1 acquired, 0 not mine, -1 refused); nothing here is called back.
+ * DESIGN.md lists the classic buffer after the CUDA Array Interface; trying
+ * it first keeps classic CPU arrays on the fast path. */
 
 #include "bridges/bridges.h"
 #include "borrow/borrow.h"
@@ -438,7 +440,7 @@ static int validate_extended(pyxbuf_view *view, PyObject *obj, int32_t passed) {
     if (view->ext_flags & ~allowed)
         return refuse_answer(view, obj, "it granted a borrow that was not requested (ext_flags)",
                              passed_ext);
-    /* A grant counts only with its request bit in `flags` (borrow.c's grant()
+    /* A grant counts only with its request bit in `flags` (counter.c's grant()
      * sets both): EXCLUSIVE needs BORROW_EXCLUSIVE, SHARED either borrow bit. */
     int32_t backed = allowed_grants(view->flags);
     if (view->ext_flags & ~backed)
@@ -490,7 +492,7 @@ static Py_ssize_t native_code_size(const char *format) {
  * the shape (the Rust layer) and copies by len; a producer whose two answers
  * differ would send one of them past the memory. The classic path does not
  * pay for this loop: CPython's and NumPy's buffers are consistent, and the
- * copy functions check again (check_copy_size in device.c). */
+ * copy functions check again (pyxbuf__check_copy_size in device/view_device.c). */
 static int validate_native_layout(pyxbuf_view *view, PyObject *obj, int32_t passed) {
     const Py_buffer *b = &view->base;
     char why[200];

@@ -29,7 +29,8 @@ int pyxbuf__checked_span(int ndim, const Py_ssize_t *shape, const Py_ssize_t *st
         Py_ssize_t n = shape[i], s = strides ? strides[i] : expected, extent;
         if (!strides && !PYXBUF__MUL_OK(expected, n, &expected)) return -1;
         if (!PYXBUF__MUL_OK(s, n - 1, &extent)) return -1;
-        if (!(extent < 0 ? PYXBUF__ADD_OK(lo, extent, &lo) : PYXBUF__ADD_OK(hi, extent, &hi))) return -1;
+        if (!(extent < 0 ? PYXBUF__ADD_OK(lo, extent, &lo) : PYXBUF__ADD_OK(hi, extent, &hi)))
+            return -1;
     }
     /* hi - lo, not hi + -lo: lo may be PY_SSIZE_T_MIN, whose negation overflows. */
     if (!PYXBUF__ADD_OK(hi, itemsize, &hi) || !PYXBUF__SUB_OK(hi, lo, &expected)) return -1;
@@ -78,7 +79,8 @@ void pyxbuf__gather_c_order(const Py_buffer *b, const char *src, char *dst) {
     Py_ssize_t inner = b->shape[last], inner_stride = pyxbuf__stride_of(b, last);
     for (;;) {
         const char *p = src;
-        for (int i = 0; i < last; i++) p += index[i] * pyxbuf__stride_of(b, i);
+        for (int i = 0; i < last; i++)
+            p += index[i] * pyxbuf__stride_of(b, i);
         if (inner_stride == b->itemsize) {
             memcpy(dst, p, (size_t)(inner * b->itemsize));
             dst += inner * b->itemsize;

@@ -1,9 +1,9 @@
-/* borrow_counter.c -- borrow grants (ext_flags) for producers that count
+/* counter.c -- borrow grants (ext_flags) for producers that count
  * their views. A producer embeds a pyxbuf_borrow_counter and calls
  * pyxbuf_borrow_acquire from bf_getbuffer and pyxbuf_borrow_release from
  * bf_releasebuffer. The kind of each view is remembered in view->internal, so
  * release needs nothing but the view. (Producers that know nothing of borrows
- * get tracked grants instead: borrow_tracked.c.) */
+ * get tracked grants instead: tracked.c.) */
 
 #include "borrow/borrow.h"
 
@@ -37,12 +37,12 @@ static PyMutex *counter_lock(const pyxbuf_borrow_counter *c) {
 #define COUNTER_UNLOCK(c) ((void)0)
 #endif
 
-/* A refusal, decided under the lock and reported after it. */
-typedef struct refusal {
+/* A conflict with the live views, decided under the lock and reported after it. */
+typedef struct borrow_conflict {
     const char *asked, *why;
-} refusal;
+} borrow_conflict;
 
-static int refuse(const pyxbuf_borrow_counter *c, const char *owner, refusal r) {
+static int report_conflict(const pyxbuf_borrow_counter *c, const char *owner, borrow_conflict r) {
     PyErr_Format(PyExc_BufferError,
                  "pyxbuf: cannot grant %s of %s: %s (live now: %lld view(s), %lld writable, "
                  "%lld shared borrow(s), %lld exclusive); release those views first",
@@ -59,7 +59,7 @@ static void grant(Py_buffer *view, int32_t request_bit, int32_t ext_bit) {
 }
 
 /* Each decide_* returns the kind, or 0 with *r set. */
-static int decide_exclusive(const pyxbuf_borrow_counter *c, refusal *r) {
+static int decide_exclusive(const pyxbuf_borrow_counter *c, borrow_conflict *r) {
     r->asked = "an exclusive borrow";
     if (c->exclusive > 0) r->why = "an exclusive borrow is live";
     else if (c->views > 0) r->why = "other views are live";
@@ -68,7 +68,7 @@ static int decide_exclusive(const pyxbuf_borrow_counter *c, refusal *r) {
 }
 
 static int decide_shared(const pyxbuf_borrow_counter *c, Py_buffer *view, int flags,
-                         refusal *r) {
+                         borrow_conflict *r) {
     r->asked = "a shared borrow";
     if (flags & PyBUF_WRITABLE) {
         r->asked = "a writable shared borrow";
@@ -86,7 +86,7 @@ static int decide_shared(const pyxbuf_borrow_counter *c, Py_buffer *view, int fl
 }
 
 static int decide_plain(const pyxbuf_borrow_counter *c, Py_buffer *view, int flags,
-                        refusal *r) {
+                        borrow_conflict *r) {
     r->asked = "a view";
     if (c->exclusive > 0) {
         r->why = "an exclusive borrow is live";
@@ -104,7 +104,7 @@ static int decide_plain(const pyxbuf_borrow_counter *c, Py_buffer *view, int fla
     return KIND_PLAIN;
 }
 
-static int decide(const pyxbuf_borrow_counter *c, Py_buffer *view, int flags, refusal *r) {
+static int decide(const pyxbuf_borrow_counter *c, Py_buffer *view, int flags, borrow_conflict *r) {
     if (flags & PYXBUF_BORROW_EXCLUSIVE) return decide_exclusive(c, r);
     if (flags & PYXBUF_BORROW_SHARED) return decide_shared(c, view, flags, r);
     return decide_plain(c, view, flags, r);
@@ -130,14 +130,14 @@ int pyxbuf_borrow_acquire(pyxbuf_borrow_counter *counter, Py_buffer *view, int f
         PyErr_SetString(PyExc_ValueError, "pyxbuf_borrow_acquire: counter and view are required");
         return -1;
     }
-    refusal r;
+    borrow_conflict r;
     pyxbuf_borrow_counter seen;
     COUNTER_LOCK(counter);
     int kind = decide(counter, view, flags, &r);
     if (kind != 0) count(counter, view, kind);
     else seen = *counter;
     COUNTER_UNLOCK(counter);
-    return kind != 0 ? 0 : refuse(&seen, owner_name, r);
+    return kind != 0 ? 0 : report_conflict(&seen, owner_name, r);
 }
 
 void pyxbuf_borrow_release(pyxbuf_borrow_counter *counter, Py_buffer *view) {

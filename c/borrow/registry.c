@@ -1,7 +1,7 @@
-/* borrow_registry.c -- the cooperative borrow registry, shared by every copy
+/* registry.c -- the cooperative borrow registry, shared by every copy
  * of libpyxbuf in the process: the first copy that needs it installs its
  * table (pyxbuf_shared_api_get) in sys.modules, later copies call it. Its
- * table of live borrows is borrow_registry.h's. */
+ * table of live borrows is registry.h's. */
 
 #include "borrow/registry.h"
 

@@ -1,6 +1,6 @@
-/* borrow_registry.h -- the cooperative borrow registry's table, for the two
- * files that use it: borrow_registry.c (the shared table's functions, which
- * other copies of the library call) and borrow_tracked.c (tracked grants,
+/* registry.h -- the cooperative borrow registry's table, for the two
+ * files that use it: registry.c (the shared table's functions, which
+ * other copies of the library call) and tracked.c (tracked grants,
  * whose hot path takes the lock and scans the table inline). */
 #ifndef PYXBUF_BORROW_REGISTRY_H
 #define PYXBUF_BORROW_REGISTRY_H
@@ -21,7 +21,7 @@ typedef struct tracked_borrow {
     int32_t exclusive;
 } tracked_borrow;
 
-/* The table (borrow_registry.c): live borrows, how many, how many are
+/* The table (registry.c): live borrows, how many, how many are
  * exclusive, the next token, and its lock. Touched only under the lock. */
 extern PYXBUF_HIDDEN tracked_borrow *pyxbuf__tracked;
 extern PYXBUF_HIDDEN size_t pyxbuf__tracked_count, pyxbuf__tracked_capacity;
@@ -79,7 +79,7 @@ static inline int keys_overlap(const pyxbuf_borrow_key *a, const pyxbuf_borrow_k
 }
 
 /* `why` may be NULL: the caller only wants to know (see tracked_acquire). */
-/* The cold halves (borrow_registry.c): describe a conflict, grow the table. */
+/* The cold halves (registry.c): describe a conflict, grow the table. */
 int pyxbuf__registry_conflict(const tracked_borrow *t, char *why, size_t why_cap);
 int pyxbuf__registry_grow(char *why, size_t why_cap);
 

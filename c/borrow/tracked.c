@@ -1,4 +1,4 @@
-/* borrow_tracked.c -- tracked grants (PYXBUF_EXT_TRACKED): the borrows
+/* tracked.c -- tracked grants (PYXBUF_EXT_TRACKED): the borrows
  * pyxbuf_get takes in the cooperative registry for producers that know
  * nothing of borrows, keyed by the view's device, span and lattice, and
  * mirrored in rust-numpy's borrow checker for NumPy arrays. */

@@ -1,10 +1,10 @@
 /* array_dict.h -- reading the dicts of NumPy's __array_interface__ and the
  * __cuda_array_interface__ (which shares its keys), for cai.c and
- * array_interface.c. Header-only (static inline): included after internal.h.
+ * array_interface.c. Header-only (static inline): includes bridges/bridges.h.
  *
  * Every refusal is a BufferError whose message names the interface, the key,
  * what was found and what the producer must do; the bridge caller's context
- * (pyxbuf: <path> buffer of '<type>' refused ...) is added by view.c. */
+ * (pyxbuf: <path> buffer of '<type>' refused ...) is added by acquire.c. */
 #ifndef PYXBUF_ARRAY_DICT_H
 #define PYXBUF_ARRAY_DICT_H
 
@@ -203,7 +203,8 @@ static inline int pyxbuf__dict_data(PyObject *dict, const char *iface, uintptr_t
                                  Py_TYPE(d)->tp_name, d);
     PyObject *p = PyTuple_GET_ITEM(d, 0), *ro = PyTuple_GET_ITEM(d, 1);
     if (!pyxbuf__is_int(p))
-        return pyxbuf__dict_fail(iface, "'data'[0] (the pointer) must be an int, found '%s' (%.100R)",
+        return pyxbuf__dict_fail(iface,
+                                 "'data'[0] (the pointer) must be an int, found '%s' (%.100R)",
                                  Py_TYPE(p)->tp_name, p);
     if (!PyBool_Check(ro) && !PyLong_Check(ro))
         return pyxbuf__dict_fail(iface,

@@ -32,9 +32,9 @@ int pyxbuf__dlpack_type_speaks(PyTypeObject *type);
  * can read, or NULL; answered from the DLPack bridge's per-type cache. */
 const void *pyxbuf__dlpack_c_table_of(PyTypeObject *type);
 /* pyxbuf_get's route for a type with no classic buffer whose C exchange
- * table is `api` (view.c caches it per type), for a request without borrow
+ * table is `api` (acquire.c caches it per type), for a request without borrow
  * bits: the DLPack bridge called with no other bookkeeping. 1 = acquired (the
- * view marked so); else a bridge's answer (0 or -1), and view.c tries the
+ * view marked so); else a bridge's answer (0 or -1), and acquire.c tries the
  * other bridges, as it would have without the route. */
 int pyxbuf__dlpack_get_c(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
                          const void *api);

@@ -28,8 +28,7 @@ void pyxbuf__dlpack_call_deleter(void *tensor, int versioned);
 
 /* A holder object owning `tensor` (*out its storage); on failure the deleter
  * has run. */
-PyObject *pyxbuf__dlpack_hold_new(void *tensor, int versioned, int32_t path,
-                                  pyxbuf__dl_hold **out);
+PyObject *pyxbuf__dlpack_hold_new(void *tensor, int versioned, int32_t path, pyxbuf__dl_hold **out);
 
 /* Fill `view` (as acquired for `flags`, base.obj a new reference to `obj`)
  * from the tensor `h` describes; the holder owns it. -1 with BufferError. */
@@ -58,8 +57,8 @@ const char *pyxbuf__dlpack_dtype_to_format_slow(DLDataType dt, int padded, Py_ss
 /* The format of a DLPack dtype (a static string) and its itemsize, or NULL
  * with `why` filled. `padded`: the producer flagged sub-byte types padded. */
 static inline const char *pyxbuf__dlpack_dtype_to_format(DLDataType dt, int padded,
-                                                          Py_ssize_t *itemsize, char *why,
-                                                          size_t cap) {
+                                                         Py_ssize_t *itemsize, char *why,
+                                                         size_t cap) {
     int col = pyxbuf__dlpack_bits_column(dt.bits);
     const char *format = dt.lanes == 1 && dt.code <= kDLBool && col >= 0
                              ? pyxbuf__dlpack_standard_formats[dt.code][col]

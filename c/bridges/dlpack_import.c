@@ -112,7 +112,9 @@ PyObject *pyxbuf__dlpack_hold_new(void *tensor, int versioned, int32_t path,
 /* Import: describing the tensor                                             */
 /* ------------------------------------------------------------------------- */
 
-static int host_device_type(int32_t t) { return t == kDLCPU || t == kDLCUDAHost || t == kDLROCMHost; }
+static int host_device_type(int32_t t) {
+    return t == kDLCPU || t == kDLCUDAHost || t == kDLROCMHost;
+}
 
 /* When a backend serves the tensor's device type, it must agree that both
  * ends of the tensor's bytes are memory of that very device. */
@@ -138,28 +140,31 @@ static PYXBUF_ALWAYS_INLINE int fill_view(PyObject *obj, pyxbuf_view *view, int3
         DLManagedTensorVersioned *m = h->tensor;
         h->version = m->version;
         if (m->version.major != DL_MAJOR)
-            return pyxbuf__buffer_error("pyxbuf: the DLPack tensor has version %u.%u; pyxbuf reads major "
-                          "version %d (DLPack %d.%d); ask the producer for max_version (1, 3)",
-                          m->version.major, m->version.minor, DL_MAJOR, DL_MAJOR, DL_MINOR);
+            return pyxbuf__buffer_error(
+                "pyxbuf: the DLPack tensor has version %u.%u; pyxbuf reads major "
+                "version %d (DLPack %d.%d); ask the producer for max_version (1, 3)",
+                m->version.major, m->version.minor, DL_MAJOR, DL_MAJOR, DL_MINOR);
         h->dl_flags = m->flags;
         t = &m->dl_tensor;
     } else {
         t = &((DLManagedTensor *)h->tensor)->dl_tensor;
     }
     if (t->ndim < 0 || t->ndim > PYXBUF_MAX_NDIM)
-        return pyxbuf__buffer_error("pyxbuf: the DLPack tensor has %d dimensions; pyxbuf accepts 0..%d",
-                      (int)t->ndim, PYXBUF_MAX_NDIM);
+        return pyxbuf__buffer_error(
+            "pyxbuf: the DLPack tensor has %d dimensions; pyxbuf accepts 0..%d", (int)t->ndim,
+            PYXBUF_MAX_NDIM);
     if (t->ndim > 0 && t->shape == NULL)
         return pyxbuf__buffer_error("pyxbuf: the DLPack tensor has %d dimensions but a NULL shape",
-                      (int)t->ndim);
+                                    (int)t->ndim);
     char why[320];
     Py_ssize_t itemsize = 0;
-    const char *format = pyxbuf__dlpack_dtype_to_format(t->dtype, (h->dl_flags & DL_FLAG_SUBBYTE_PADDED) != 0,
-                                         &itemsize, why, sizeof why);
+    const char *format = pyxbuf__dlpack_dtype_to_format(
+        t->dtype, (h->dl_flags & DL_FLAG_SUBBYTE_PADDED) != 0, &itemsize, why, sizeof why);
     if (format == NULL) return pyxbuf__buffer_error("pyxbuf: the DLPack tensor's %s", why);
     if ((h->dl_flags & DL_FLAG_IS_COPIED) && (flags & PyBUF_WRITABLE))
-        return pyxbuf__buffer_error("pyxbuf: the producer exported a copy (DLPACK_FLAG_BITMASK_IS_COPIED), so "
-                      "writes would not reach it; the request asks for PyBUF_WRITABLE");
+        return pyxbuf__buffer_error(
+            "pyxbuf: the producer exported a copy (DLPACK_FLAG_BITMASK_IS_COPIED), so "
+            "writes would not reach it; the request asks for PyBUF_WRITABLE");
 
     int ndim = (int)t->ndim;
     Py_ssize_t *dims = pyxbuf__view_dims(view, ndim, h->dims);
@@ -167,22 +172,25 @@ static PYXBUF_ALWAYS_INLINE int fill_view(PyObject *obj, pyxbuf_view *view, int3
     Py_ssize_t count = 1;
     for (int i = 0; i < ndim; i++) {
         if (t->shape[i] < 0 || t->shape[i] > PY_SSIZE_T_MAX)
-            return pyxbuf__buffer_error("pyxbuf: the DLPack tensor's shape[%d] = %lld is invalid", i,
-                          (long long)t->shape[i]);
+            return pyxbuf__buffer_error("pyxbuf: the DLPack tensor's shape[%d] = %lld is invalid",
+                                        i, (long long)t->shape[i]);
         shape[i] = (Py_ssize_t)t->shape[i];
         if (!PYXBUF__MUL_OK(count, shape[i], &count))
-            return pyxbuf__buffer_error("pyxbuf: the DLPack tensor's shape overflows the address space");
+            return pyxbuf__buffer_error(
+                "pyxbuf: the DLPack tensor's shape overflows the address space");
     }
     Py_ssize_t next = itemsize;
     for (int i = ndim - 1; i >= 0; i--) {
         if (t->strides == NULL) { /* C order, as DLPack defines a NULL strides */
             strides[i] = next;
             if (shape[i] > 1 && !PYXBUF__MUL_OK(next, shape[i], &next))
-                return pyxbuf__buffer_error("pyxbuf: the DLPack tensor's size overflows the address space");
+                return pyxbuf__buffer_error(
+                    "pyxbuf: the DLPack tensor's size overflows the address space");
         } else if (t->strides[i] < -PY_SSIZE_T_MAX || t->strides[i] > PY_SSIZE_T_MAX ||
                    !PYXBUF__MUL_OK((Py_ssize_t)t->strides[i], itemsize, &strides[i])) {
-            return pyxbuf__buffer_error("pyxbuf: the DLPack tensor's strides[%d] = %lld overflows in bytes", i,
-                          (long long)t->strides[i]);
+            return pyxbuf__buffer_error(
+                "pyxbuf: the DLPack tensor's strides[%d] = %lld overflows in bytes", i,
+                (long long)t->strides[i]);
         }
     }
 
@@ -190,8 +198,9 @@ static PYXBUF_ALWAYS_INLINE int fill_view(PyObject *obj, pyxbuf_view *view, int3
     int host = host_device_type(type);
     char *data = t->data;
     if (data != NULL && t->byte_offset > UINTPTR_MAX - (uintptr_t)data)
-        return pyxbuf__buffer_error("pyxbuf: the DLPack tensor's byte_offset %llu overflows its data pointer",
-                      (unsigned long long)t->byte_offset);
+        return pyxbuf__buffer_error(
+            "pyxbuf: the DLPack tensor's byte_offset %llu overflows its data pointer",
+            (unsigned long long)t->byte_offset);
     /* As an integer: an offset of 2^63 or more is a negative index to C's
      * pointer arithmetic (undefined), yet a valid address for DLPack. */
     if (data != NULL) data = (char *)((uintptr_t)data + t->byte_offset);
@@ -264,7 +273,8 @@ static PYXBUF_ALWAYS_INLINE int adopt_tensor(PyObject *obj, pyxbuf_view *view, i
     }
     if (fill_view(obj, view, flags, stream, holder, h) < 0) { /* view->owner not set */
         if (holder != NULL) Py_DECREF(holder); /* calls the deleter */
-        else pyxbuf__dlpack_call_deleter(tensor, 1);
+        else
+            pyxbuf__dlpack_call_deleter(tensor, 1);
         return -1;
     }
     *held = stored;
@@ -358,7 +368,8 @@ static int order_after_producer(const DLPackExchangeAPI *api, pyxbuf__dl_hold *h
     void *producer_stream = NULL;
     if (api->current_work_stream(h->info.device_type, h->info.device_id, &producer_stream) != 0) {
         if (!PyErr_Occurred())
-            pyxbuf__buffer_error("pyxbuf: current_work_stream of the DLPack C exchange table failed");
+            pyxbuf__buffer_error(
+                "pyxbuf: current_work_stream of the DLPack C exchange table failed");
         return -1;
     }
     int64_t ps = (int64_t)(intptr_t)producer_stream;
@@ -413,8 +424,9 @@ static PYXBUF_ALWAYS_INLINE int acquire_c(PyObject *obj, pyxbuf_view *view, int3
     if (api->managed_tensor_from_py_object_no_sync(obj, &m) != 0 || m == NULL) {
         if (m != NULL) pyxbuf__dlpack_call_deleter(m, 1);
         if (!PyErr_Occurred())
-            pyxbuf__buffer_error("pyxbuf: the DLPack C exchange table of '%.200s' failed without an error",
-                   Py_TYPE(obj)->tp_name);
+            pyxbuf__buffer_error(
+                "pyxbuf: the DLPack C exchange table of '%.200s' failed without an error",
+                Py_TYPE(obj)->tp_name);
         return -1;
     }
     pyxbuf__dl_hold *h;
@@ -439,9 +451,10 @@ static int dlpack_device_of(PyObject *obj, int32_t *type, int32_t *id) {
     Py_DECREF(r);
     if (PyErr_Occurred()) return -1;
     if (!ok || t < 0 || t > INT32_MAX || i < 0 || i > INT32_MAX)
-        return pyxbuf__buffer_error("pyxbuf: __dlpack_device__ of '%.200s' must return (device_type, "
-                      "device_id)",
-                      Py_TYPE(obj)->tp_name);
+        return pyxbuf__buffer_error(
+            "pyxbuf: __dlpack_device__ of '%.200s' must return (device_type, "
+            "device_id)",
+            Py_TYPE(obj)->tp_name);
     *type = (int32_t)t;
     *id = (int32_t)i;
     return 0;
@@ -559,13 +572,15 @@ static void *consume_capsule(PyObject *obj, PyObject *capsule, int *versioned) {
         const char *name = PyCapsule_CheckExact(capsule) ? PyCapsule_GetName(capsule) : NULL;
         PyErr_Clear();
         if (PyCapsule_CheckExact(capsule))
-            pyxbuf__buffer_error("pyxbuf: __dlpack__ of '%.200s' returned a capsule named '%.100s', not "
-                   "'" CAPSULE_VERSIONED "' or '" CAPSULE_LEGACY "'%s",
-                   Py_TYPE(obj)->tp_name, name ? name : "(null)",
-                   name && strncmp(name, "used_", 5) == 0 ? " (it was already consumed)" : "");
+            pyxbuf__buffer_error(
+                "pyxbuf: __dlpack__ of '%.200s' returned a capsule named '%.100s', not "
+                "'" CAPSULE_VERSIONED "' or '" CAPSULE_LEGACY "'%s",
+                Py_TYPE(obj)->tp_name, name ? name : "(null)",
+                name && strncmp(name, "used_", 5) == 0 ? " (it was already consumed)" : "");
         else
-            pyxbuf__buffer_error("pyxbuf: __dlpack__ of '%.200s' returned '%.200s', not a DLPack capsule",
-                   Py_TYPE(obj)->tp_name, Py_TYPE(capsule)->tp_name);
+            pyxbuf__buffer_error(
+                "pyxbuf: __dlpack__ of '%.200s' returned '%.200s', not a DLPack capsule",
+                Py_TYPE(obj)->tp_name, Py_TYPE(capsule)->tp_name);
         return NULL;
     }
     if (PyCapsule_SetName(capsule, used) < 0) return NULL; /* cannot fail for a valid capsule */
@@ -576,9 +591,10 @@ static int refuse_device(PyObject *obj, int32_t type, int32_t id) {
     pyxbuf_device d = {type, id};
     char name[64];
     pyxbuf_device_format(&d, name, sizeof name);
-    return pyxbuf__buffer_error("pyxbuf: '%.200s' holds memory on device '%s', which the host cannot read; "
-                  "request PYXBUF_DEVICE and read view->device, or copy it to the host first",
-                  Py_TYPE(obj)->tp_name, name);
+    return pyxbuf__buffer_error(
+        "pyxbuf: '%.200s' holds memory on device '%s', which the host cannot read; "
+        "request PYXBUF_DEVICE and read view->device, or copy it to the host first",
+        Py_TYPE(obj)->tp_name, name);
 }
 
 static int acquire_py(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream) {

@@ -1,6 +1,6 @@
 /* backend_table.c -- the table of device backends, by DLPack device type:
  * store, remove and look up, under one lock (backends register from any
- * thread). It knows no backend; backends.c fills it. */
+ * thread). It knows no backend; registry.c fills it. */
 
 #include "device/device.h"
 

@@ -1,5 +1,5 @@
-/* cpu_backend.c -- the host as a device backend: copies are memmove, memory
- * is 64-byte aligned and zeroed. backends.c registers it. */
+/* cpu.c -- the host as a device backend: copies are memmove, memory
+ * is 64-byte aligned and zeroed. registry.c registers it. */
 
 #include "device/device.h"
 

@@ -105,8 +105,8 @@ static int map_device(int32_t id, pyxbuf_error *err) {
 
 static int check_id(int32_t id, pyxbuf_error *err) {
     if (id < 0 || id >= PYXBUF_EMULATED_MAX_DEVICES)
-        return td_error(err, PYXBUF_EDEVICE, "emulated: no emulated device %d (ids are 0..%d)", (int)id,
-                             PYXBUF_EMULATED_MAX_DEVICES - 1);
+        return td_error(err, PYXBUF_EDEVICE, "emulated: no emulated device %d (ids are 0..%d)",
+                        (int)id, PYXBUF_EMULATED_MAX_DEVICES - 1);
     return map_device(id, err);
 }
 
@@ -121,8 +121,9 @@ static char *backing_of(int32_t id, const void *p, size_t n) {
 }
 
 static int bad_address(int32_t id, const void *p, size_t n, pyxbuf_error *err) {
-    return td_error(err, PYXBUF_EDEVICE, "emulated: %zu bytes at %p are not memory of emulated device %d", n, p,
-                         (int)id);
+    return td_error(err, PYXBUF_EDEVICE,
+                    "emulated: %zu bytes at %p are not memory of emulated device %d", n, p,
+                    (int)id);
 }
 
 /* Fresh memory reads as poison (PYXBUF_EMULATED_POISON), never as leftovers of
@@ -168,7 +169,8 @@ static int td_alloc(void *ctx, int32_t id, size_t n, void **ptr, pyxbuf_error *e
     block *b = rc == 0 ? devices[id].blocks : NULL;
     while (b != NULL && (b->used || b->size < size)) b = b->next;
     if (rc == 0 && b == NULL)
-        rc = td_error(err, PYXBUF_ENOMEM, "emulated: cannot allocate %zu bytes on emulated device %d", n, (int)id);
+        rc = td_error(err, PYXBUF_ENOMEM,
+                      "emulated: cannot allocate %zu bytes on emulated device %d", n, (int)id);
     if (rc == 0 && b->size > size) { /* split: the rest stays free */
         block *rest = calloc(1, sizeof *rest);
         if (rest == NULL) {
@@ -211,8 +213,9 @@ static int td_free(void *ctx, int32_t id, void *ptr, pyxbuf_error *err) {
     }
     pthread_mutex_unlock(&lock);
     return rc == 0 ? 0
-                   : td_error(err, PYXBUF_EINVAL, "emulated: %p is not a live allocation of emulated device %d",
-                                   ptr, (int)id);
+                   : td_error(err, PYXBUF_EINVAL,
+                              "emulated: %p is not a live allocation of emulated device %d", ptr,
+                              (int)id);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -272,7 +275,7 @@ static int enqueue(stream *s, op *o) {
 
 static int no_stream(int32_t id, int64_t handle, pyxbuf_error *err) {
     return td_error(err, PYXBUF_EDEVICE, "emulated: no stream %lld on emulated device %d",
-                         (long long)handle, (int)id);
+                    (long long)handle, (int)id);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -472,8 +475,7 @@ int pyxbuf_emulated_stream_create(int32_t id, int64_t *handle, pyxbuf_error *err
     for (int i = 0; rc == 0 && i < MAX_STREAMS && slot < 0; i++)
         if (!streams[i].used) slot = i;
     if (rc == 0 && slot < 0)
-        rc = td_error(err, PYXBUF_ENOMEM, "emulated: all %d streams are in use",
-                           MAX_STREAMS);
+        rc = td_error(err, PYXBUF_ENOMEM, "emulated: all %d streams are in use", MAX_STREAMS);
     if (rc == 0) {
         streams[slot] = (stream){1, id, NULL, NULL};
         *handle = slot + DEFAULT_STREAMS;
@@ -487,8 +489,7 @@ int pyxbuf_emulated_stream_destroy(int64_t handle, pyxbuf_error *err) {
     int rc = 0;
     if (handle < DEFAULT_STREAMS || handle >= MAX_STREAMS + DEFAULT_STREAMS ||
         !streams[handle - DEFAULT_STREAMS].used) {
-        rc = td_error(err, PYXBUF_EINVAL, "emulated: no stream %lld to destroy",
-                           (long long)handle);
+        rc = td_error(err, PYXBUF_EINVAL, "emulated: no stream %lld to destroy", (long long)handle);
     } else {
         stream *s = &streams[handle - DEFAULT_STREAMS];
         run_stream(s); /* like cuStreamDestroy: queued work still completes */
@@ -499,7 +500,7 @@ int pyxbuf_emulated_stream_destroy(int64_t handle, pyxbuf_error *err) {
 }
 
 int pyxbuf_emulated_enqueue_write(int32_t id, int64_t handle, void *dst, const void *src, size_t n,
-                                 pyxbuf_error *err) {
+                                  pyxbuf_error *err) {
     pthread_mutex_lock(&lock);
     int rc = check_id(id, err);
     stream *s = rc == 0 ? find_stream(id, handle) : NULL;
@@ -536,7 +537,8 @@ int64_t pyxbuf_emulated_pending(int32_t id, int64_t handle) {
 int pyxbuf_emulated_peek(const void *src, void *dst, size_t n, pyxbuf_error *err) {
     pthread_mutex_lock(&lock);
     char *b = NULL;
-    for (int32_t i = 0; i < PYXBUF_EMULATED_MAX_DEVICES && b == NULL; i++) b = backing_of(i, src, n);
+    for (int32_t i = 0; i < PYXBUF_EMULATED_MAX_DEVICES && b == NULL; i++)
+        b = backing_of(i, src, n);
     if (b != NULL) {
         touch(b, n, 0);
         memcpy(dst, b, n);

@@ -37,7 +37,7 @@ int pyxbuf_emulated_stream_destroy(int64_t stream, pyxbuf_error *err);
 /* A "kernel" that writes n bytes (copied now from src) to device address dst
  * when `stream` runs. */
 int pyxbuf_emulated_enqueue_write(int32_t device_id, int64_t stream, void *dst, const void *src,
-                                 size_t n, pyxbuf_error *err);
+                                  size_t n, pyxbuf_error *err);
 
 /* Operations queued on `stream` that have not run yet. */
 int64_t pyxbuf_emulated_pending(int32_t device_id, int64_t stream);

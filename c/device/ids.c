@@ -1,4 +1,4 @@
-/* device_ids.c -- device identifiers and devices: the proposal's unique
+/* ids.c -- device identifiers and devices: the proposal's unique
  * UTF-8 identifiers, DLPack's device types by name, and which of them the
  * host can dereference. Uses nothing of pyxbuf's above base. */
 

@@ -1,4 +1,4 @@
-/* backends.c -- the backend registry's entry points, and the backends built
+/* registry.c -- the backend registry's entry points, and the backends built
  * into libpyxbuf: the first use of the registry registers them, and this is
  * the only place that names them (backend_table.c keeps the table). */
 

@@ -142,7 +142,8 @@ PyObject *pyxbuf_view_memoryview(const pyxbuf_view *view) {
         return NULL;
     }
     if (view->base.obj == NULL) {
-        PyErr_SetString(PyExc_BufferError, "pyxbuf: the view has no object to make a memoryview of");
+        PyErr_SetString(PyExc_BufferError,
+                        "pyxbuf: the view has no object to make a memoryview of");
         return NULL;
     }
     return PyMemoryView_FromObject(view->base.obj);

@@ -224,8 +224,7 @@ int pyxbuf__dlpack_parse_request(PyObject *args, PyObject *kwargs, pyxbuf__dlpac
     return 0;
 }
 
-PyObject *pyxbuf__dlpack_capsule_of(pyxbuf_view *v, const pyxbuf__dlpack_request *r,
-                                    int copied) {
+PyObject *pyxbuf__dlpack_capsule_of(pyxbuf_view *v, const pyxbuf__dlpack_request *r, int copied) {
     if (order_before_consumer(v, r->stream) < 0) {
         pyxbuf_release(v);
         return NULL;

@@ -1,4 +1,4 @@
-/* export.c -- the ready-made exporter type (pyxbuf.Exporter) that owns a
+/* exporter.c -- the ready-made exporter type (pyxbuf.Exporter) that owns a
  * block of memory, counts borrows and exports it through the extended
  * protocol and DLPack; the only file that makes exporters (pyxbuf_to_device
  * too). Filling its views is fill.c's. */
@@ -98,7 +98,8 @@ static PyGetSetDef exporter_getset[] = {
     {"shape", pyxbuf__exporter_get_shape, NULL, "Shape of the exported array.", NULL},
     {"strides", pyxbuf__exporter_get_strides, NULL, "Strides in bytes.", NULL},
     {"format", pyxbuf__exporter_get_format, NULL, "Buffer format string of one item.", NULL},
-    {"device", pyxbuf__exporter_get_device, NULL, "Where the memory lives: 'cpu', 'cuda:0', ...", NULL},
+    {"device", pyxbuf__exporter_get_device, NULL, "Where the memory lives: 'cpu', 'cuda:0', ...",
+     NULL},
     {"borrows", pyxbuf__exporter_get_borrows, NULL, "Live views and borrow grants, by kind.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -261,7 +262,8 @@ static void *allocate_on(const pyxbuf_device *device, size_t nbytes, void (**fre
     device_block *block = calloc(1, sizeof *block);
     if (block == NULL) return PyErr_NoMemory();
     if (pyxbuf_backend_get(device->device_type, &block->backend, &err) < 0 ||
-        block->backend.alloc(block->backend.ctx, device->device_id, nbytes, &block->ptr, &err) < 0) {
+        block->backend.alloc(block->backend.ctx, device->device_id, nbytes, &block->ptr, &err) <
+            0) {
         free(block);
         pyxbuf_error_raise(&err);
         return NULL;
@@ -544,7 +546,8 @@ static int xc_to_py_object(DLManagedTensorVersioned *tensor, void **out_py_objec
         return null_argument();
     }
     pyxbuf__dl_hold *h;
-    PyObject *holder = pyxbuf__dlpack_hold_new(tensor, 1, PYXBUF_PATH_DLPACK_C, &h); /* owns it now */
+    PyObject *holder =
+        pyxbuf__dlpack_hold_new(tensor, 1, PYXBUF_PATH_DLPACK_C, &h); /* owns it now */
     if (holder == NULL) return -1;
     pyxbuf_view *v = calloc(1, sizeof *v);
     if (v == NULL) {
@@ -552,8 +555,8 @@ static int xc_to_py_object(DLManagedTensorVersioned *tensor, void **out_py_objec
         PyErr_NoMemory();
         return -1;
     }
-    if (pyxbuf__dlpack_fill_view(holder, v, PyBUF_RECORDS_RO | PYXBUF_DEVICE, PYXBUF__STREAM_UNSET, holder, h) <
-        0) { /* v->owner not set */
+    if (pyxbuf__dlpack_fill_view(holder, v, PyBUF_RECORDS_RO | PYXBUF_DEVICE, PYXBUF__STREAM_UNSET,
+                                 holder, h) < 0) { /* v->owner not set */
         free(v);
         Py_DECREF(holder); /* calls the deleter */
         return -1;
@@ -599,9 +602,11 @@ static int xc_allocator(DLTensor *prototype, DLManagedTensorVersioned **out, voi
         goto done;
     }
     /* pyxbuf stores sub-byte items one per byte (ml_dtypes' layout). */
-    const char *format = pyxbuf__dlpack_dtype_to_format(prototype->dtype, 1, &itemsize, why, sizeof why);
+    const char *format =
+        pyxbuf__dlpack_dtype_to_format(prototype->dtype, 1, &itemsize, why, sizeof why);
     if (format == NULL) {
-        pyxbuf__buffer_error("pyxbuf: managed_tensor_allocator cannot allocate the prototype's %s", why);
+        pyxbuf__buffer_error("pyxbuf: managed_tensor_allocator cannot allocate the prototype's %s",
+                             why);
         goto done;
     }
     for (int32_t i = 0; i < prototype->ndim; i++) shape[i] = (Py_ssize_t)prototype->shape[i];

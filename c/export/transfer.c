@@ -166,6 +166,7 @@ int pyxbuf__record_event(const pyxbuf_device *target, int64_t stream, void **eve
     pyxbuf_backend tb;
     *event = NULL;
     int rc = pyxbuf_backend_get(target->device_type, &tb, err);
-    if (rc < 0 || tb.event_record == NULL || pyxbuf__host_accessible(target->device_type)) return rc;
+    if (rc < 0 || tb.event_record == NULL || pyxbuf__host_accessible(target->device_type))
+        return rc;
     return tb.event_record(tb.ctx, target->device_id, stream, event, err);
 }

@@ -414,7 +414,7 @@ static PyObject *emulated_write(PyObject *mod, PyObject *args) {
     int rc = base && pyxbuf_exporter_device(obj, &d) == 0 ? 0 : -1;
     if (rc == 0 && (pyxbuf_emulated_stream_create(d.device_id, &stream, &err) < 0 ||
                     pyxbuf_emulated_enqueue_write(d.device_id, stream, base + offset, data.buf,
-                                                 (size_t)data.len, &err) < 0 ||
+                                                  (size_t)data.len, &err) < 0 ||
                     (record && (pyxbuf_backend_get(PYXBUF_DL_EXT_DEV, &b, &err) < 0 ||
                                 b.event_record(b.ctx, d.device_id, stream, &event, &err) < 0))))
         rc = raise_err(&err);

@@ -923,7 +923,8 @@ static void *device_worker(void *arg) {
     pyxbuf_backend td, b;
     TCHECK(pyxbuf_backend_get(PYXBUF_DL_EXT_DEV, &td, &err) == 0);
     int64_t stream = 0;
-    TCHECK(pyxbuf_emulated_stream_create(w->index % PYXBUF_EMULATED_MAX_DEVICES, &stream, &err) == 0);
+    TCHECK(pyxbuf_emulated_stream_create(w->index % PYXBUF_EMULATED_MAX_DEVICES, &stream, &err) ==
+           0);
     const pyxbuf_backend fake = {
         .size = sizeof(pyxbuf_backend),
         .device_type = FAKE_TYPE + w->index % 2,

@@ -105,7 +105,8 @@ static PyObject *emulated_stream(PyObject *mod, PyObject *args) {
     if (!PyArg_ParseTuple(args, "|i", &id)) return NULL;
     int64_t stream;
     pyxbuf_error err;
-    if (pyxbuf_emulated_stream_create(id, &stream, &err) < 0) return (pyxbuf_error_raise(&err), NULL);
+    if (pyxbuf_emulated_stream_create(id, &stream, &err) < 0)
+        return (pyxbuf_error_raise(&err), NULL);
     return PyLong_FromLongLong(stream);
 }
 
@@ -172,8 +173,8 @@ static PyObject *wait_and_peek(PyObject *mod, PyObject *args) {
                     b.synchronize(b.ctx, dev.device_id, stream, &err) < 0))
         rc = pyxbuf_error_raise(&err);
     if (rc == 0) out = PyBytes_FromStringAndSize(NULL, v.base.len);
-    if (out != NULL && pyxbuf_emulated_peek(v.base.buf, PyBytes_AS_STRING(out), (size_t)v.base.len,
-                                           &err) < 0) {
+    if (out != NULL &&
+        pyxbuf_emulated_peek(v.base.buf, PyBytes_AS_STRING(out), (size_t)v.base.len, &err) < 0) {
         Py_CLEAR(out);
         pyxbuf_error_raise(&err);
     }

@@ -38,14 +38,11 @@ static PYXBUF_ALWAYS_INLINE int pyxbuf__layout_pass(const pyxbuf_export_desc *d,
         Py_ssize_t n = d->shape[i], s = d->strides ? d->strides[i] : expected;
         if (n <= 0) return -1;
         if (n != 1 && s != expected) contiguous = 0;
-        if (!PYXBUF__MUL_OK(expected, n, &expected) ||
-            !PYXBUF__MUL_OK(s, n - 1, &extent) ||
-            (extent < 0 ? !PYXBUF__ADD_OK(lo, extent, &lo)
-                        : !PYXBUF__ADD_OK(hi, extent, &hi)))
+        if (!PYXBUF__MUL_OK(expected, n, &expected) || !PYXBUF__MUL_OK(s, n - 1, &extent) ||
+            (extent < 0 ? !PYXBUF__ADD_OK(lo, extent, &lo) : !PYXBUF__ADD_OK(hi, extent, &hi)))
             return -1;
     }
-    if (!PYXBUF__ADD_OK(hi, itemsize, &hi) || !PYXBUF__SUB_OK(hi, lo, &span))
-        return -1;
+    if (!PYXBUF__ADD_OK(hi, itemsize, &hi) || !PYXBUF__SUB_OK(hi, lo, &span)) return -1;
     *nbytes = expected; /* every dimension is at least 1 */
     *c = contiguous;
     return 0;

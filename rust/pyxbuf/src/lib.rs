@@ -197,9 +197,9 @@
 mod buffer;
 mod device;
 mod element;
-pub mod export;
 #[cfg(feature = "emulated-device")]
 pub mod emulated;
+pub mod export;
 
 pub use buffer::{
     BorrowMode, Exclusive, Grants, Path, PyXBuffer, PyXBufferOwned, PyXUntypedBuffer, ReadOnlyCell,
