@@ -364,3 +364,11 @@ def test_versions():
     abi, version = t.versions()
     assert abi == t.PYXBUF_ABI_VERSION
     assert version.count(".") == 2
+
+
+def test_immutable_jax_array_is_not_handed_out_writable():
+    jnp = pytest.importorskip("jax.numpy")
+    x = jnp.arange(4, dtype=jnp.float32)
+    with pytest.raises(BufferError, match="classic buffer of .* refused the request WRITABLE"):
+        t.acquire(x, t.PyBUF_RECORDS | t.PYXBUF_BORROW_EXCLUSIVE)
+    assert t.inspect(x, t.PyBUF_RECORDS_RO)["path"] == "classic"

@@ -9,19 +9,19 @@ no emulated-device allocation outlives the row.
 
 What pyxbuf refuses at acquisition, and where:
 - extended-field lies (flags, device, grants) and ndim outside 0..64: every
-  native producer (c/view.c validate_extended, validate_classic; ndim also on
+  native producer (c/acquire.c validate_extended, validate_classic; ndim also on
   the classic path);
 - classic fields that disagree (itemsize not positive or not the size of a
   plain native format code, NULL shape for a PyBUF_ND request, negative
   shape, len != product(shape) * itemsize): native (extended) producers only
-  (c/view.c validate_native_layout). The classic path is the hot path and
+  (c/acquire.c validate_native_layout). The classic path is the hot path and
   its producers (CPython, NumPy, ctypes) are consistent -- except ctypes'
   documented format quirks ('<l' is 8 bytes, '<u' 4), which is why a
   prefixed format is never checked against the itemsize: pyxbuf trusts the
-  itemsize and the copy functions check len again (c/device.c
-  check_copy_size);
-- DLPack and CAI contents: the bridges (c/dlpack.c describe, c/cai.c), device
-  spans at both ends by the backend's pointer query.
+  itemsize and the copy functions check len again (c/device/view_device.c
+  pyxbuf__check_copy_size);
+- DLPack and CAI contents: the bridges (c/bridges/dlpack_import.c fill_view,
+  c/bridges/cai.c), device spans at both ends by the backend's pointer query.
 """
 
 import gc
@@ -375,3 +375,37 @@ def test_native_checks_accept_honest_and_prefixed_formats():
     out = t.to_device(src, (EXT, 0))
     info = t.inspect(out, t.PyBUF_FULL_RO | t.PYXBUF_DEVICE)
     assert info["path"] == "native" and info["itemsize"] == 4
+
+
+def test_strides_that_wrap_the_span_are_refused():
+    third = (2**64 + 2) // 3  # 3 * third wraps to 2 in 64 bits
+    e = t.exporter("B", (64,), device=(EXT, 0))
+    p = t.DLPackProducer(e, shape=[2, 2, 2], strides=[third, third, third])
+    with pytest.raises(BufferError, match="overflow"):
+        t.acquire(p, DEVICE_VIEW)
+    with pytest.raises(BufferError):
+        t.copy_to_host(p)
+
+
+def test_device_length_beyond_the_allocation_is_refused():
+    e = t.exporter("B", (64,), device=(EXT, 0))
+    p = t.DLPackProducer(e, shape=[1 << 20])  # 1 MiB claimed over 64 bytes
+    with pytest.raises(BufferError, match="last byte 0x[0-9a-f]+ is not memory of device 'ext_dev:0'"):
+        t.acquire(p, DEVICE_VIEW)
+
+
+def test_null_data_with_items_is_refused():
+    a = np.arange(12, dtype=np.int32)
+    ptr = a.__array_interface__["data"][0]
+    p = t.DLPackProducer(a, byte_offset=ptr)  # data = NULL, byte_offset = ptr
+    with pytest.raises(BufferError, match="NULL address"):
+        t.acquire(p, t.PyBUF_RECORDS_RO)
+
+
+def test_managed_and_pinned_cuda_memory_have_a_backend():
+    a = np.arange(4, dtype=np.float32)
+    p = t.DLPackProducer(a, device=(13, 0))  # kDLCUDAManaged, host memory here
+    # The CUDA backend now serves type 13: without a driver it says so,
+    # instead of accepting the pointer unchecked.
+    with pytest.raises(BufferError, match="no CUDA driver found|not memory of device"):
+        t.acquire(p, DEVICE_VIEW)

@@ -6,6 +6,8 @@ queues: a read that does not wait for the producer's event sees stale data
 every time.
 """
 
+import ctypes
+import gc
 import signal
 
 import numpy as np
@@ -233,3 +235,17 @@ def test_cuda_without_a_driver_says_so(monkeypatch):
         assert "no CUDA driver found (libcuda.so.1)" in str(exc)
     else:  # a GPU machine: the memory is real CUDA memory
         assert e.device == "cuda:0"
+
+
+def test_copy_keeps_the_itemsize_when_the_format_disagrees():
+    n = 1024
+    src = (ctypes.c_wchar * n)(*("A" * n))  # format '<u' (2 bytes), itemsize 4
+    hole = t.exporter("B", (2 * n,), device=(EXT, 0))
+    victim = t.exporter("B", (64,), device=(EXT, 0))
+    before = t.copy_to_host(victim)
+    del hole
+    gc.collect()
+    out = t.to_device(src, (EXT, 0))
+    assert out.itemsize == 4 and out.nbytes == 4 * n
+    assert t.copy_to_host(out) == bytes(memoryview(src).cast("B"))
+    assert t.copy_to_host(victim) == before  # nothing written past the copy

@@ -4,8 +4,8 @@ almost every bytecode, on shared producers of every acquisition path,
 concurrent borrow requests, and the device registry.
 
 With the GIL, libpyxbuf's own C code runs one thread at a time except where
-it releases the GIL (device copies and waits, c/device.c; the CAI stream
-synchronisation, c/cai.c) -- so those are the places where two threads are
+it releases the GIL (device copies and waits, c/export/transfer.c; the CAI stream
+synchronisation, c/bridges/cai.c) -- so those are the places where two threads are
 really inside the library at once, and the borrow registry's and the
 emulated device's mutexes are what keep them apart. Everything else here
 checks that nothing depends on a sequence of calls not being interleaved:
@@ -644,7 +644,7 @@ assert first.exported == first.deleted == 1 and second.exported == second.delete
 
 @pytest.mark.parametrize("stage", range(8))
 def test_first_dlpack_calls_race_with_a_finalizer(stage):
-    """c/dlpack.c call_dlpack built its keyword tuples lazily and published
+    """c/bridges/dlpack_import.c call_dlpack built its keyword tuples lazily and published
     the first before the others existed; a finalizer run by the GC inside
     Py_BuildValue let a second thread call __dlpack__ with a NULL
     max_version (a segfault, at stage 1 here). Each stage parks the first

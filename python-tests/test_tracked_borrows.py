@@ -139,3 +139,11 @@ def test_native_exporters_keep_their_own_counts():
     assert v.info()["ext_flags"] == t.PYXBUF_EXT_SHARED  # the producer's grant, not TRACKED
     assert t.shared_info()[1] == 0
     v.release()
+
+
+def test_empty_views_never_conflict():
+    x = t.PyBUF_RECORDS | t.PYXBUF_BORROW_EXCLUSIVE
+    m = memoryview(bytearray(40))
+    held = t.acquire(m, x)
+    t.acquire(m[20:20], x).release()
+    held.release()

@@ -50,7 +50,11 @@ def test_wheel_has_no_emulated_device():
     with zipfile.ZipFile(WHEEL) as whl:
         for name in whl.namelist():
             if name.endswith((".so", ".a")):
-                assert b"emulated" not in whl.read(name), f"{name} carries the emulated device"
+                # The emulated backend's registered name and its entry points;
+                # docstrings may mention the emulated device by name.
+                data = whl.read(name)
+                for marker in (b"pyxbuf.emulated", b"pyxbuf_emulated_"):
+                    assert marker not in data, f"{name} carries the emulated device ({marker!r})"
     with pytest.raises(ValueError, match="ext_dev"):
         pyxbuf.exporter([4], "B", device="ext_dev:0")
 
