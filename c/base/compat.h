@@ -97,7 +97,7 @@ static inline int PyDict_SetDefaultRef(PyObject *dict, PyObject *key, PyObject *
 /* Behaviour, not API: from 3.13 PyObject_GetBuffer raises SystemError for a
  * request of PyBUF_READ or PyBUF_WRITE alone, before any producer runs, and
  * PyBuffer_FillInfo refuses them too (gh-114685); pyxbuf answers as the
- * interpreter it runs on (acquire.c). */
+ * interpreter it runs on (acquire/acquire.c). */
 #define PYXBUF__REFUSES_READ_OR_WRITE_ALONE (PY_VERSION_HEX >= 0x030D0000)
 
 /* Per-object critical sections: CPython 3.13 and later (a no-op there with

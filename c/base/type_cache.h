@@ -1,11 +1,11 @@
 /* type_cache.h -- per-type caches read without a lock on every acquisition
- * (the supported-flags cache in acquire.c, the DLPack bridge's). */
+ * (the supported-flags cache in acquire/supported.c, the DLPack bridge's). */
 #ifndef PYXBUF_BASE_TYPE_CACHE_H
 #define PYXBUF_BASE_TYPE_CACHE_H
 
 #include "base/base.h"
 
-/* One entry of a per-type cache (the supported-flags cache in acquire.c,
+/* One entry of a per-type cache (the supported-flags cache in acquire/supported.c,
  * the DLPack bridge's in dlpack_import.c): `key` holds the type's version tag in its low
  * 32 bits (never reused, so a dead type's entry cannot answer for a new type
  * at its address) and 32 bits of the cache's own; `data` a pointer the type's
