@@ -131,24 +131,27 @@ static int check_device_pointer(const Py_buffer *base, int32_t type, int32_t id)
     return 0;
 }
 
-/* Fill the view from the tensor `h` describes: the holder owns it, or with
- * no holder (NULL) the view does (bridge_data). -1 with BufferError. */
-static PYXBUF_ALWAYS_INLINE int fill_view(PyObject *obj, pyxbuf_view *view, int32_t flags,
-                                         int64_t stream, PyObject *holder, pyxbuf__dl_hold *h) {
-    DLTensor *t;
-    if (h->versioned) {
-        DLManagedTensorVersioned *m = h->tensor;
-        h->version = m->version;
-        if (m->version.major != DL_MAJOR)
-            return pyxbuf__buffer_error(
-                "pyxbuf: the DLPack tensor has version %u.%u; pyxbuf reads major "
-                "version %d (DLPack %d.%d); ask the producer for max_version (1, 3)",
-                m->version.major, m->version.minor, DL_MAJOR, DL_MAJOR, DL_MINOR);
-        h->dl_flags = m->flags;
-        t = &m->dl_tensor;
-    } else {
-        t = &((DLManagedTensor *)h->tensor)->dl_tensor;
+/* The DLTensor inside the tensor `h` holds, its version and flags recorded in
+ * `h`; NULL with BufferError for a major version pyxbuf cannot read. */
+static PYXBUF_ALWAYS_INLINE DLTensor *tensor_of(pyxbuf__dl_hold *h) {
+    if (!h->versioned) return &((DLManagedTensor *)h->tensor)->dl_tensor;
+    DLManagedTensorVersioned *m = h->tensor;
+    h->version = m->version;
+    if (m->version.major != DL_MAJOR) {
+        pyxbuf__buffer_error("pyxbuf: the DLPack tensor has version %u.%u; pyxbuf reads major "
+                             "version %d (DLPack %d.%d); ask the producer for max_version (1, 3)",
+                             m->version.major, m->version.minor, DL_MAJOR, DL_MAJOR, DL_MINOR);
+        return NULL;
     }
+    h->dl_flags = m->flags;
+    return &m->dl_tensor;
+}
+
+/* The tensor's format (a static string) and itemsize, or -1 with
+ * BufferError: its ndim, shape pointer and dtype must be ones a buffer can
+ * say, and a copy (IS_COPIED) cannot be written through. */
+static PYXBUF_ALWAYS_INLINE int tensor_format(const DLTensor *t, uint64_t dl_flags, int32_t flags,
+                                              const char **format, Py_ssize_t *itemsize) {
     if (t->ndim < 0 || t->ndim > PYXBUF_MAX_NDIM)
         return pyxbuf__buffer_error(
             "pyxbuf: the DLPack tensor has %d dimensions; pyxbuf accepts 0..%d", (int)t->ndim,
@@ -157,18 +160,22 @@ static PYXBUF_ALWAYS_INLINE int fill_view(PyObject *obj, pyxbuf_view *view, int3
         return pyxbuf__buffer_error("pyxbuf: the DLPack tensor has %d dimensions but a NULL shape",
                                     (int)t->ndim);
     char why[320];
-    Py_ssize_t itemsize = 0;
-    const char *format = pyxbuf__dlpack_dtype_to_format(
-        t->dtype, (h->dl_flags & DL_FLAG_SUBBYTE_PADDED) != 0, &itemsize, why, sizeof why);
-    if (format == NULL) return pyxbuf__buffer_error("pyxbuf: the DLPack tensor's %s", why);
-    if ((h->dl_flags & DL_FLAG_IS_COPIED) && (flags & PyBUF_WRITABLE))
+    *format = pyxbuf__dlpack_dtype_to_format(t->dtype, (dl_flags & DL_FLAG_SUBBYTE_PADDED) != 0,
+                                             itemsize, why, sizeof why);
+    if (*format == NULL) return pyxbuf__buffer_error("pyxbuf: the DLPack tensor's %s", why);
+    if ((dl_flags & DL_FLAG_IS_COPIED) && (flags & PyBUF_WRITABLE))
         return pyxbuf__buffer_error(
             "pyxbuf: the producer exported a copy (DLPACK_FLAG_BITMASK_IS_COPIED), so "
             "writes would not reach it; the request asks for PyBUF_WRITABLE");
+    return 0;
+}
 
+/* The tensor's shape and strides in bytes into `shape` and `strides` (ndim
+ * entries each): every count a Py_ssize_t and their product and the byte
+ * strides free of overflow. -1 with BufferError. */
+static PYXBUF_ALWAYS_INLINE int tensor_dims(const DLTensor *t, Py_ssize_t itemsize,
+                                            Py_ssize_t *shape, Py_ssize_t *strides) {
     int ndim = (int)t->ndim;
-    Py_ssize_t *dims = pyxbuf__view_dims(view, ndim, h->dims);
-    Py_ssize_t *shape = dims, *strides = dims + ndim;
     Py_ssize_t count = 1;
     for (int i = 0; i < ndim; i++) {
         if (t->shape[i] < 0 || t->shape[i] > PY_SSIZE_T_MAX)
@@ -193,25 +200,47 @@ static PYXBUF_ALWAYS_INLINE int fill_view(PyObject *obj, pyxbuf_view *view, int3
                 (long long)t->strides[i]);
         }
     }
+    return 0;
+}
 
-    int32_t type = t->device.device_type;
-    int host = host_device_type(type);
-    char *data = t->data;
-    if (data != NULL && t->byte_offset > UINTPTR_MAX - (uintptr_t)data)
+/* The address of the tensor's first item, data + byte_offset, as an integer:
+ * an offset of 2^63 or more is a negative index to C's pointer arithmetic
+ * (undefined), yet a valid address for DLPack. -1 with BufferError when it
+ * leaves the address space. */
+static PYXBUF_ALWAYS_INLINE int tensor_data(const DLTensor *t, char **data) {
+    *data = t->data;
+    if (*data == NULL) return 0;
+    if (t->byte_offset > UINTPTR_MAX - (uintptr_t)*data)
         return pyxbuf__buffer_error(
             "pyxbuf: the DLPack tensor's byte_offset %llu overflows its data pointer",
             (unsigned long long)t->byte_offset);
-    /* As an integer: an offset of 2^63 or more is a negative index to C's
-     * pointer arithmetic (undefined), yet a valid address for DLPack. */
-    if (data != NULL) data = (char *)((uintptr_t)data + t->byte_offset);
+    *data = (char *)((uintptr_t)*data + t->byte_offset);
+    return 0;
+}
+
+/* Fill the view from the tensor `h` describes: the holder owns it, or with
+ * no holder (NULL) the view does (bridge_data). -1 with BufferError. */
+static PYXBUF_ALWAYS_INLINE int fill_view(PyObject *obj, pyxbuf_view *view, int32_t flags,
+                                         int64_t stream, PyObject *holder, pyxbuf__dl_hold *h) {
+    DLTensor *t = tensor_of(h);
+    if (t == NULL) return -1;
+    Py_ssize_t itemsize = 0;
+    const char *format = NULL;
+    if (tensor_format(t, h->dl_flags, flags, &format, &itemsize) < 0) return -1;
+    int ndim = (int)t->ndim;
+    Py_ssize_t *dims = pyxbuf__view_dims(view, ndim, h->dims);
+    char *data;
+    if (tensor_dims(t, itemsize, dims, dims + ndim) < 0 || tensor_data(t, &data) < 0) return -1;
+    int32_t type = t->device.device_type;
+    int host = host_device_type(type);
     /* Fields not named (reserved, device) are zero. */
     pyxbuf_export_desc desc = {.size = (uint32_t)sizeof desc,
                                .ndim = ndim,
                                .buf = data,
                                .format = format,
                                .itemsize = itemsize,
-                               .shape = shape,
-                               .strides = strides,
+                               .shape = dims,
+                               .strides = dims + ndim,
                                .readonly = (h->dl_flags & DL_FLAG_READ_ONLY) != 0};
     if (!host) {
         h->info.size = (uint32_t)sizeof h->info;

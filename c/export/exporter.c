@@ -155,49 +155,43 @@ static char *copy_string(const char *s) {
     return c;
 }
 
-/* Copy the caller's description into `e`, computing C strides when absent. */
-static int adopt_desc(pyxbuf__exporter *e, const pyxbuf_export_desc *d) {
-    e->desc = *d;
-    e->desc.shape = NULL;
-    e->desc.strides = NULL;
-    e->desc.format = NULL;
-    e->desc.device = NULL;
-    e->desc.device_info = NULL;
-    e->desc.format = copy_string(d->format ? d->format : "B");
-    if (e->desc.format == NULL) return -1;
-    if (d->device != NULL && !pyxbuf_device_equal(d->device, NULL)) {
-        int64_t bad = pyxbuf__device_id_invalid_at(d->device);
-        if (bad >= 0) {
-            PyErr_Format(PyExc_ValueError,
-                         "pyxbuf_exporter_wrap: desc.device is not a device identifier (byte %lld "
-                         "is invalid: identifiers are non-empty UTF-8 of at most %d bytes)",
-                         (long long)bad, PYXBUF__DEVICE_ID_MAX);
-            return -1;
-        }
-        e->desc.device = copy_string(d->device);
-        if (e->desc.device == NULL) return -1;
-    }
+/* The caller's device identifier and info into `e`: "pyxbuf.dlpack" info is
+ * copied (its size says how much the writer filled) and names the device;
+ * other identifiers' info is the caller's, kept as given. */
+static int adopt_device(pyxbuf__exporter *e, const pyxbuf_export_desc *d) {
     e->device.device_type = PYXBUF_DL_CPU;
-    int dlpack_device = e->desc.device != NULL &&
-                        pyxbuf_device_equal(e->desc.device, PYXBUF_DEVICE_DLPACK);
-    if (dlpack_device && d->device_info == NULL) {
+    e->desc.device_info = d->device_info;
+    if (d->device == NULL || pyxbuf_device_equal(d->device, NULL)) return 0;
+    int64_t bad = pyxbuf__device_id_invalid_at(d->device);
+    if (bad >= 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "pyxbuf_exporter_wrap: desc.device is not a device identifier (byte %lld "
+                     "is invalid: identifiers are non-empty UTF-8 of at most %d bytes)",
+                     (long long)bad, PYXBUF__DEVICE_ID_MAX);
+        return -1;
+    }
+    e->desc.device = copy_string(d->device);
+    if (e->desc.device == NULL) return -1;
+    if (!pyxbuf_device_equal(e->desc.device, PYXBUF_DEVICE_DLPACK)) return 0;
+    const pyxbuf_device_info *info = d->device_info;
+    if (info == NULL) {
         PyErr_SetString(PyExc_ValueError, "pyxbuf_exporter_wrap: device \"" PYXBUF_DEVICE_DLPACK
                                           "\" needs a pyxbuf_device_info in desc.device_info");
         return -1;
     }
-    if (dlpack_device) {
-        /* pyxbuf_device_info is copied (its size says how much the writer
-         * filled); other identifiers' info is the caller's, kept as given. */
-        const pyxbuf_device_info *info = d->device_info;
-        size_t n = info->size < sizeof e->device_info ? info->size : sizeof e->device_info;
-        memcpy(&e->device_info, info, n);
-        e->device_info.size = (uint32_t)sizeof e->device_info;
-        e->desc.device_info = &e->device_info;
-        e->device.device_type = info->device_type;
-        e->device.device_id = info->device_id;
-    } else {
-        e->desc.device_info = d->device_info;
-    }
+    size_t n = info->size < sizeof e->device_info ? info->size : sizeof e->device_info;
+    memcpy(&e->device_info, info, n);
+    e->device_info.size = (uint32_t)sizeof e->device_info;
+    e->desc.device_info = &e->device_info;
+    e->device.device_type = info->device_type;
+    e->device.device_id = info->device_id;
+    return 0;
+}
+
+/* The caller's shape and strides (C strides when absent) into one block the
+ * exporter owns, with the strides in items that DLPack needs (NULL when a
+ * byte stride is not a whole number of items), and the item size and bytes. */
+static int adopt_dims(pyxbuf__exporter *e, const pyxbuf_export_desc *d) {
     size_t dims = d->ndim > 0 ? (size_t)d->ndim : 1;
     Py_ssize_t *block = PyMem_Calloc(3 * dims, sizeof(Py_ssize_t));
     if (block == NULL) {
@@ -222,6 +216,19 @@ static int adopt_desc(pyxbuf__exporter *e, const pyxbuf_export_desc *d) {
     }
     e->item_strides = whole ? items : NULL;
     return pyxbuf__desc_nbytes(&e->desc, e->itemsize, &e->nbytes);
+}
+
+/* Copy the caller's description into `e`: what it points to becomes the
+ * exporter's own (freed in exporter_dealloc), the memory itself excepted. */
+static int adopt_desc(pyxbuf__exporter *e, const pyxbuf_export_desc *d) {
+    e->desc = *d;
+    e->desc.shape = NULL;
+    e->desc.strides = NULL;
+    e->desc.device = NULL;
+    e->desc.device_info = NULL;
+    e->desc.format = copy_string(d->format ? d->format : "B");
+    if (e->desc.format == NULL || adopt_device(e, d) < 0) return -1;
+    return adopt_dims(e, d);
 }
 
 PyObject *pyxbuf_exporter_wrap(const pyxbuf_export_desc *desc, void (*free_fn)(void *),
