@@ -59,20 +59,6 @@ static int wait_for_producer(const pyxbuf_backend *b, const pyxbuf_view *view,
     return rc;
 }
 
-int pyxbuf_device_wait(const pyxbuf_view *view, int64_t consumer_stream) {
-    if (view->device == NULL) return 0;
-    pyxbuf_backend b;
-    pyxbuf_device d = {0, 0}; /* set by view_backend; gcc's -O2 cannot see it */
-    pyxbuf_error err;
-    int rc = view_backend(view, &b, &d, &err);
-    if (rc == 0) {
-        Py_BEGIN_ALLOW_THREADS
-        rc = wait_for_producer(&b, view, &d, consumer_stream, 0, &err);
-        Py_END_ALLOW_THREADS
-    }
-    return rc < 0 ? pyxbuf_error_raise(&err) : 0;
-}
-
 /* ------------------------------------------------------------------------- */
 /* Copies across devices                                                     */
 /* ------------------------------------------------------------------------- */
@@ -97,26 +83,39 @@ static int device_to_host(const pyxbuf_backend *b, const pyxbuf_view *view, cons
     return rc;
 }
 
-int pyxbuf_copy_to_host(const pyxbuf_view *view, void *dst, size_t nbytes) {
-    if (pyxbuf__check_copy_size(view, nbytes) < 0) return -1;
-    if (view->device == NULL) {
-        pyxbuf__gather_c_order(&view->base, view->base.buf, dst);
-        return 0;
-    }
+/* Without the GIL: wait for the device view's producer as seen from `stream`
+ * and, with `dst`, copy its items there in C order (the host reads them, so
+ * host-accessible memory is also waited for to the end of its stream). The
+ * one wait of pyxbuf_device_wait and pyxbuf_copy_to_host. 0, or -1 with the
+ * exception raised. */
+static int wait_then_copy(const pyxbuf_view *view, int64_t stream, void *dst) {
     pyxbuf_backend b;
     pyxbuf_device d = {0, 0}; /* set by view_backend; gcc's -O2 cannot see it */
     pyxbuf_error err;
     int rc = view_backend(view, &b, &d, &err);
     if (rc == 0) {
         Py_BEGIN_ALLOW_THREADS
-        rc = wait_for_producer(&b, view, &d, PYXBUF_STREAM_DEFAULT, 1, &err);
-        if (rc == 0 && pyxbuf__host_accessible(d.device_type))
+        rc = wait_for_producer(&b, view, &d, stream, dst != NULL, &err);
+        if (rc == 0 && dst != NULL && pyxbuf__host_accessible(d.device_type))
             pyxbuf__gather_c_order(&view->base, view->base.buf, dst);
-        else if (rc == 0)
-            rc = device_to_host(&b, view, &d, dst, PYXBUF_STREAM_DEFAULT, &err);
+        else if (rc == 0 && dst != NULL)
+            rc = device_to_host(&b, view, &d, dst, stream, &err);
         Py_END_ALLOW_THREADS
     }
     return rc < 0 ? pyxbuf_error_raise(&err) : 0;
+}
+
+int pyxbuf_device_wait(const pyxbuf_view *view, int64_t consumer_stream) {
+    return view->device == NULL ? 0 : wait_then_copy(view, consumer_stream, NULL);
+}
+
+int pyxbuf_copy_to_host(const pyxbuf_view *view, void *dst, size_t nbytes) {
+    if (pyxbuf__check_copy_size(view, nbytes) < 0) return -1;
+    if (view->device == NULL) {
+        pyxbuf__gather_c_order(&view->base, view->base.buf, dst);
+        return 0;
+    }
+    return wait_then_copy(view, PYXBUF_STREAM_DEFAULT, dst);
 }
 
 /* Fill `dst`, memory of `target` (C order), from the view on `src`. */
