@@ -110,14 +110,21 @@ static int array_range(PyObject *array, uint64_t *lo, uint64_t *hi, Py_ssize_t *
     return 0;
 }
 
-static int table_acquire(PyObject *array, int32_t exclusive) {
+/* The shared table and the byte range of `array`, or NULL with the failure
+ * reported as unraisable (rust-numpy's callers expect no exception). */
+static const pyxbuf_shared_api *table_and_range(PyObject *array, uint64_t *lo, uint64_t *hi,
+                                                Py_ssize_t *itemsize) {
     const pyxbuf_shared_api *api = pyxbuf_shared_api_get();
+    if (api != NULL && array_range(array, lo, hi, itemsize) == 0) return api;
+    PyErr_WriteUnraisable(array);
+    return NULL;
+}
+
+static int table_acquire(PyObject *array, int32_t exclusive) {
     uint64_t lo, hi;
     Py_ssize_t itemsize;
-    if (api == NULL || array_range(array, &lo, &hi, &itemsize) < 0) {
-        PyErr_WriteUnraisable(array); /* rust-numpy's callers expect no exception */
-        return -1;
-    }
+    const pyxbuf_shared_api *api = table_and_range(array, &lo, &hi, &itemsize);
+    if (api == NULL) return -1;
     const numpy_array_head *a = (const numpy_array_head *)array;
     pyxbuf_borrow_key key = {{PYXBUF_DL_CPU, 0, lo, hi}, (uint64_t)(uintptr_t)a->data,
                              array_lattice(a), itemsize > 0 ? (uint64_t)itemsize : 1};
@@ -142,13 +149,10 @@ static int table_acquire(PyObject *array, int32_t exclusive) {
 }
 
 static void table_release(PyObject *array, int32_t exclusive) {
-    const pyxbuf_shared_api *api = pyxbuf_shared_api_get();
     uint64_t lo, hi;
     Py_ssize_t itemsize;
-    if (api == NULL || array_range(array, &lo, &hi, &itemsize) < 0) {
-        PyErr_WriteUnraisable(array);
-        return;
-    }
+    const pyxbuf_shared_api *api = table_and_range(array, &lo, &hi, &itemsize);
+    if (api == NULL) return;
     int64_t token = 0;
     pthread_mutex_lock(&numpy_borrow_lock);
     for (size_t i = numpy_borrow_count; i-- > 0;) {

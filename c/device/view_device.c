@@ -108,15 +108,15 @@ static int refuse_released(void) {
     return -1;
 }
 
+/* The view is acquired and the host may read its memory; else -1 with
+ * BufferError naming `what` needed it. */
+static int check_host_readable(const pyxbuf_view *view, const char *what) {
+    if (!pyxbuf__view_acquired(view)) return refuse_released();
+    return is_host_view(view) ? 0 : refuse_device_view(view, what);
+}
+
 void *pyxbuf_view_item_ptr(const pyxbuf_view *view, const Py_ssize_t *indices) {
-    if (!pyxbuf__view_acquired(view)) {
-        refuse_released();
-        return NULL;
-    }
-    if (!is_host_view(view)) {
-        refuse_device_view(view, "element access");
-        return NULL;
-    }
+    if (check_host_readable(view, "element access") < 0) return NULL;
     const Py_buffer *b = &view->base;
     char *p = b->buf;
     for (int i = 0; b->shape != NULL && i < b->ndim; i++) {
@@ -133,14 +133,7 @@ void *pyxbuf_view_item_ptr(const pyxbuf_view *view, const Py_ssize_t *indices) {
 }
 
 PyObject *pyxbuf_view_memoryview(const pyxbuf_view *view) {
-    if (!pyxbuf__view_acquired(view)) {
-        refuse_released();
-        return NULL;
-    }
-    if (!is_host_view(view)) {
-        refuse_device_view(view, "a memoryview");
-        return NULL;
-    }
+    if (check_host_readable(view, "a memoryview") < 0) return NULL;
     if (view->base.obj == NULL) {
         PyErr_SetString(PyExc_BufferError,
                         "pyxbuf: the view has no object to make a memoryview of");
@@ -150,12 +143,7 @@ PyObject *pyxbuf_view_memoryview(const pyxbuf_view *view) {
 }
 
 int pyxbuf__check_copy_size(const pyxbuf_view *view, size_t nbytes) {
-    if (!pyxbuf__view_acquired(view)) {
-        PyErr_SetString(PyExc_BufferError,
-                        "pyxbuf: the view is not acquired (released already?); acquire it with "
-                        "pyxbuf_get first");
-        return -1;
-    }
+    if (!pyxbuf__view_acquired(view)) return refuse_released();
     pyxbuf__layout l = pyxbuf__view_layout(&view->base);
     Py_ssize_t want = 0;
     if (!l.ok || !PYXBUF__MUL_OK(l.count, view->base.itemsize, &want) || want != view->base.len) {
