@@ -296,9 +296,6 @@ int pyxbuf__array_interface_acquire(PyObject *obj, pyxbuf_view *view, int32_t fl
 int pyxbuf__backend_find_pointer(const void *ptr, pyxbuf_device *device, pyxbuf_backend *backend,
                                  pyxbuf_error *err);
 
-/* format.c: changes with every pyxbuf_dtype_register/unregister. */
-extern PYXBUF_HIDDEN atomic_uint_fast64_t pyxbuf__dtype_registry_generation;
-
 /* A consistent copy of a counter another thread may be changing (borrow.c). */
 void pyxbuf__borrow_counts(const pyxbuf_borrow_counter *counter, pyxbuf_borrow_counter *out);
 

@@ -34,9 +34,8 @@
  *   PYXBUF_INLINE_NDIM.
  */
 
-#include "base/internal.h"
-
 #include "bridges/array_dict.h"
+#include "format/format.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -97,8 +96,8 @@ static void user_dtype_clear(user_dtype *u) {
     Py_CLEAR(u->name);
 }
 
-typedef struct dtype_entry dtype_entry;
-static int dtype_cache_find(PyObject *dtype, dtype_entry *out);
+typedef struct dtype_cache_entry dtype_cache_entry;
+static int dtype_cache_find(PyObject *dtype, dtype_cache_entry *out);
 
 static int find_user_dtype(PyObject *obj, const names *n, user_dtype *u) {
     PyObject *num = NULL, *type = NULL;
@@ -163,23 +162,25 @@ static int valid_part(const char *s, Py_ssize_t len) {
  * reference to the holder: Python code that runs while the caller works
  * (another thread's lookup, or with the GIL off any thread) may replace the
  * entry. The table's lock exists on free-threaded builds only. */
-typedef struct dtype_entry {
+typedef struct dtype_cache_entry {
     PyObject *dtype;
     PyObject *holder; /* the format, in a bridge holder: format[0] is the prefix slot */
     Py_ssize_t itemsize;
     uint64_t generation;
-} dtype_entry;
+} dtype_cache_entry;
 
 #define DTYPE_CACHE_SIZE 16
-static dtype_entry dtype_cache[DTYPE_CACHE_SIZE];
+static dtype_cache_entry dtype_cache[DTYPE_CACHE_SIZE];
 static unsigned dtype_cache_next;
 PYXBUF__FT_MUTEX(dtype_cache_lock);
 
-static const char *entry_format(const dtype_entry *e) { return pyxbuf__holder_storage(e->holder); }
+static const char *entry_format(const dtype_cache_entry *e) {
+    return pyxbuf__holder_storage(e->holder);
+}
 
 /* 1 with a copy of the dtype's entry in *out (out->dtype borrowed, a new
  * reference to out->holder), else 0; `out` NULL: only whether it is there. */
-static int dtype_cache_find(PyObject *dtype, dtype_entry *out) {
+static int dtype_cache_find(PyObject *dtype, dtype_cache_entry *out) {
     uint64_t now = atomic_load(&pyxbuf__dtype_registry_generation);
     int found = 0;
     PYXBUF__FT_LOCK(dtype_cache_lock);
@@ -198,11 +199,11 @@ static int dtype_cache_find(PyObject *dtype, dtype_entry *out) {
 /* Put `e` in the table, which takes its references; `e` keeps the caller's
  * (the holder's second reference, the caller's). The replaced entry's
  * references are dropped once the table is consistent again, unlocked. */
-static void dtype_cache_put(const dtype_entry *e) {
+static void dtype_cache_put(const dtype_cache_entry *e) {
     Py_INCREF(e->holder);
     PYXBUF__FT_LOCK(dtype_cache_lock);
-    dtype_entry *slot = &dtype_cache[dtype_cache_next++ % DTYPE_CACHE_SIZE];
-    dtype_entry old = *slot;
+    dtype_cache_entry *slot = &dtype_cache[dtype_cache_next++ % DTYPE_CACHE_SIZE];
+    dtype_cache_entry old = *slot;
     *slot = *e;
     PYXBUF__FT_UNLOCK(dtype_cache_lock);
     Py_XDECREF(old.holder);
@@ -214,7 +215,7 @@ static char swapped_prefix(void) { return pyxbuf__typestr_swapped('<') ? '<' : '
 
 /* The dtype's half of the format: "[module$name]", checked against the
  * registry and the dtype's itemsize; written into e (not yet published). */
-static int describe_dtype(const names *n, const user_dtype *u, dtype_entry *e) {
+static int describe_dtype(const names *n, const user_dtype *u, dtype_cache_entry *e) {
     char format[2 * NAME_MAX_LEN + 8];
     Py_ssize_t mlen, nlen;
     const char *module = PyUnicode_AsUTF8AndSize(u->module, &mlen);
@@ -261,7 +262,7 @@ static int describe_dtype(const names *n, const user_dtype *u, dtype_entry *e) {
 
 /* The dict's half: 'typestr' must agree with the dtype's size, and its byte
  * order picks the prefix. *format points into the entry's holder. */
-static int check_typestr(PyObject *dict, const dtype_entry *e, const char **format) {
+static int check_typestr(PyObject *dict, const dtype_cache_entry *e, const char **format) {
     PyObject *ts;
     if (pyxbuf__dict_item(dict, AI, "typestr", "a typestr such as '<V2'", 1, &ts) <= 0) return -1;
     const char *s = PyUnicode_Check(ts) ? PyUnicode_AsUTF8(ts) : NULL;
@@ -289,9 +290,9 @@ static int check_typestr(PyObject *dict, const dtype_entry *e, const char **form
  * table's, or a new one put in the table. The table is searched again
  * although find_user_dtype searched it: the getattr of __array_interface__ in
  * between may run Python that changes it. */
-static int dtype_entry_of(const names *n, const user_dtype *u, dtype_entry *e) {
+static int dtype_entry_of(const names *n, const user_dtype *u, dtype_cache_entry *e) {
     if (dtype_cache_find(u->dtype, e)) return 0;
-    *e = (dtype_entry){NULL, NULL, 0, 0};
+    *e = (dtype_cache_entry){NULL, NULL, 0, 0};
     if (describe_dtype(n, u, e) < 0) return -1;
     dtype_cache_put(e);
     return 0;
@@ -321,7 +322,7 @@ static int check_offset(PyObject *dict) {
 
 /* The dict read with the dtype's entry (which holds a reference to its
  * holder, the caller's). */
-static int ai_import_entry(PyObject *obj, PyObject *dict, const dtype_entry *entry,
+static int ai_import_entry(PyObject *obj, PyObject *dict, const dtype_cache_entry *entry,
                            pyxbuf_view *view, int32_t flags) {
     const char *fmt = NULL;
     int ndim = 0, readonly = 1;
@@ -380,7 +381,7 @@ static int ai_import_entry(PyObject *obj, PyObject *dict, const dtype_entry *ent
 static int ai_import(PyObject *obj, PyObject *dict, const names *n, const user_dtype *u,
                      pyxbuf_view *view, int32_t flags) {
     long version = 0;
-    dtype_entry entry;
+    dtype_cache_entry entry;
     if (!PyDict_Check(dict))
         return pyxbuf__dict_fail(AI, "it must be a dict, found '%s'", Py_TYPE(dict)->tp_name);
     if (pyxbuf__dict_version(dict, AI, 3, 3, &version) < 0 || dtype_entry_of(n, u, &entry) < 0)
