@@ -91,6 +91,18 @@ def test_values_layout_and_format(typestr, fmt):
     assert t.format_itemsize(fmt)[0] == host.itemsize
 
 
+@pytest.mark.skipif(np.dtype(np.longdouble).itemsize <= 8,
+                    reason="long double is a double here: f16/c32 are not C types")
+def test_native_long_double_is_g_and_zg():
+    # No standard size: 'g' / "Zg" only where the typestr is this machine's
+    # long double in native byte order (format/codes.h's native lookup).
+    for dtype, fmt in ((np.longdouble, "g"), (np.clongdouble, "Zg")):
+        host = np.arange(3).astype(dtype)
+        v = t.bridge_view(cai_of(host, typestr=host.dtype.str))
+        assert (v["format"], v["itemsize"]) == (fmt, host.itemsize)
+        assert t.format_itemsize(fmt)[0] == host.itemsize
+
+
 def test_device_is_recovered_from_the_pointer():
     host = np.arange(6, dtype="<i4")
     c = cai_of(host, DEV1)
@@ -403,6 +415,13 @@ BAD = {
     "object": (_set("typestr", "|O8"), r"'\|O8' names a type pyxbuf cannot describe"),
     "datetime": (_set("typestr", "<M8"), r"'<M8' names a type pyxbuf cannot describe"),
     "bool of 2 bytes": (_set("typestr", "|b2"), r"'\|b2' names a type"),
+    # the edges of format/codes.h's table: no 16-byte int, no 1-byte float,
+    # no 4-byte complex, and long double only in native byte order
+    "int of 16 bytes": (_set("typestr", "<i16"), r"'<i16' names a type pyxbuf cannot describe"),
+    "float of 1 byte": (_set("typestr", "<f1"), r"'<f1' names a type pyxbuf cannot describe"),
+    "complex of 4 bytes": (_set("typestr", "<c4"), r"'<c4' names a type pyxbuf cannot describe"),
+    "swapped long double": (_set("typestr", ">f16" if sys.byteorder == "little" else "<f16"),
+                            r"f16' names a type pyxbuf cannot describe"),
     "data not a tuple": (_set("data", [1, False]), r"'data' must be a \(pointer: int, read_only: bool\) tuple, found 'list'"),
     "data 3-tuple": (_set("data", (1, False, 0)), r"'data' must be a \(pointer"),
     "pointer not int": (_set("data", ("0x10", False)), r"'data'\[0\] \(the pointer\) must be an int, found 'str'"),

@@ -38,6 +38,7 @@
 #include "base/internal.h"
 
 #include "bridges/array_dict.h"
+#include "format/codes.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -99,26 +100,23 @@ static int fmt_int(fmtbuf *b, long long v) {
 /* typestr -> format                                                         */
 /* ------------------------------------------------------------------------- */
 
+/* The kind of struct code of a typestr's kind character. */
+static pyxbuf__kind typestr_kind(char kind) {
+    switch (kind) {
+    case 'b': return PYXBUF__KIND_BOOL;
+    case 'i': return PYXBUF__KIND_INT;
+    case 'u': return PYXBUF__KIND_UINT;
+    case 'f': return PYXBUF__KIND_FLOAT;
+    case 'c': return PYXBUF__KIND_COMPLEX;
+    default: return PYXBUF__KIND_NONE;
+    }
+}
+
 /* The struct code for a typestr's kind and size, or NULL. `native` tells
  * whether long double codes are allowed (they have no standard size). */
 static const char *scalar_code(char kind, int64_t size, int native) {
-    switch (kind) {
-    case 'b': return size == 1 ? "?" : NULL;
-    case 'i':
-        return size == 1 ? "b" : size == 2 ? "h" : size == 4 ? "i" : size == 8 ? "q" : NULL;
-    case 'u':
-        return size == 1 ? "B" : size == 2 ? "H" : size == 4 ? "I" : size == 8 ? "Q" : NULL;
-    case 'f':
-        if (size == 2) return "e";
-        if (size == 4) return "f";
-        if (size == 8) return "d";
-        return native && size == (int64_t)sizeof(long double) && size > 8 ? "g" : NULL;
-    case 'c':
-        if (size == 8) return "Zf";
-        if (size == 16) return "Zd";
-        return native && size == 2 * (int64_t)sizeof(long double) && size > 16 ? "Zg" : NULL;
-    default: return NULL;
-    }
+    return native ? pyxbuf__native_struct_code(typestr_kind(kind), size)
+                  : pyxbuf__struct_code(typestr_kind(kind), size);
 }
 
 typedef struct typestr {
