@@ -16,7 +16,9 @@
  *   type (`dtype.type`) is defined outside NumPy and builtins (which rules out
  *   NumPy's own StringDType, numbered 2056, whose type is str). Everything
  *   else returns 0 and is left to the other paths. No NumPy C API is used.
- * - The format is "[{dtype.type.__module__}${dtype.type.__name__}]"; pyxbuf's
+ * - The format is "[{dtype.type.__module__}${dtype.type.__name__}]", both
+ *   of the characters the parser allows in a custom type (format/format.h:
+ *   printable ASCII but ']', ';' and '$'; a space or '[' is fine); pyxbuf's
  *   format registry must know its size, and that size must equal
  *   dtype.itemsize and the typestr's: otherwise BufferError naming both (an
  *   unknown type is refused rather than exported opaque, with the key to
@@ -142,14 +144,29 @@ done:
 /* The format                                                                */
 /* ------------------------------------------------------------------------- */
 
-/* Characters a custom type's id and payload may carry. */
-static int valid_part(const char *s, Py_ssize_t len) {
-    if (len <= 0 || len > NAME_MAX_LEN) return 0;
-    for (Py_ssize_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c < 0x21 || c > 0x7e || c == '[' || c == ']' || c == ';' || c == '$') return 0;
+/* A part of the custom type "[module$name]" that the dtype's scalar type
+ * names (`what`: "module" or "name"): 0 when it is 1 to NAME_MAX_LEN
+ * characters that the custom-type rule (format/format.h, the parser's)
+ * allows, else BufferError naming the first character it refuses. */
+static int check_part(const user_dtype *u, const char *what, const char *s, Py_ssize_t len) {
+    const char *bad = len > 0 ? pyxbuf__custom_type_bad_char(s, (size_t)len) : NULL;
+    if (bad != NULL) {
+        char cb[16];
+        return pyxbuf__dict_fail(AI,
+                                 "the dtype %.100R has the scalar type %.100R.%.100R, which "
+                                 "cannot name a custom format type: its %s holds %s at "
+                                 "position %zd, and a custom type's id and payload hold printable "
+                                 "ASCII except ']', ';' and '$'; give the type a name without it",
+                                 u->dtype, u->module, u->name, what,
+                                 pyxbuf__fmt_char_desc((unsigned char)*bad, cb), bad - s);
     }
-    return 1;
+    if (len <= 0 || len > NAME_MAX_LEN)
+        return pyxbuf__dict_fail(AI,
+                                 "the dtype %.100R has the scalar type %.100R.%.100R, which "
+                                 "cannot name a custom format type: its %s has %zd characters, "
+                                 "not 1 to %d; give the type a shorter name",
+                                 u->dtype, u->module, u->name, what, len, NAME_MAX_LEN);
+    return 0;
 }
 
 /* What pyxbuf learnt of a user dtype: its format "[module$name]" (after a
@@ -221,12 +238,8 @@ static int describe_dtype(const names *n, const user_dtype *u, dtype_cache_entry
     const char *module = PyUnicode_AsUTF8AndSize(u->module, &mlen);
     const char *name = module ? PyUnicode_AsUTF8AndSize(u->name, &nlen) : NULL;
     if (name == NULL) return -1;
-    if (!valid_part(module, mlen) || !valid_part(name, nlen))
-        return pyxbuf__dict_fail(AI,
-                                 "the dtype %.100R has the scalar type %.100R.%.100R, which "
-                                 "cannot name a custom format type (printable ASCII without "
-                                 "'[', ']', ';', '$' or spaces, at most %d characters each)",
-                                 u->dtype, u->module, u->name, NAME_MAX_LEN);
+    if (check_part(u, "module", module, mlen) < 0 || check_part(u, "name", name, nlen) < 0)
+        return -1;
     PyObject *size_obj = PyObject_GetAttr(u->dtype, n->itemsize);
     if (size_obj == NULL) return -1;
     Py_ssize_t dtype_size = pyxbuf__is_int(size_obj) ? PyLong_AsSsize_t(size_obj) : -1;

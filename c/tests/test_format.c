@@ -946,6 +946,43 @@ TEST_CASE(struct_code_table_agrees_with_the_parser) {
     CHECK(pyxbuf__native_struct_code(PYXBUF__KIND_INT, 16) == NULL);
 }
 
+/* The one custom-type character rule (format/format.h; the custom-dtype
+ * proposal: "All characters within the [] must be printable ASCII
+ * characters characters excluding ];$"), byte by byte, in a parsed type's id
+ * and in the builder's: a space or '[' is allowed, the first refused byte is
+ * named. */
+/* The parser's message for `byte` at `position` of a custom type id. */
+static void id_refusal(char *buf, size_t cap, int byte, int position) {
+    if (byte >= 0x20 && byte <= 0x7e)
+        snprintf(buf, cap, "'%c' at position %d is not allowed in a custom type id", byte,
+                 position);
+    else
+        snprintf(buf, cap, "byte 0x%02X at position %d is not allowed in a custom type id", byte,
+                 position);
+}
+
+TEST_CASE(custom_type_characters_follow_one_rule) {
+    for (int byte = 1; byte < 256; byte++) {
+        int ends_id = byte == ']' || byte == ';' || byte == '$'; /* refused as structure */
+        int allowed = byte >= 0x20 && byte <= 0x7e && !ends_id;
+        char alts[8], fmt[16], named[80];
+        snprintf(alts, sizeof alts, "a%cb$x", (char)byte);
+        snprintf(fmt, sizeof fmt, "[%s]", alts);
+        pyxbuf_format f, g;
+        pyxbuf_error err;
+        CHECK_INT_EQ(pyxbuf_format_parse(fmt, &f, &err), allowed ? PYXBUF_OK : PYXBUF_EFORMAT);
+        pyxbuf_format_clear(&f);
+        id_refusal(named, sizeof named, byte, 2);
+        if (!allowed && !ends_id) CHECK_CONTAINS(err.message, named);
+        pyxbuf_format_init(&g);
+        CHECK(pyxbuf_format_add_custom(&g, 0, alts, 0, 0, 1, 0, NULL, NULL) > 0);
+        CHECK_INT_EQ(pyxbuf_format_finish(&g, &err), allowed ? PYXBUF_OK : PYXBUF_EFORMAT);
+        id_refusal(named, sizeof named, byte, 1);
+        if (!allowed && !ends_id) CHECK_CONTAINS(err.message, named);
+        pyxbuf_format_clear(&g);
+    }
+}
+
 TEST_CASE(clear_frees_and_empties) {
     pyxbuf_format f;
     if (parse_ok("T{i:a:d:b:(2,3,4,5,6)f:c:[ml_dtypes$bfloat16]:d:}", &f) != 0) return;
@@ -967,4 +1004,4 @@ TEST_MAIN(TEST_ENTRY(valid_formats), TEST_ENTRY(single_items_do_not_allocate),
           TEST_ENTRY(malformed_formats), TEST_ENTRY(long_format_messages_are_truncated),
           TEST_ENTRY(nesting_depth), TEST_ENTRY(registry), TEST_ENTRY(registry_threads),
           TEST_ENTRY(writer), TEST_ENTRY(builder), TEST_ENTRY(struct_code_table_agrees_with_the_parser),
-          TEST_ENTRY(clear_frees_and_empties))
+          TEST_ENTRY(custom_type_characters_follow_one_rule), TEST_ENTRY(clear_frees_and_empties))
