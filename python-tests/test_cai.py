@@ -236,6 +236,9 @@ STRUCTS = [
     ([("x", "<f4", (2, 3)), ("y", "|b1")], "T{(2,3)<f:x:=?:y:}"),
     ([("p", [("q", "<i2"), ("r", "|u1")]), ("s", "<c8")], "T{T{<h:q:=B:r:}:p:<Zf:s:}"),
     ([(("title", "n"), "<u2")], "T{<H:n:}"),
+    # longer than the builder's 64 inline bytes: it grows (format/write.c)
+    ([("f%02d" % i, "<i2") for i in range(20)] + [("n" * 150, "<f8", (2, 3))],
+     "T{" + "".join("<h:f%02d:" % i for i in range(20)) + "(2,3)<d:" + "n" * 150 + ":}"),
 ]
 
 
@@ -445,6 +448,7 @@ BAD = {
     "descr name with colon": (lambda d: d.update(typestr="|V4", descr=[("a:b", "<f4")]), r"contains ':'"),
     "descr name not str": (lambda d: d.update(typestr="|V4", descr=[(1, "<f4")]), r"'descr'\[0\] must start with a field name"),
     "descr bad subarray": (lambda d: d.update(typestr="|V4", descr=[("a", "<f4", (0,))]), r"sub-array shape\) must hold positive ints"),
+    "descr shape of 65 dims": (lambda d: d.update(typestr="|V4", descr=[("a", "|u1", (1,) * 65)]), r"'descr'\[0\]\[2\] \(the sub-array shape\) has 65 dimensions; a format's sub-array shape has at most 64"),
     "descr bad field type": (lambda d: d.update(typestr="|V4", descr=[("a", "<x4")]), r"'descr'\[0\]\[1\] = '<x4' names a type"),
 }
 
