@@ -1,6 +1,6 @@
 """Format strings: pyxbuf's parser against struct, NumPy, ml_dtypes and ctypes.
 
-The rules pyxbuf follows (c/format.c states them with reasons):
+The rules pyxbuf follows (c/format/parse.c states them with reasons):
 
 * struct's sizes and alignment: '@' aligns every item and never pads the end of
   the whole format ("ix" is 5); '<' '>' '!' '=' are standard sizes, packed;
