@@ -448,6 +448,8 @@ BAD = {
     "descr name with colon": (lambda d: d.update(typestr="|V4", descr=[("a:b", "<f4")]), r"contains ':'"),
     "descr name not str": (lambda d: d.update(typestr="|V4", descr=[(1, "<f4")]), r"'descr'\[0\] must start with a field name"),
     "descr bad subarray": (lambda d: d.update(typestr="|V4", descr=[("a", "<f4", (0,))]), r"sub-array shape\) must hold positive ints"),
+    "descr subarray count overflows": (lambda d: d.update(typestr="|V4", descr=[("a", "|u1", (2**31 - 1,) * 3)]), r"sub-array shape\) must hold positive ints"),
+    "descr item too large": (lambda d: d.update(typestr="|V4", descr=[("a", "<f8", (2**30, 2**30, 4))]), r"'descr' describes an item too large to address"),
     "descr shape of 65 dims": (lambda d: d.update(typestr="|V4", descr=[("a", "|u1", (1,) * 65)]), r"'descr'\[0\]\[2\] \(the sub-array shape\) has 65 dimensions; a format's sub-array shape has at most 64"),
     "descr bad field type": (lambda d: d.update(typestr="|V4", descr=[("a", "<x4")]), r"'descr'\[0\]\[1\] = '<x4' names a type"),
 }

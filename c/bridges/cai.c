@@ -178,12 +178,11 @@ static int field_dims(PyObject *shape, Py_ssize_t i, int64_t *dims, int *ndim, i
         PyObject *d = PyTuple_GET_ITEM(shape, k);
         long long n = pyxbuf__is_int(d) ? PyLong_AsLongLong(d) : -1;
         if (n == -1 && PyErr_Occurred()) PyErr_Clear();
-        if (n <= 0 || n > INT32_MAX || *count > INT64_MAX / n)
+        if (n <= 0 || n > INT32_MAX || !PYXBUF__MUL_OK(*count, (int64_t)n, count))
             return pyxbuf__dict_fail(CAI,
                                      "'descr'[%zd][2] (the sub-array shape) must hold positive "
                                      "ints, found %.100R",
                                      i, shape);
-        *count *= n;
         dims[(*ndim)++] = n;
     }
     return 0;
@@ -250,9 +249,9 @@ static int append_field(pyxbuf__fmtbuf *b, PyObject *e, Py_ssize_t i, int depth,
         }
     }
     if (named) pyxbuf__fmtbuf_name(b, name_s, (size_t)name_len);
-    if (item > 0 && count > (INT64_MAX - *size) / item)
+    int64_t bytes;
+    if (!PYXBUF__MUL_OK(item, count, &bytes) || !PYXBUF__ADD_OK(*size, bytes, size))
         return pyxbuf__dict_fail(CAI, "'descr' describes an item too large to address");
-    *size += item * count;
     return 0;
 }
 
