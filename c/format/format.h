@@ -420,10 +420,11 @@ static inline bool pyxbuf__fmt_reserved_id(const char *alt, size_t id_len) {
 int pyxbuf__fmt_parse_alternatives(pyxbuf__fmt_parser *p, pyxbuf__fmt_item *it,
                                    const char *opener, bool bracketed);
 /* A custom type's size once its alternatives are parsed: a pointer's, or
- * twice the type's after 'Z'. */
+ * twice the type's after 'Z'. `at`: its '[' (NULL: the builder's, which has
+ * no position). */
 int pyxbuf__fmt_custom_size(pyxbuf__fmt_parser *p, pyxbuf__fmt_item *it, const char *at);
-/* A struct item: open reserves its node (depth checked at `at`); close takes
- * the laid-out members `q`. */
+/* A struct item: open checks the depth and reserves its node (`at`: its
+ * 'T', NULL for the builder's); close takes the laid-out members `q`. */
 int pyxbuf__fmt_open_struct(pyxbuf__fmt_parser *p, pyxbuf__fmt_item *it, const char *at);
 void pyxbuf__fmt_close_struct(pyxbuf__fmt_parser *p, pyxbuf__fmt_item *it,
                               const pyxbuf__fmt_seq *q);
