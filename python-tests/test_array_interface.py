@@ -11,6 +11,7 @@ formats are one-byte custom types, as pyxbuf's registry says.
 """
 
 import gc
+import re
 import sys
 
 import numpy as np
@@ -336,10 +337,74 @@ def test_offset_zero_and_none_are_accepted():
         assert t.bridge_view(a, RO)["path"] == "array-interface"
 
 
-def test_names_a_format_cannot_carry_are_refused():
-    a = FakeArray(FakeDType("my$pkg", "x", 2))
-    with pytest.raises(BufferError, match=r"cannot name a custom format type"):
+# The one custom-type character rule (c/format/format.h, the custom-dtype
+# proposal: "All characters within the [] must be printable ASCII characters
+# characters excluding ];$"): what the parser allows in "[id$payload]" is what
+# a user dtype's scalar type may be named, module (the id) and name (the
+# payload) alike; the first other character is named in the refusal.
+
+def char_desc(char):
+    """How pyxbuf's messages name a character: 'c', or byte 0xNN (UTF-8)."""
+    if " " <= char <= "~":
+        return f"'{char}'"
+    return f"byte 0x{char.encode()[0]:02X}"
+
+
+def parser_allows_in_id(char):
+    """The parser's verdict on `char` in a custom type's id."""
+    try:
+        t.format_itemsize(f"[my{char}pkg$x]".encode())
+    except t.FormatError as e:
+        return e.code != t.PYXBUF_EFORMAT  # unknown (opaque) but well-formed
+    return True
+
+
+@pytest.mark.parametrize("char", [chr(c) for c in range(128)] + ["\u00e9"],
+                         ids=lambda c: f"0x{ord(c):02X}")
+def test_module_names_follow_the_parsers_custom_type_rule(char):
+    module, key = f"my{char}pkg", f"my{char}pkg$x"
+    a = FakeArray(FakeDType(module, "x", 2))
+    allowed = " " <= char <= "~" and char not in "];$"
+    assert parser_allows_in_id(char) == allowed
+    if not allowed:
+        with pytest.raises(BufferError, match=r"cannot name a custom format type: its module "
+                                              rf"holds {re.escape(char_desc(char))} at position 2"):
+            t.bridge_view(a, RO)
+        return
+    t.dtype_register(key, itemsize=2, alignment=2)
+    try:
+        assert t.bridge_view(a, RO)["format"] == f"[{key}]"
+    finally:
+        t.dtype_unregister(key)
+
+
+@pytest.mark.parametrize("name,desc,at", [("a]b", "']'", 1), ("a;b", "';'", 1), ("a$b", "'$'", 1),
+                                          ("a\tb", "byte 0x09", 1), ("\u00e9", "byte 0xC3", 0),
+                                          ("ab\x7f", "byte 0x7F", 2)])
+def test_type_names_a_format_cannot_carry_are_refused_with_the_character(name, desc, at):
+    a = FakeArray(FakeDType("mypkg", name, 2))
+    with pytest.raises(BufferError, match=rf"its name holds {re.escape(desc)} at position {at}, "
+                                          r"and a custom type's id and payload hold printable "
+                                          r"ASCII except '\]', ';' and '\$'"):
         t.bridge_view(a, RO)
+
+
+@pytest.mark.parametrize("module,name", [("my pkg", "x"), ("my[pkg", "x"), ("mypkg", "a b[c")])
+def test_spaces_and_open_brackets_name_custom_types(module, name):
+    t.dtype_register(f"{module}${name}", itemsize=2, alignment=2)
+    try:
+        v = t.bridge_view(FakeArray(FakeDType(module, name, 2)), RO)
+        assert v["format"] == f"[{module}${name}]"
+        assert t.format_itemsize(v["format"].encode()) == (2, 2)
+    finally:
+        t.dtype_unregister(f"{module}${name}")
+
+
+def test_empty_and_overlong_names_are_refused():
+    with pytest.raises(BufferError, match=r"its module has 0 characters, not 1 to 200"):
+        t.bridge_view(FakeArray(FakeDType("", "x", 2)), RO)
+    with pytest.raises(BufferError, match=r"its name has 201 characters, not 1 to 200"):
+        t.bridge_view(FakeArray(FakeDType("mypkg", "x" * 201, 2)), RO)
 
 
 # --------------------------------------------------------------------------

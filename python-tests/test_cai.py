@@ -91,6 +91,18 @@ def test_values_layout_and_format(typestr, fmt):
     assert t.format_itemsize(fmt)[0] == host.itemsize
 
 
+@pytest.mark.skipif(np.dtype(np.longdouble).itemsize <= 8,
+                    reason="long double is a double here: f16/c32 are not C types")
+def test_native_long_double_is_g_and_zg():
+    # No standard size: 'g' / "Zg" only where the typestr is this machine's
+    # long double in native byte order (format/codes.h's native lookup).
+    for dtype, fmt in ((np.longdouble, "g"), (np.clongdouble, "Zg")):
+        host = np.arange(3).astype(dtype)
+        v = t.bridge_view(cai_of(host, typestr=host.dtype.str))
+        assert (v["format"], v["itemsize"]) == (fmt, host.itemsize)
+        assert t.format_itemsize(fmt)[0] == host.itemsize
+
+
 def test_device_is_recovered_from_the_pointer():
     host = np.arange(6, dtype="<i4")
     c = cai_of(host, DEV1)
@@ -224,6 +236,9 @@ STRUCTS = [
     ([("x", "<f4", (2, 3)), ("y", "|b1")], "T{(2,3)<f:x:=?:y:}"),
     ([("p", [("q", "<i2"), ("r", "|u1")]), ("s", "<c8")], "T{T{<h:q:=B:r:}:p:<Zf:s:}"),
     ([(("title", "n"), "<u2")], "T{<H:n:}"),
+    # longer than the builder's 64 inline bytes: it grows (format/write.c)
+    ([("f%02d" % i, "<i2") for i in range(20)] + [("n" * 150, "<f8", (2, 3))],
+     "T{" + "".join("<h:f%02d:" % i for i in range(20)) + "(2,3)<d:" + "n" * 150 + ":}"),
 ]
 
 
@@ -403,6 +418,13 @@ BAD = {
     "object": (_set("typestr", "|O8"), r"'\|O8' names a type pyxbuf cannot describe"),
     "datetime": (_set("typestr", "<M8"), r"'<M8' names a type pyxbuf cannot describe"),
     "bool of 2 bytes": (_set("typestr", "|b2"), r"'\|b2' names a type"),
+    # the edges of format/codes.h's table: no 16-byte int, no 1-byte float,
+    # no 4-byte complex, and long double only in native byte order
+    "int of 16 bytes": (_set("typestr", "<i16"), r"'<i16' names a type pyxbuf cannot describe"),
+    "float of 1 byte": (_set("typestr", "<f1"), r"'<f1' names a type pyxbuf cannot describe"),
+    "complex of 4 bytes": (_set("typestr", "<c4"), r"'<c4' names a type pyxbuf cannot describe"),
+    "swapped long double": (_set("typestr", ">f16" if sys.byteorder == "little" else "<f16"),
+                            r"f16' names a type pyxbuf cannot describe"),
     "data not a tuple": (_set("data", [1, False]), r"'data' must be a \(pointer: int, read_only: bool\) tuple, found 'list'"),
     "data 3-tuple": (_set("data", (1, False, 0)), r"'data' must be a \(pointer"),
     "pointer not int": (_set("data", ("0x10", False)), r"'data'\[0\] \(the pointer\) must be an int, found 'str'"),
@@ -426,6 +448,9 @@ BAD = {
     "descr name with colon": (lambda d: d.update(typestr="|V4", descr=[("a:b", "<f4")]), r"contains ':'"),
     "descr name not str": (lambda d: d.update(typestr="|V4", descr=[(1, "<f4")]), r"'descr'\[0\] must start with a field name"),
     "descr bad subarray": (lambda d: d.update(typestr="|V4", descr=[("a", "<f4", (0,))]), r"sub-array shape\) must hold positive ints"),
+    "descr subarray count overflows": (lambda d: d.update(typestr="|V4", descr=[("a", "|u1", (2**31 - 1,) * 3)]), r"sub-array shape\) must hold positive ints"),
+    "descr item too large": (lambda d: d.update(typestr="|V4", descr=[("a", "<f8", (2**30, 2**30, 4))]), r"'descr' describes an item too large to address"),
+    "descr shape of 65 dims": (lambda d: d.update(typestr="|V4", descr=[("a", "|u1", (1,) * 65)]), r"'descr'\[0\]\[2\] \(the sub-array shape\) has 65 dimensions; a format's sub-array shape has at most 64"),
     "descr bad field type": (lambda d: d.update(typestr="|V4", descr=[("a", "<x4")]), r"'descr'\[0\]\[1\] = '<x4' names a type"),
 }
 

@@ -1,6 +1,6 @@
 """Format strings: pyxbuf's parser against struct, NumPy, ml_dtypes and ctypes.
 
-The rules pyxbuf follows (c/format/ states them with reasons):
+The rules pyxbuf follows (c/format/parse.c states them with reasons):
 
 * struct's sizes and alignment: '@' aligns every item and never pads the end of
   the whole format ("ix" is 5); '<' '>' '!' '=' are standard sizes, packed;
@@ -812,6 +812,50 @@ def test_builtins_cannot_be_removed_but_can_be_shadowed():
     assert t.format_itemsize(b"[ml_dtypes$bfloat16]") == (2, 2)
 
 
+# The one custom-type character rule (c/format/format.h, the custom-dtype
+# proposal: "All characters within the [] must be printable ASCII characters
+# characters excluding ];$"), byte by byte, for the id and the payload of a
+# parsed type, the builder's and a registry key; test_array_interface.py pins
+# the same rule for the names of NumPy user dtypes.
+
+def custom_char_allowed(byte):
+    return 0x20 <= byte <= 0x7E and chr(byte) not in "];$"
+
+
+def byte_desc(byte):
+    return f"'{chr(byte)}'" if 0x20 <= byte <= 0x7E else f"byte 0x{byte:02X}"
+
+
+@pytest.mark.parametrize("byte", range(1, 256), ids=lambda b: f"0x{b:02X}")
+def test_custom_type_characters_follow_one_rule(byte):
+    ch = bytes([byte])
+    in_id, in_payload = b"[a" + ch + b"b$x]", b"[a$x" + ch + b"y]"
+    key = (b"a" + ch + b"b$x").decode("latin-1")
+    if custom_char_allowed(byte):
+        assert parse(in_id)["nodes"][1]["custom"] == in_id[1:-1].decode()
+        assert parse(in_payload)["nodes"][1]["custom"] == in_payload[1:-1].decode()
+        t.dtype_register(key, 2, 2)
+        try:
+            assert t.format_itemsize(in_id) == (2, 2)
+        finally:
+            t.dtype_unregister(key)
+        return
+    with pytest.raises(t.FormatError) as e:
+        parse(in_payload)
+    assert e.value.code == t.PYXBUF_EFORMAT
+    if chr(byte) not in "];":  # they end the payload: the next character is refused
+        assert f"{byte_desc(byte)} at position 4 is not allowed in a custom type payload" in str(
+            e.value)
+    with pytest.raises(t.FormatError) as e:
+        parse(in_id)
+    assert e.value.code == t.PYXBUF_EFORMAT
+    if chr(byte) not in "];$":  # they end the id
+        assert f"{byte_desc(byte)} at position 2 is not allowed in a custom type id" in str(e.value)
+    with pytest.raises(t.FormatError) as e:
+        t.dtype_register(key, 2, 2)
+    assert e.value.code == t.PYXBUF_EINVAL
+
+
 # ---------------------------------------------------------------------------
 # Malformed formats: (format, code, position, message substring)
 # ---------------------------------------------------------------------------
@@ -870,6 +914,8 @@ MALFORMED = [
     ("[a$\xc3\xa9]", E, 3, "byte 0xC3 at position 3"),
     ("[a\tb$c]", E, 2, "byte 0x09 at position 2 is not allowed in a custom type id"),
     ("[a\x80$c]", E, 2, "byte 0x80 at position 2"),
+    ("[a\x7fb$c]", E, 2, "byte 0x7F at position 2 is not allowed in a custom type id"),
+    ("[\x1f$c]", E, 1, "byte 0x1F at position 1 is not allowed in a custom type id"),
     # '$' ends the id; a payload may not hold one (the proposal)
     ("[a$b$c]", E, 4, "'$' at position 4 is not allowed in a custom type payload"),
     ("[numpy$x;ml_dtypes$bfloat16$]", E, 27, "'$' at position 27"),

@@ -79,7 +79,4 @@ void pyxbuf__flag_names(int32_t flags, char *buf, size_t cap);
  * Returns 0, or -1 with a Python exception set. */
 int pyxbuf__type_dict_set(PyTypeObject *type, const char *name, PyObject *value);
 
-/* format.c: changes with every pyxbuf_dtype_register/unregister. */
-extern PYXBUF_HIDDEN atomic_uint_fast64_t pyxbuf__dtype_registry_generation;
-
 #endif

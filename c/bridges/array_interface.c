@@ -16,7 +16,9 @@
  *   type (`dtype.type`) is defined outside NumPy and builtins (which rules out
  *   NumPy's own StringDType, numbered 2056, whose type is str). Everything
  *   else returns 0 and is left to the other paths. No NumPy C API is used.
- * - The format is "[{dtype.type.__module__}${dtype.type.__name__}]"; pyxbuf's
+ * - The format is "[{dtype.type.__module__}${dtype.type.__name__}]", both
+ *   of the characters the parser allows in a custom type (format/format.h:
+ *   printable ASCII but ']', ';' and '$'; a space or '[' is fine); pyxbuf's
  *   format registry must know its size, and that size must equal
  *   dtype.itemsize and the typestr's: otherwise BufferError naming both (an
  *   unknown type is refused rather than exported opaque, with the key to
@@ -34,9 +36,8 @@
  *   PYXBUF_INLINE_NDIM.
  */
 
-#include "bridges/bridges.h"
-
 #include "bridges/array_dict.h"
+#include "format/format.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -97,8 +98,8 @@ static void user_dtype_clear(user_dtype *u) {
     Py_CLEAR(u->name);
 }
 
-typedef struct dtype_entry dtype_entry;
-static int dtype_cache_find(PyObject *dtype, dtype_entry *out);
+typedef struct dtype_cache_entry dtype_cache_entry;
+static int dtype_cache_find(PyObject *dtype, dtype_cache_entry *out);
 
 static int find_user_dtype(PyObject *obj, const names *n, user_dtype *u) {
     PyObject *num = NULL, *type = NULL;
@@ -143,14 +144,29 @@ done:
 /* The format                                                                */
 /* ------------------------------------------------------------------------- */
 
-/* Characters a custom type's id and payload may carry. */
-static int valid_part(const char *s, Py_ssize_t len) {
-    if (len <= 0 || len > NAME_MAX_LEN) return 0;
-    for (Py_ssize_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c < 0x21 || c > 0x7e || c == '[' || c == ']' || c == ';' || c == '$') return 0;
+/* A part of the custom type "[module$name]" that the dtype's scalar type
+ * names (`what`: "module" or "name"): 0 when it is 1 to NAME_MAX_LEN
+ * characters that the custom-type rule (format/format.h, the parser's)
+ * allows, else BufferError naming the first character it refuses. */
+static int check_part(const user_dtype *u, const char *what, const char *s, Py_ssize_t len) {
+    const char *bad = len > 0 ? pyxbuf__custom_type_bad_char(s, (size_t)len) : NULL;
+    if (bad != NULL) {
+        char cb[16];
+        return pyxbuf__dict_fail(AI,
+                                 "the dtype %.100R has the scalar type %.100R.%.100R, which "
+                                 "cannot name a custom format type: its %s holds %s at "
+                                 "position %zd, and a custom type's id and payload hold printable "
+                                 "ASCII except ']', ';' and '$'; give the type a name without it",
+                                 u->dtype, u->module, u->name, what,
+                                 pyxbuf__fmt_char_desc((unsigned char)*bad, cb), bad - s);
     }
-    return 1;
+    if (len <= 0 || len > NAME_MAX_LEN)
+        return pyxbuf__dict_fail(AI,
+                                 "the dtype %.100R has the scalar type %.100R.%.100R, which "
+                                 "cannot name a custom format type: its %s has %zd characters, "
+                                 "not 1 to %d; give the type a shorter name",
+                                 u->dtype, u->module, u->name, what, len, NAME_MAX_LEN);
+    return 0;
 }
 
 /* What pyxbuf learnt of a user dtype: its format "[module$name]" (after a
@@ -163,23 +179,25 @@ static int valid_part(const char *s, Py_ssize_t len) {
  * reference to the holder: Python code that runs while the caller works
  * (another thread's lookup, or with the GIL off any thread) may replace the
  * entry. The table's lock exists on free-threaded builds only. */
-typedef struct dtype_entry {
+typedef struct dtype_cache_entry {
     PyObject *dtype;
     PyObject *holder; /* the format, in a bridge holder: format[0] is the prefix slot */
     Py_ssize_t itemsize;
     uint64_t generation;
-} dtype_entry;
+} dtype_cache_entry;
 
 #define DTYPE_CACHE_SIZE 16
-static dtype_entry dtype_cache[DTYPE_CACHE_SIZE];
+static dtype_cache_entry dtype_cache[DTYPE_CACHE_SIZE];
 static unsigned dtype_cache_next;
 PYXBUF__FT_MUTEX(dtype_cache_lock);
 
-static const char *entry_format(const dtype_entry *e) { return pyxbuf__holder_storage(e->holder); }
+static const char *entry_format(const dtype_cache_entry *e) {
+    return pyxbuf__holder_storage(e->holder);
+}
 
 /* 1 with a copy of the dtype's entry in *out (out->dtype borrowed, a new
  * reference to out->holder), else 0; `out` NULL: only whether it is there. */
-static int dtype_cache_find(PyObject *dtype, dtype_entry *out) {
+static int dtype_cache_find(PyObject *dtype, dtype_cache_entry *out) {
     uint64_t now = atomic_load(&pyxbuf__dtype_registry_generation);
     int found = 0;
     PYXBUF__FT_LOCK(dtype_cache_lock);
@@ -198,11 +216,11 @@ static int dtype_cache_find(PyObject *dtype, dtype_entry *out) {
 /* Put `e` in the table, which takes its references; `e` keeps the caller's
  * (the holder's second reference, the caller's). The replaced entry's
  * references are dropped once the table is consistent again, unlocked. */
-static void dtype_cache_put(const dtype_entry *e) {
+static void dtype_cache_put(const dtype_cache_entry *e) {
     Py_INCREF(e->holder);
     PYXBUF__FT_LOCK(dtype_cache_lock);
-    dtype_entry *slot = &dtype_cache[dtype_cache_next++ % DTYPE_CACHE_SIZE];
-    dtype_entry old = *slot;
+    dtype_cache_entry *slot = &dtype_cache[dtype_cache_next++ % DTYPE_CACHE_SIZE];
+    dtype_cache_entry old = *slot;
     *slot = *e;
     PYXBUF__FT_UNLOCK(dtype_cache_lock);
     Py_XDECREF(old.holder);
@@ -214,18 +232,14 @@ static char swapped_prefix(void) { return pyxbuf__typestr_swapped('<') ? '<' : '
 
 /* The dtype's half of the format: "[module$name]", checked against the
  * registry and the dtype's itemsize; written into e (not yet published). */
-static int describe_dtype(const names *n, const user_dtype *u, dtype_entry *e) {
+static int describe_dtype(const names *n, const user_dtype *u, dtype_cache_entry *e) {
     char format[2 * NAME_MAX_LEN + 8];
     Py_ssize_t mlen, nlen;
     const char *module = PyUnicode_AsUTF8AndSize(u->module, &mlen);
     const char *name = module ? PyUnicode_AsUTF8AndSize(u->name, &nlen) : NULL;
     if (name == NULL) return -1;
-    if (!valid_part(module, mlen) || !valid_part(name, nlen))
-        return pyxbuf__dict_fail(AI,
-                                 "the dtype %.100R has the scalar type %.100R.%.100R, which "
-                                 "cannot name a custom format type (printable ASCII without "
-                                 "'[', ']', ';', '$' or spaces, at most %d characters each)",
-                                 u->dtype, u->module, u->name, NAME_MAX_LEN);
+    if (check_part(u, "module", module, mlen) < 0 || check_part(u, "name", name, nlen) < 0)
+        return -1;
     PyObject *size_obj = PyObject_GetAttr(u->dtype, n->itemsize);
     if (size_obj == NULL) return -1;
     Py_ssize_t dtype_size = pyxbuf__is_int(size_obj) ? PyLong_AsSsize_t(size_obj) : -1;
@@ -261,7 +275,7 @@ static int describe_dtype(const names *n, const user_dtype *u, dtype_entry *e) {
 
 /* The dict's half: 'typestr' must agree with the dtype's size, and its byte
  * order picks the prefix. *format points into the entry's holder. */
-static int check_typestr(PyObject *dict, const dtype_entry *e, const char **format) {
+static int check_typestr(PyObject *dict, const dtype_cache_entry *e, const char **format) {
     PyObject *ts;
     if (pyxbuf__dict_item(dict, AI, "typestr", "a typestr such as '<V2'", 1, &ts) <= 0) return -1;
     const char *s = PyUnicode_Check(ts) ? PyUnicode_AsUTF8(ts) : NULL;
@@ -289,9 +303,9 @@ static int check_typestr(PyObject *dict, const dtype_entry *e, const char **form
  * table's, or a new one put in the table. The table is searched again
  * although find_user_dtype searched it: the getattr of __array_interface__ in
  * between may run Python that changes it. */
-static int dtype_entry_of(const names *n, const user_dtype *u, dtype_entry *e) {
+static int dtype_entry_of(const names *n, const user_dtype *u, dtype_cache_entry *e) {
     if (dtype_cache_find(u->dtype, e)) return 0;
-    *e = (dtype_entry){NULL, NULL, 0, 0};
+    *e = (dtype_cache_entry){NULL, NULL, 0, 0};
     if (describe_dtype(n, u, e) < 0) return -1;
     dtype_cache_put(e);
     return 0;
@@ -321,7 +335,7 @@ static int check_offset(PyObject *dict) {
 
 /* The dict read with the dtype's entry (which holds a reference to its
  * holder, the caller's). */
-static int ai_import_entry(PyObject *obj, PyObject *dict, const dtype_entry *entry,
+static int ai_import_entry(PyObject *obj, PyObject *dict, const dtype_cache_entry *entry,
                            pyxbuf_view *view, int32_t flags) {
     const char *fmt = NULL;
     int ndim = 0, readonly = 1;
@@ -380,7 +394,7 @@ static int ai_import_entry(PyObject *obj, PyObject *dict, const dtype_entry *ent
 static int ai_import(PyObject *obj, PyObject *dict, const names *n, const user_dtype *u,
                      pyxbuf_view *view, int32_t flags) {
     long version = 0;
-    dtype_entry entry;
+    dtype_cache_entry entry;
     if (!PyDict_Check(dict))
         return pyxbuf__dict_fail(AI, "it must be a dict, found '%s'", Py_TYPE(dict)->tp_name);
     if (pyxbuf__dict_version(dict, AI, 3, 3, &version) < 0 || dtype_entry_of(n, u, &entry) < 0)

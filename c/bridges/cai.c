@@ -39,6 +39,8 @@
 #include "device/device.h"
 
 #include "bridges/array_dict.h"
+#include "format/codes.h"
+#include "format/format.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -47,79 +49,26 @@
 #define CAI_MAX_VERSION 3
 
 /* ------------------------------------------------------------------------- */
-/* A growable format string                                                  */
-/* ------------------------------------------------------------------------- */
-
-typedef struct fmtbuf {
-    char *p;
-    size_t len, cap;
-    char local[64];
-} fmtbuf;
-
-static void fmt_init(fmtbuf *b) {
-    b->p = b->local;
-    b->len = 0;
-    b->cap = sizeof b->local;
-    b->local[0] = '\0';
-}
-
-static void fmt_free(fmtbuf *b) {
-    if (b->p != b->local) PyMem_Free(b->p);
-    fmt_init(b);
-}
-
-static int fmt_put(fmtbuf *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap * 2;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = PyMem_Malloc(cap);
-        if (p == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        memcpy(p, b->p, b->len + 1);
-        if (b->p != b->local) PyMem_Free(b->p);
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-    return 0;
-}
-
-static int fmt_puts(fmtbuf *b, const char *s) { return fmt_put(b, s, strlen(s)); }
-
-static int fmt_int(fmtbuf *b, long long v) {
-    char tmp[32];
-    int n = snprintf(tmp, sizeof tmp, "%lld", v);
-    return fmt_put(b, tmp, (size_t)n);
-}
-
-/* ------------------------------------------------------------------------- */
 /* typestr -> format                                                         */
 /* ------------------------------------------------------------------------- */
+
+/* The kind of struct code of a typestr's kind character. */
+static pyxbuf__kind typestr_kind(char kind) {
+    switch (kind) {
+    case 'b': return PYXBUF__KIND_BOOL;
+    case 'i': return PYXBUF__KIND_INT;
+    case 'u': return PYXBUF__KIND_UINT;
+    case 'f': return PYXBUF__KIND_FLOAT;
+    case 'c': return PYXBUF__KIND_COMPLEX;
+    default: return PYXBUF__KIND_NONE;
+    }
+}
 
 /* The struct code for a typestr's kind and size, or NULL. `native` tells
  * whether long double codes are allowed (they have no standard size). */
 static const char *scalar_code(char kind, int64_t size, int native) {
-    switch (kind) {
-    case 'b': return size == 1 ? "?" : NULL;
-    case 'i':
-        return size == 1 ? "b" : size == 2 ? "h" : size == 4 ? "i" : size == 8 ? "q" : NULL;
-    case 'u':
-        return size == 1 ? "B" : size == 2 ? "H" : size == 4 ? "I" : size == 8 ? "Q" : NULL;
-    case 'f':
-        if (size == 2) return "e";
-        if (size == 4) return "f";
-        if (size == 8) return "d";
-        return native && size == (int64_t)sizeof(long double) && size > 8 ? "g" : NULL;
-    case 'c':
-        if (size == 8) return "Zf";
-        if (size == 16) return "Zd";
-        return native && size == 2 * (int64_t)sizeof(long double) && size > 16 ? "Zg" : NULL;
-    default: return NULL;
-    }
+    return native ? pyxbuf__native_struct_code(typestr_kind(kind), size)
+                  : pyxbuf__struct_code(typestr_kind(kind), size);
 }
 
 typedef struct typestr {
@@ -160,17 +109,23 @@ static const char *order_prefix(char order, int in_struct) {
     return order == '<' ? "<" : ">";
 }
 
+/* Append "<n>x": n bytes nobody interprets. */
+static void append_padding(pyxbuf__fmtbuf *b, int64_t n) {
+    pyxbuf__fmtbuf_int(b, n);
+    pyxbuf__fmtbuf_char(b, 'x');
+}
+
 /* Append the format of a non-void typestr. */
-static int append_scalar(fmtbuf *b, PyObject *obj, const typestr *t, const char *where,
+static int append_scalar(pyxbuf__fmtbuf *b, PyObject *obj, const typestr *t, const char *where,
                          int in_struct) {
     int native = !pyxbuf__typestr_swapped(t->order);
     if (t->kind == 'S' || t->kind == 'U') {
         const char *prefix = t->kind == 'U' ? order_prefix(t->order, in_struct) : "";
         if (in_struct && t->kind == 'S') prefix = "=";
-        return fmt_puts(b, prefix) < 0 || fmt_int(b, t->size) < 0 ||
-                       fmt_puts(b, t->kind == 'S' ? "s" : "w") < 0
-                   ? -1
-                   : 0;
+        pyxbuf__fmtbuf_puts(b, prefix);
+        pyxbuf__fmtbuf_int(b, t->size);
+        pyxbuf__fmtbuf_char(b, t->kind == 'S' ? 's' : 'w');
+        return 0;
     }
     const char *code = scalar_code(t->kind, t->size, native);
     if (code == NULL)
@@ -181,7 +136,9 @@ static int append_scalar(fmtbuf *b, PyObject *obj, const typestr *t, const char 
                                  where, obj);
     const char *prefix = order_prefix(t->order, in_struct);
     if (t->size == 1 && !in_struct) prefix = "";
-    return fmt_puts(b, prefix) < 0 || fmt_puts(b, code) < 0 ? -1 : 0;
+    pyxbuf__fmtbuf_puts(b, prefix);
+    pyxbuf__fmtbuf_puts(b, code);
+    return 0;
 }
 
 /* 1 if `descr` describes fields, 0 if it is absent or the trivial
@@ -195,7 +152,8 @@ static int descr_is_structured(PyObject *descr) {
     return !(PyUnicode_Check(name) && PyUnicode_GET_LENGTH(name) == 0 && PyUnicode_Check(type));
 }
 
-static int append_descr(fmtbuf *b, PyObject *descr, int depth, int64_t declared, int64_t *size);
+static int append_descr(pyxbuf__fmtbuf *b, PyObject *descr, int depth, int64_t declared,
+                        int64_t *size);
 
 /* A field's name: str, or the name of a (title, name) pair. */
 static int field_name(PyObject *e, Py_ssize_t i, PyObject **name) {
@@ -210,8 +168,29 @@ static int field_name(PyObject *e, Py_ssize_t i, PyObject **name) {
     return 0;
 }
 
+/* The dimensions of a field's sub-array shape (a tuple) and their product. */
+static int field_dims(PyObject *shape, Py_ssize_t i, int64_t *dims, int *ndim, int64_t *count) {
+    if (PyTuple_GET_SIZE(shape) > PYXBUF_MAX_NDIM)
+        return pyxbuf__dict_fail(CAI,
+                                 "'descr'[%zd][2] (the sub-array shape) has %zd dimensions; a "
+                                 "format's sub-array shape has at most %d: reshape the field",
+                                 i, PyTuple_GET_SIZE(shape), PYXBUF_MAX_NDIM);
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(shape); k++) {
+        PyObject *d = PyTuple_GET_ITEM(shape, k);
+        long long n = pyxbuf__is_int(d) ? PyLong_AsLongLong(d) : -1;
+        if (n == -1 && PyErr_Occurred()) PyErr_Clear();
+        if (n <= 0 || n > INT32_MAX || !PYXBUF__MUL_OK(*count, (int64_t)n, count))
+            return pyxbuf__dict_fail(CAI,
+                                     "'descr'[%zd][2] (the sub-array shape) must hold positive "
+                                     "ints, found %.100R",
+                                     i, shape);
+        dims[(*ndim)++] = n;
+    }
+    return 0;
+}
+
 /* A field's sub-array shape "(2,3)" and its item count. */
-static int field_shape(fmtbuf *b, PyObject *e, Py_ssize_t i, int64_t *count) {
+static int field_shape(pyxbuf__fmtbuf *b, PyObject *e, Py_ssize_t i, int64_t *count) {
     *count = 1;
     if (PyTuple_GET_SIZE(e) < 3) return 0;
     PyObject *shape = PyTuple_GET_ITEM(e, 2);
@@ -227,27 +206,15 @@ static int field_shape(fmtbuf *b, PyObject *e, Py_ssize_t i, int64_t *count) {
     } else {
         Py_INCREF(shape);
     }
-    int rc = PyTuple_GET_SIZE(shape) ? fmt_puts(b, "(") : 0;
-    for (Py_ssize_t k = 0; rc == 0 && k < PyTuple_GET_SIZE(shape); k++) {
-        PyObject *d = PyTuple_GET_ITEM(shape, k);
-        long long n = pyxbuf__is_int(d) ? PyLong_AsLongLong(d) : -1;
-        if (n == -1 && PyErr_Occurred()) PyErr_Clear();
-        if (n <= 0 || n > INT32_MAX || *count > INT64_MAX / n) {
-            rc = pyxbuf__dict_fail(CAI,
-                                   "'descr'[%zd][2] (the sub-array shape) must hold positive "
-                                   "ints, found %.100R",
-                                   i, shape);
-            break;
-        }
-        *count *= n;
-        rc = (k ? fmt_puts(b, ",") : 0) < 0 || fmt_int(b, n) < 0 ? -1 : 0;
-    }
-    if (rc == 0 && PyTuple_GET_SIZE(shape)) rc = fmt_puts(b, ")");
+    int64_t dims[PYXBUF_MAX_NDIM];
+    int ndim = 0;
+    int rc = field_dims(shape, i, dims, &ndim, count);
+    if (rc == 0 && ndim > 0) pyxbuf__fmtbuf_shape(b, dims, ndim);
     Py_DECREF(shape);
     return rc;
 }
 
-static int append_field(fmtbuf *b, PyObject *e, Py_ssize_t i, int depth, int64_t *size) {
+static int append_field(pyxbuf__fmtbuf *b, PyObject *e, Py_ssize_t i, int depth, int64_t *size) {
     if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) < 2 || PyTuple_GET_SIZE(e) > 3)
         return pyxbuf__dict_fail(CAI,
                                  "'descr'[%zd] must be a (name, typestr) or (name, typestr, "
@@ -276,24 +243,23 @@ static int append_field(fmtbuf *b, PyObject *e, Py_ssize_t i, int depth, int64_t
         item = t.itemsize;
         if (t.kind == 'V') {
             /* Padding, or an opaque void field: bytes nobody interprets. */
-            if (fmt_int(b, t.size) < 0 || fmt_puts(b, "x") < 0) return -1;
+            append_padding(b, t.size);
             named = 0;
         } else if (append_scalar(b, type, &t, where, 1) < 0) {
             return -1;
         }
     }
-    if (named && (fmt_puts(b, ":") < 0 || fmt_put(b, name_s, (size_t)name_len) < 0 ||
-                  fmt_puts(b, ":") < 0))
-        return -1;
-    if (item > 0 && count > (INT64_MAX - *size) / item)
+    if (named) pyxbuf__fmtbuf_name(b, name_s, (size_t)name_len);
+    int64_t bytes;
+    if (!PYXBUF__MUL_OK(item, count, &bytes) || !PYXBUF__ADD_OK(*size, bytes, size))
         return pyxbuf__dict_fail(CAI, "'descr' describes an item too large to address");
-    *size += item * count;
     return 0;
 }
 
 /* "T{...}" from a NumPy descr list. `declared` (or -1 for nested structs):
  * the typestr's size, reached with trailing padding. */
-static int append_descr(fmtbuf *b, PyObject *descr, int depth, int64_t declared, int64_t *size) {
+static int append_descr(pyxbuf__fmtbuf *b, PyObject *descr, int depth, int64_t declared,
+                        int64_t *size) {
     if (depth > PYXBUF_FORMAT_MAX_DEPTH)
         return pyxbuf__dict_fail(CAI, "'descr' nests structs deeper than %d levels",
                                  PYXBUF_FORMAT_MAX_DEPTH);
@@ -303,7 +269,7 @@ static int append_descr(fmtbuf *b, PyObject *descr, int depth, int64_t declared,
                                  "found '%s' (%.100R)",
                                  Py_TYPE(descr)->tp_name, descr);
     *size = 0;
-    if (fmt_puts(b, "T{") < 0) return -1;
+    pyxbuf__fmtbuf_puts(b, "T{");
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(descr); i++)
         if (append_field(b, PyList_GET_ITEM(descr, i), i, depth, size) < 0) return -1;
     if (declared >= 0 && *size > declared)
@@ -312,14 +278,32 @@ static int append_descr(fmtbuf *b, PyObject *descr, int depth, int64_t declared,
                                  "the producer must make them agree",
                                  (long long)*size, (long long)declared);
     if (declared > *size) {
-        if (fmt_int(b, declared - *size) < 0 || fmt_puts(b, "x") < 0) return -1;
+        append_padding(b, declared - *size);
         *size = declared;
     }
-    return fmt_puts(b, "}");
+    pyxbuf__fmtbuf_char(b, '}');
+    return 0;
+}
+
+/* The struct "T{...}" of a structured typestr `t` (from `ts`) whose fields
+ * `descr` gives; the format pyxbuf's parser will read must be the size CAI
+ * declared. */
+static int append_struct(pyxbuf__fmtbuf *b, PyObject *descr, PyObject *ts, const typestr *t) {
+    int64_t size = 0, parsed = -1;
+    if (append_descr(b, descr, 1, t->size, &size) < 0) return -1;
+    if (b->failed) return PyErr_NoMemory(), -1;
+    pyxbuf_error err;
+    if (pyxbuf_format_itemsize(b->p, &parsed, NULL, &err) < 0 || parsed != t->size)
+        return pyxbuf__dict_fail(CAI,
+                                 "'descr' %.200R gives the format '%s' of %lld bytes, not the "
+                                 "%lld of 'typestr' %R (%s)",
+                                 descr, b->p, (long long)parsed, (long long)t->size, ts,
+                                 parsed < 0 ? err.message : "sizes differ");
+    return 0;
 }
 
 /* The view's format for the dict's typestr (and descr). */
-static int build_format(PyObject *dict, fmtbuf *b, Py_ssize_t *itemsize) {
+static int build_format(PyObject *dict, pyxbuf__fmtbuf *b, Py_ssize_t *itemsize) {
     PyObject *ts, *descr = NULL;
     typestr t;
     if (pyxbuf__dict_item(dict, CAI, "typestr", "a typestr such as '<f4'", 1, &ts) <= 0 ||
@@ -328,22 +312,13 @@ static int build_format(PyObject *dict, fmtbuf *b, Py_ssize_t *itemsize) {
     if (t.itemsize > PY_SSIZE_T_MAX)
         return pyxbuf__dict_fail(CAI, "'typestr' %R is too large", ts);
     *itemsize = (Py_ssize_t)t.itemsize;
-    if (t.kind != 'V') return append_scalar(b, ts, &t, "'typestr'", 0);
-    if (pyxbuf__dict_item(dict, CAI, "descr", "", 0, &descr) < 0) return -1;
-    if (!descr_is_structured(descr))
-        return fmt_int(b, t.size) < 0 || fmt_puts(b, "x") < 0 ? -1 : 0;
-    int64_t size = 0;
-    if (append_descr(b, descr, 1, t.size, &size) < 0) return -1;
-    /* The format pyxbuf's parser will read must be the size CAI declared. */
-    int64_t parsed = -1;
-    pyxbuf_error err;
-    if (pyxbuf_format_itemsize(b->p, &parsed, NULL, &err) < 0 || parsed != t.size)
-        return pyxbuf__dict_fail(CAI,
-                                 "'descr' %.200R gives the format '%s' of %lld bytes, not the "
-                                 "%lld of 'typestr' %R (%s)",
-                                 descr, b->p, (long long)parsed, (long long)t.size, ts,
-                                 parsed < 0 ? err.message : "sizes differ");
-    return 0;
+    int rc = 0;
+    if (t.kind != 'V') rc = append_scalar(b, ts, &t, "'typestr'", 0);
+    else if (pyxbuf__dict_item(dict, CAI, "descr", "", 0, &descr) < 0) rc = -1;
+    else if (descr_is_structured(descr)) rc = append_struct(b, descr, ts, &t);
+    else append_padding(b, t.size); /* unstructured void: opaque bytes, as NumPy writes it */
+    if (rc == 0 && b->failed) return PyErr_NoMemory(), -1;
+    return rc;
 }
 
 /* ------------------------------------------------------------------------- */
@@ -461,7 +436,7 @@ typedef struct cai_desc {
     int64_t stream;
 } cai_desc;
 
-static int read_dict(PyObject *dict, cai_desc *d, fmtbuf *fmt) {
+static int read_dict(PyObject *dict, cai_desc *d, pyxbuf__fmtbuf *fmt) {
     long version = 0;
     d->ndim = 0;
     d->itemsize = 0;
@@ -508,62 +483,90 @@ static int find_device(const cai_desc *d, pyxbuf_device *dev, cai_state *s) {
                              (void *)d->ptr, err.message);
 }
 
-static int cai_import(PyObject *obj, PyObject *dict, pyxbuf_view *view, int32_t flags,
-                      int64_t consumer) {
-    cai_desc d;
-    fmtbuf fmt;
-    fmt_init(&fmt);
-    cai_state found;
-    pyxbuf_device dev;
-    memset(&found, 0, sizeof found);
-    if (read_dict(dict, &d, &fmt) < 0 || find_device(&d, &dev, &found) < 0) {
-        fmt_free(&fmt);
-        return -1;
-    }
-    size_t spill = d.ndim > PYXBUF_INLINE_NDIM ? 2 * (size_t)d.ndim * sizeof(Py_ssize_t) : 0;
-    PyObject *holder = pyxbuf__holder_new(STATE_BYTES + spill + fmt.len + 1, cai_finalize);
-    if (holder == NULL) {
-        fmt_free(&fmt);
-        return -1;
-    }
+/* Bytes of the holder's storage for the dimensions beyond the view's inline
+ * ones (shape, then strides), after the state; the format follows them. */
+static size_t spill_bytes(int ndim) {
+    return ndim > PYXBUF_INLINE_NDIM ? 2 * (size_t)ndim * sizeof(Py_ssize_t) : 0;
+}
+
+/* The view's owner: `found` (its device info filled from `d` and `dev`),
+ * room for spilled dimensions, and the format; NULL with an exception. */
+static PyObject *new_holder(const cai_desc *d, const pyxbuf_device *dev, const cai_state *found,
+                            const pyxbuf__fmtbuf *fmt) {
+    size_t spill = spill_bytes(d->ndim);
+    PyObject *holder = pyxbuf__holder_new(STATE_BYTES + spill + fmt->len + 1, cai_finalize);
+    if (holder == NULL) return NULL;
     unsigned char *storage = pyxbuf__holder_storage(holder);
     cai_state *s = (cai_state *)storage;
-    *s = found;
-    char *format = (char *)storage + STATE_BYTES + spill;
-    memcpy(format, fmt.p, fmt.len + 1);
-    fmt_free(&fmt);
-
+    *s = *found;
+    memcpy(storage + STATE_BYTES + spill, fmt->p, fmt->len + 1);
     s->info.size = (uint32_t)sizeof(pyxbuf_device_info);
-    s->info.device_type = dev.device_type;
-    s->info.device_id = dev.device_id;
-    s->info.stream = d.has_stream ? d.stream : PYXBUF_STREAM_NONE;
-    s->info.dl_flags = d.readonly ? PYXBUF_DL_FLAG_READ_ONLY : 0;
+    s->info.device_type = dev->device_type;
+    s->info.device_id = dev->device_id;
+    s->info.stream = d->has_stream ? d->stream : PYXBUF_STREAM_NONE;
+    s->info.dl_flags = d->readonly ? PYXBUF_DL_FLAG_READ_ONLY : 0;
+    return holder;
+}
 
-    Py_ssize_t *dims = pyxbuf__view_dims(view, d.ndim, (Py_ssize_t *)(storage + STATE_BYTES));
-    memcpy(dims, d.shape, (size_t)d.ndim * sizeof(Py_ssize_t));
-    memcpy(dims + d.ndim, d.strides, (size_t)d.ndim * sizeof(Py_ssize_t));
-
+/* Fills `view` for `flags` from `d`, pointing into `holder` (dimensions,
+ * format, device info); -1 with BufferError when the request is refused. */
+static int fill_view(PyObject *obj, pyxbuf_view *view, int32_t flags, const cai_desc *d,
+                     PyObject *holder) {
+    unsigned char *storage = pyxbuf__holder_storage(holder);
+    Py_ssize_t *dims = pyxbuf__view_dims(view, d->ndim, (Py_ssize_t *)(storage + STATE_BYTES));
+    memcpy(dims, d->shape, (size_t)d->ndim * sizeof(Py_ssize_t));
+    memcpy(dims + d->ndim, d->strides, (size_t)d->ndim * sizeof(Py_ssize_t));
     pyxbuf_export_desc desc;
     memset(&desc, 0, sizeof desc);
     desc.size = (uint32_t)sizeof desc;
-    desc.ndim = d.ndim;
-    desc.buf = (void *)d.ptr;
-    desc.format = format;
-    desc.itemsize = d.itemsize;
+    desc.ndim = d->ndim;
+    desc.buf = (void *)d->ptr;
+    desc.format = (const char *)storage + STATE_BYTES + spill_bytes(d->ndim);
+    desc.itemsize = d->itemsize;
     desc.shape = dims;
-    desc.strides = dims + d.ndim;
-    desc.readonly = d.readonly;
+    desc.strides = dims + d->ndim;
+    desc.readonly = d->readonly;
     desc.device = PYXBUF_DEVICE_DLPACK;
-    desc.device_info = &s->info;
-    if (pyxbuf_export_fill(&view->base, obj, flags, &desc) < 0) {
+    desc.device_info = &((cai_state *)storage)->info;
+    return pyxbuf_export_fill(&view->base, obj, flags, &desc);
+}
+
+/* 1 when the view's last byte is on the device of its first (the pointer
+ * told the device), or no backend can tell; else 0 with `err` filled. */
+static int span_on_device(const pyxbuf_view *view, const cai_state *s, const pyxbuf_device *dev,
+                          pyxbuf_error *err) {
+    Py_ssize_t lo = 0, hi = 0;
+    return !s->has_backend || pyxbuf__view_span(&view->base, &lo, &hi) != 0 ||
+           pyxbuf__check_device_span(&s->backend, view->base.buf, lo, hi, dev, err) >= 0;
+}
+
+/* The dict read, its device found, and the holder that owns what the view
+ * points into; NULL with an exception. */
+static PyObject *read_cai(PyObject *dict, cai_desc *d, pyxbuf_device *dev) {
+    pyxbuf__fmtbuf fmt;
+    cai_state found;
+    memset(&found, 0, sizeof found);
+    pyxbuf__fmtbuf_init(&fmt);
+    PyObject *holder = NULL;
+    if (read_dict(dict, d, &fmt) == 0 && find_device(d, dev, &found) == 0)
+        holder = new_holder(d, dev, &found, &fmt);
+    pyxbuf__fmtbuf_free(&fmt);
+    return holder;
+}
+
+static int cai_import(PyObject *obj, PyObject *dict, pyxbuf_view *view, int32_t flags,
+                      int64_t consumer) {
+    cai_desc d;
+    pyxbuf_device dev;
+    PyObject *holder = read_cai(dict, &d, &dev);
+    if (holder == NULL) return -1;
+    if (fill_view(obj, view, flags, &d, holder) < 0) {
         Py_DECREF(holder);
         return -1;
     }
-    /* The first byte told the device; the last must be on it too. */
-    Py_ssize_t lo = 0, hi = 0;
+    cai_state *s = pyxbuf__holder_storage(holder);
     pyxbuf_error span_err;
-    if (s->has_backend && pyxbuf__view_span(&view->base, &lo, &hi) == 0 &&
-        pyxbuf__check_device_span(&s->backend, view->base.buf, lo, hi, &dev, &span_err) < 0) {
+    if (!span_on_device(view, s, &dev, &span_err)) {
         Py_CLEAR(view->base.obj);
         Py_DECREF(holder);
         PyErr_Format(PyExc_BufferError, "pyxbuf: the CAI array of '%.200s' is invalid: %s",

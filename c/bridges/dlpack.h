@@ -2,7 +2,8 @@
  * (bridges/dlpack_import.c, bridges/dlpack_dtype.c) and the layers above that
  * export DLPack (export/dlpack_export.c) or test it (c/tests): the holder that
  * owns a consumed tensor, the tensor-to-view description, and the
- * dtype <-> format mapping (the standard dtypes inline: the import's hot path). */
+ * dtype <-> format mapping (the standard dtypes inline, through format/codes.h's
+ * table: the import's hot path). */
 #ifndef PYXBUF_BRIDGES_DLPACK_H
 #define PYXBUF_BRIDGES_DLPACK_H
 
@@ -10,6 +11,7 @@
 #include "device/device.h"
 #include "base/type_cache.h"
 #include "bridges/dlpack_abi.h"
+#include "format/codes.h"
 
 /* Storage of the view's owner (a pyxbuf__holder_new object). */
 typedef struct pyxbuf__dl_hold {
@@ -35,20 +37,13 @@ PyObject *pyxbuf__dlpack_hold_new(void *tensor, int versioned, int32_t path, pyx
 int pyxbuf__dlpack_fill_view(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
                              PyObject *holder, pyxbuf__dl_hold *h);
 
-/* The buffer format of each standard dtype, by code and by bits (8, 16, 32,
- * 64, 128 in the columns); NULL where no format describes it. */
-extern PYXBUF_HIDDEN const char *const pyxbuf__dlpack_standard_formats[kDLBool + 1][5];
-
-static inline int pyxbuf__dlpack_bits_column(uint8_t bits) {
-    switch (bits) {
-    case 8: return 0;
-    case 16: return 1;
-    case 32: return 2;
-    case 64: return 3;
-    case 128: return 4;
-    default: return -1;
-    }
-}
+/* format/codes.h numbers its kinds as DLPack's type codes: a standard
+ * dtype's code is its kind. */
+_Static_assert(PYXBUF__KIND_INT == kDLInt && PYXBUF__KIND_UINT == kDLUInt &&
+                   PYXBUF__KIND_FLOAT == kDLFloat && PYXBUF__KIND_COMPLEX == kDLComplex &&
+                   PYXBUF__KIND_BOOL == kDLBool && PYXBUF__NKINDS == kDLBool + 1 &&
+                   PYXBUF__KIND_NONE == kDLOpaqueHandle,
+               "format/codes.h's kinds are DLPack's type codes");
 
 /* The slow half of pyxbuf__dlpack_dtype_to_format: custom types, refusals. */
 const char *pyxbuf__dlpack_dtype_to_format_slow(DLDataType dt, int padded, Py_ssize_t *itemsize,
@@ -59,9 +54,10 @@ const char *pyxbuf__dlpack_dtype_to_format_slow(DLDataType dt, int padded, Py_ss
 static inline const char *pyxbuf__dlpack_dtype_to_format(DLDataType dt, int padded,
                                                          Py_ssize_t *itemsize, char *why,
                                                          size_t cap) {
-    int col = pyxbuf__dlpack_bits_column(dt.bits);
-    const char *format = dt.lanes == 1 && dt.code <= kDLBool && col >= 0
-                             ? pyxbuf__dlpack_standard_formats[dt.code][col]
+    /* The standard dtypes: one lane, whole bytes, a code that is a kind. */
+    int col = pyxbuf__code_column_bits(dt.bits);
+    const char *format = dt.lanes == 1 && dt.code < PYXBUF__NKINDS && col >= 0
+                             ? pyxbuf__struct_code_at((pyxbuf__kind)dt.code, col)
                              : NULL;
     if (PYXBUF_LIKELY(format != NULL)) {
         *itemsize = dt.bits / 8;

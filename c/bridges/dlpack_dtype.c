@@ -1,12 +1,12 @@
 /* dlpack_dtype.c -- DLPack dtypes and buffer formats, both ways: the standard
- * dtypes' table (read inline by the import, bridges/dlpack.h), the ml_dtypes
- * custom types DLPack has codes for, the refusals, and the dtype of a format
- * for the export.
+ * dtypes (format/codes.h's table, read inline by the import through
+ * bridges/dlpack.h), the ml_dtypes custom types DLPack has codes for, the
+ * refusals, and the dtype of a format for the export.
  *
  * dtypes become native format strings without a prefix: DLPack data is in
- * native byte order, and the native codes b h i q B H I Q e f d have these
- * sizes on every platform CPython supports ('q', not 'l': long is 4 bytes on
- * Windows). bool is '?', complex64/128 'Zf'/'Zd', complex32
+ * native byte order, and format/codes.h's codes have the same sizes on every
+ * platform CPython supports ('q', not 'l'). bool is '?', complex64/128
+ * 'Zf'/'Zd', complex32
  * '[ml_dtypes$complex32]', bfloat16 and the float8/6/4 codes the ml_dtypes
  * custom types of the same names. Sub-byte types (bits < 8) are read only
  * when the producer flags them padded (one element per byte, exactly
@@ -60,16 +60,6 @@ static const char *dtype_code_name(uint8_t code) {
     };
     return code < sizeof names / sizeof *names ? names[code] : "unknown";
 }
-
-/* The buffer format of each standard dtype, by code and by bits (8, 16, 32,
- * 64, 128 in the columns); NULL where no format describes it. */
-const char *const pyxbuf__dlpack_standard_formats[kDLBool + 1][5] = {
-    [kDLInt] = {"b", "h", "i", "q", NULL},
-    [kDLUInt] = {"B", "H", "I", "Q", NULL},
-    [kDLFloat] = {NULL, "e", "f", "d", NULL},
-    [kDLComplex] = {NULL, NULL, NULL, "Zf", "Zd"},
-    [kDLBool] = {"?", NULL, NULL, NULL, NULL},
-};
 
 /* dtype_to_format past the standard table: custom types and refusals. */
 PYXBUF_NOINLINE const char *pyxbuf__dlpack_dtype_to_format_slow(DLDataType dt, int padded,
@@ -130,6 +120,55 @@ static int native_order(int32_t order) {
     return 1;
 }
 
+/* The dtype of a scalar node (dt->bits set): 1, or 0 with *why. */
+static int scalar_dtype(const pyxbuf_format_node *n, DLDataType *dt, const char **why) {
+    if (n->code == 'g') {
+        *why = "long double ('g') is not IEEE binary128, DLPack's float128";
+        return 0;
+    }
+    pyxbuf__kind kind = pyxbuf__struct_code_kind(n->code);
+    if (n->flags & PYXBUF_FMTN_COMPLEX)
+        kind = kind == PYXBUF__KIND_FLOAT && n->code != 'e' ? PYXBUF__KIND_COMPLEX
+                                                              : PYXBUF__KIND_NONE;
+    if (kind == PYXBUF__KIND_NONE) return 0;
+    dt->code = (uint8_t)kind; /* format/codes.h's kinds are DLPack's codes */
+    return 1;
+}
+
+/* The dtype of a custom node: 1 for the ml_dtypes types DLPack has codes
+ * for, else 0. */
+static int ml_dtypes_dtype(const pyxbuf_format_node *n, DLDataType *dt, int *padded) {
+    for (size_t i = 0; i < N_CUSTOM; i++) {
+        const char *name = CUSTOM_DTYPES[i].format + 1; /* skip '[' */
+        size_t len = strlen(name) - 1;                  /* drop ']' */
+        if ((size_t)n->custom_len != len || memcmp(n->custom, name, len) != 0) continue;
+        dt->code = CUSTOM_DTYPES[i].code;
+        dt->bits = CUSTOM_DTYPES[i].bits;
+        *padded = dt->bits < 8;
+        return 1;
+    }
+    return 0;
+}
+
+/* The dtype of format `f`: 1, or 0 with *why. */
+static int format_dtype(const pyxbuf_format *f, DLDataType *dt, int *padded, const char **why) {
+    const pyxbuf_format_node *n = f->nnodes == 2 ? &pyxbuf_format_nodes(f)[1] : NULL;
+    *why = "DLPack describes one scalar per element, not structs, repeats or sub-arrays";
+    if (n == NULL || n->repeat != 1 || n->ndim != 0 || (n->flags & PYXBUF_FMTN_POINTER)) return 0;
+    *why = "DLPack has no code for this type";
+    if (n->itemsize > 1 && !native_order(n->byte_order)) {
+        *why = "DLPack tensors are in native byte order";
+        return 0;
+    }
+    if (n->kind == PYXBUF_FMT_SCALAR && n->itemsize > 0 && n->itemsize <= 16) {
+        dt->bits = (uint8_t)(f->itemsize * 8);
+        return scalar_dtype(n, dt, why);
+    }
+    if (n->kind == PYXBUF_FMT_CUSTOM && !(n->flags & PYXBUF_FMTN_COMPLEX) && n->custom != NULL)
+        return ml_dtypes_dtype(n, dt, padded);
+    return 0;
+}
+
 /* The DLPack dtype of a buffer format, or -1 with BufferError. *padded is
  * set for sub-byte ml_dtypes types (one element per byte). */
 int pyxbuf__dlpack_format_to_dtype(const char *fmt, DLDataType *dt, int *padded) {
@@ -141,55 +180,10 @@ int pyxbuf__dlpack_format_to_dtype(const char *fmt, DLDataType *dt, int *padded)
                      shown, err.message);
         return -1;
     }
-    const pyxbuf_format_node *n = f.nnodes == 2 ? &pyxbuf_format_nodes(&f)[1] : NULL;
-    const char *why = "DLPack describes one scalar per element, not structs, repeats or "
-                      "sub-arrays";
-    int ok = 0;
+    const char *why;
     *padded = 0;
     dt->lanes = 1;
-    if (n != NULL && n->repeat == 1 && n->ndim == 0 && !(n->flags & PYXBUF_FMTN_POINTER)) {
-        why = "DLPack has no code for this type";
-        int complex = (n->flags & PYXBUF_FMTN_COMPLEX) != 0;
-        if (n->itemsize > 1 && !native_order(n->byte_order)) {
-            why = "DLPack tensors are in native byte order";
-        } else if (n->kind == PYXBUF_FMT_SCALAR && n->itemsize > 0 && n->itemsize <= 16) {
-            int64_t bits = f.itemsize * 8;
-            dt->bits = (uint8_t)bits;
-            switch (n->code) {
-            case 'b': case 'h': case 'i': case 'l': case 'q': case 'n':
-                dt->code = kDLInt, ok = !complex;
-                break;
-            case 'B': case 'H': case 'I': case 'L': case 'Q': case 'N':
-                dt->code = kDLUInt, ok = !complex;
-                break;
-            case 'e':
-                dt->code = kDLFloat, ok = !complex;
-                break;
-            case 'f': case 'd':
-                dt->code = complex ? kDLComplex : kDLFloat, ok = 1;
-                break;
-            case '?':
-                dt->code = kDLBool, ok = !complex;
-                break;
-            case 'g':
-                why = "long double ('g') is not IEEE binary128, DLPack's float128";
-                break;
-            default:
-                break;
-            }
-        } else if (n->kind == PYXBUF_FMT_CUSTOM && !complex && n->custom != NULL) {
-            for (size_t i = 0; i < N_CUSTOM && !ok; i++) {
-                const char *name = CUSTOM_DTYPES[i].format + 1; /* skip '[' */
-                size_t len = strlen(name) - 1;                  /* drop ']' */
-                if ((size_t)n->custom_len == len && memcmp(n->custom, name, len) == 0) {
-                    dt->code = CUSTOM_DTYPES[i].code;
-                    dt->bits = CUSTOM_DTYPES[i].bits;
-                    *padded = dt->bits < 8;
-                    ok = 1;
-                }
-            }
-        }
-    }
+    int ok = format_dtype(&f, dt, padded, &why);
     pyxbuf_format_clear(&f);
     if (ok) return 0;
     PyErr_Format(PyExc_BufferError, "pyxbuf: format '%s' cannot be exported by DLPack: %s",

@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 
+#include "format/codes.h"
 #include "testing.h"
 
 /* The node at `i` of `f`. */
@@ -895,6 +896,93 @@ TEST_CASE(builder) {
     pyxbuf_format_clear(&f);
 }
 
+/* format/codes.h's table (the bridges' (kind, size) -> code) agrees with the
+ * parser: each code is `size` bytes, natively and in every standard mode,
+ * and sizes without a code are the ones the table leaves out. */
+TEST_CASE(struct_code_table_agrees_with_the_parser) {
+    const pyxbuf__kind kinds[] = {PYXBUF__KIND_INT, PYXBUF__KIND_UINT, PYXBUF__KIND_FLOAT,
+                                  PYXBUF__KIND_COMPLEX, PYXBUF__KIND_BOOL};
+    const char *const want[][5] = {{"b", "h", "i", "q", NULL},
+                                   {"B", "H", "I", "Q", NULL},
+                                   {NULL, "e", "f", "d", NULL},
+                                   {NULL, NULL, NULL, "Zf", "Zd"},
+                                   {"?", NULL, NULL, NULL, NULL}};
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+        for (int col = 0; col < 5; col++) {
+            int64_t size = (int64_t)1 << col;
+            const char *code = pyxbuf__struct_code(kinds[k], size);
+            if (want[k][col] == NULL) {
+                CHECK(code == NULL);
+                continue;
+            }
+            if (code == NULL) {
+                CHECK(code != NULL);
+                continue;
+            }
+            CHECK_STR_EQ(code, want[k][col]);
+            for (const char *mode = "@=<>!"; *mode; mode++) {
+                char fmt[8];
+                int64_t got = -1;
+                pyxbuf_error err;
+                snprintf(fmt, sizeof fmt, "%c%s", *mode, code);
+                CHECK_INT_EQ(pyxbuf_format_itemsize(fmt, &got, NULL, &err), 0);
+                CHECK_INT_EQ(got, size);
+            }
+        }
+        CHECK(pyxbuf__struct_code(kinds[k], 0) == NULL);
+        CHECK(pyxbuf__struct_code(kinds[k], 3) == NULL);
+        CHECK(pyxbuf__struct_code(kinds[k], 32) == NULL);
+    }
+    for (int64_t size = -1; size <= 32; size++)
+        CHECK(pyxbuf__struct_code(PYXBUF__KIND_NONE, size) == NULL);
+    /* Long double: only through the native lookup, at this platform's size. */
+    int64_t ld = SZ(long double);
+    CHECK(pyxbuf__struct_code(PYXBUF__KIND_FLOAT, ld) == NULL || ld <= 8);
+    if (ld > 8) {
+        CHECK_STR_EQ(pyxbuf__native_struct_code(PYXBUF__KIND_FLOAT, ld), "g");
+        CHECK_STR_EQ(pyxbuf__native_struct_code(PYXBUF__KIND_COMPLEX, 2 * ld), "Zg");
+    }
+    CHECK_STR_EQ(pyxbuf__native_struct_code(PYXBUF__KIND_FLOAT, 8), "d");
+    CHECK(pyxbuf__native_struct_code(PYXBUF__KIND_INT, 16) == NULL);
+}
+
+/* The one custom-type character rule (format/format.h; the custom-dtype
+ * proposal: "All characters within the [] must be printable ASCII
+ * characters characters excluding ];$"), byte by byte, in a parsed type's id
+ * and in the builder's: a space or '[' is allowed, the first refused byte is
+ * named. */
+/* The parser's message for `byte` at `position` of a custom type id. */
+static void id_refusal(char *buf, size_t cap, int byte, int position) {
+    if (byte >= 0x20 && byte <= 0x7e)
+        snprintf(buf, cap, "'%c' at position %d is not allowed in a custom type id", byte,
+                 position);
+    else
+        snprintf(buf, cap, "byte 0x%02X at position %d is not allowed in a custom type id", byte,
+                 position);
+}
+
+TEST_CASE(custom_type_characters_follow_one_rule) {
+    for (int byte = 1; byte < 256; byte++) {
+        int ends_id = byte == ']' || byte == ';' || byte == '$'; /* refused as structure */
+        int allowed = byte >= 0x20 && byte <= 0x7e && !ends_id;
+        char alts[8], fmt[16], named[80];
+        snprintf(alts, sizeof alts, "a%cb$x", (char)byte);
+        snprintf(fmt, sizeof fmt, "[%s]", alts);
+        pyxbuf_format f, g;
+        pyxbuf_error err;
+        CHECK_INT_EQ(pyxbuf_format_parse(fmt, &f, &err), allowed ? PYXBUF_OK : PYXBUF_EFORMAT);
+        pyxbuf_format_clear(&f);
+        id_refusal(named, sizeof named, byte, 2);
+        if (!allowed && !ends_id) CHECK_CONTAINS(err.message, named);
+        pyxbuf_format_init(&g);
+        CHECK(pyxbuf_format_add_custom(&g, 0, alts, 0, 0, 1, 0, NULL, NULL) > 0);
+        CHECK_INT_EQ(pyxbuf_format_finish(&g, &err), allowed ? PYXBUF_OK : PYXBUF_EFORMAT);
+        id_refusal(named, sizeof named, byte, 1);
+        if (!allowed && !ends_id) CHECK_CONTAINS(err.message, named);
+        pyxbuf_format_clear(&g);
+    }
+}
+
 TEST_CASE(clear_frees_and_empties) {
     pyxbuf_format f;
     if (parse_ok("T{i:a:d:b:(2,3,4,5,6)f:c:[ml_dtypes$bfloat16]:d:}", &f) != 0) return;
@@ -915,4 +1003,5 @@ TEST_MAIN(TEST_ENTRY(valid_formats), TEST_ENTRY(single_items_do_not_allocate),
           TEST_ENTRY(custom_nodes), TEST_ENTRY(opaque_itemsize_error),
           TEST_ENTRY(malformed_formats), TEST_ENTRY(long_format_messages_are_truncated),
           TEST_ENTRY(nesting_depth), TEST_ENTRY(registry), TEST_ENTRY(registry_threads),
-          TEST_ENTRY(writer), TEST_ENTRY(builder), TEST_ENTRY(clear_frees_and_empties))
+          TEST_ENTRY(writer), TEST_ENTRY(builder), TEST_ENTRY(struct_code_table_agrees_with_the_parser),
+          TEST_ENTRY(custom_type_characters_follow_one_rule), TEST_ENTRY(clear_frees_and_empties))
