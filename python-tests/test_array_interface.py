@@ -255,6 +255,20 @@ def test_the_dtype_table_sees_registry_changes():
         t.bridge_view(a, RO)
 
 
+def test_the_dtype_table_sees_a_type_registered_again():
+    # Registering a key again replaces its size: what pyxbuf remembers of the
+    # dtype must not keep the old one (the registry's generation moves).
+    a = FakeArray(FakeDType("mypkg", "sixteenth", 2))
+    t.dtype_register("mypkg$sixteenth", itemsize=2, alignment=2)
+    try:
+        assert t.bridge_view(a, RO)["format"] == "[mypkg$sixteenth]"
+        t.dtype_register("mypkg$sixteenth", itemsize=4, alignment=4)
+        with pytest.raises(BufferError, match=r"sixteenth"):
+            t.bridge_view(a, RO)
+    finally:
+        t.dtype_unregister("mypkg$sixteenth")
+
+
 def test_views_outlive_the_dtype_table_entry_of_their_format():
     # More dtypes than the table holds: entries are replaced while views of
     # the first arrays are alive, and their formats stay readable.

@@ -161,6 +161,7 @@ int pyxbuf_dtype_register(const pyxbuf_dtype_spec *spec) {
     if (i >= 0) {
         free(registry[i].key);
         registry[i] = e;
+        registry_changed(); /* a size may have changed: caches keyed by generation drop it */
     } else if (registry_append(&e)) {
         registry_changed();
     } else {

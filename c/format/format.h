@@ -242,8 +242,17 @@ static inline int32_t pyxbuf__fmt_node_alloc(pyxbuf_format *f) {
     return pyxbuf__fmt_node_grow(f);
 }
 
-/* Appends a dimension; false when out of memory. */
-bool pyxbuf__fmt_dim_push(pyxbuf_format *f, int64_t d);
+/* Room for one more dimension past the capacity (rare); false when out of
+ * memory. */
+bool pyxbuf__fmt_dim_grow(pyxbuf_format *f);
+
+/* Appends a dimension; false when out of memory. Inline: a sub-array's
+ * dimensions are pushed on the parser's hot path. */
+static inline bool pyxbuf__fmt_dim_push(pyxbuf_format *f, int64_t d) {
+    if (PYXBUF_UNLIKELY(f->ndims == f->dims_capacity) && !pyxbuf__fmt_dim_grow(f)) return false;
+    (f->heap_dims ? f->heap_dims : (int64_t *)f->inline_dims)[f->ndims++] = d;
+    return true;
+}
 
 /* A node with no name, shape or custom type; every field written (explicit
  * stores: a compound literal or struct copy compiles to `rep stos`, which

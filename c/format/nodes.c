@@ -66,21 +66,18 @@ PYXBUF_NOINLINE int32_t pyxbuf__fmt_node_grow(pyxbuf_format *f) {
     return f->nnodes++;
 }
 
-bool pyxbuf__fmt_dim_push(pyxbuf_format *f, int64_t d) {
-    if (f->ndims == f->dims_capacity) {
-        if (f->dims_capacity > INT32_MAX / 2) return false;
-        int32_t cap = f->dims_capacity * 2 < 16 ? 16 : f->dims_capacity * 2;
-        int64_t *n;
-        if (f->heap_dims == NULL) {
-            n = malloc((size_t)cap * sizeof *n);
-            if (n) memcpy(n, f->inline_dims, sizeof f->inline_dims);
-        } else {
-            n = realloc(f->heap_dims, (size_t)cap * sizeof *n);
-        }
-        if (n == NULL) return false;
-        f->heap_dims = n;
-        f->dims_capacity = cap;
+PYXBUF_NOINLINE bool pyxbuf__fmt_dim_grow(pyxbuf_format *f) {
+    if (f->dims_capacity > INT32_MAX / 2) return false;
+    int32_t cap = f->dims_capacity * 2 < 16 ? 16 : f->dims_capacity * 2;
+    int64_t *n;
+    if (f->heap_dims == NULL) {
+        n = malloc((size_t)cap * sizeof *n);
+        if (n) memcpy(n, f->inline_dims, sizeof f->inline_dims);
+    } else {
+        n = realloc(f->heap_dims, (size_t)cap * sizeof *n);
     }
-    pyxbuf_format_dims(f)[f->ndims++] = d;
+    if (n == NULL) return false;
+    f->heap_dims = n;
+    f->dims_capacity = cap;
     return true;
 }
