@@ -122,7 +122,4 @@ int pyxbuf__validate_classic(pyxbuf_view *view, PyObject *obj, int32_t passed);
 int pyxbuf__validate_native_layout(pyxbuf_view *view, PyObject *obj, int32_t passed);
 int pyxbuf__validate_extended(pyxbuf_view *view, PyObject *obj, int32_t passed);
 
-/* supported.c: drop `type`'s supported-flags cache entry (a test hook). */
-void pyxbuf__type_cache_forget(PyTypeObject *type);
-
 #endif

@@ -85,17 +85,6 @@ int pyxbuf_type_supported_flags(PyTypeObject *type, int32_t *supported) {
     return 0;
 }
 
-/* Test hook (hidden): forget the cached answer for `type`, so that the next
- * pyxbuf_get of one of its objects takes the uncached path (the differential
- * tests compare both paths with PyObject_GetBuffer). Needs the GIL. */
-void pyxbuf__type_cache_forget(PyTypeObject *type) {
-    unsigned int tag = pyxbuf__type_tag(type);
-    pyxbuf__type_cache_entry *e = cache_entry(tag);
-    uint64_t key;
-    const void *data;
-    if (pyxbuf__type_cache_get(e, type, &key, &data)) pyxbuf__type_cache_put(e, NULL, 0, NULL);
-}
-
 int pyxbuf_type_set_supported_flags(PyTypeObject *type, int32_t flags) {
     if (type == NULL) {
         PyErr_SetString(PyExc_ValueError, "pyxbuf_type_set_supported_flags: type is NULL");

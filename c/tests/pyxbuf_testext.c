@@ -234,7 +234,7 @@ static PyObject *fill_and_getbuffer(PyObject *mod, PyObject *args) {
 }
 
 /* inspect() after dropping the type's cache entry: the uncached path. */
-void pyxbuf__type_cache_forget(PyTypeObject *type); /* view.c, hidden */
+void pyxbuf__type_cache_forget(PyTypeObject *type); /* testext_hooks.c */
 static PyObject *inspect_uncached(PyObject *mod, PyObject *args) {
     PyObject *obj;
     int flags = PyBUF_FULL_RO;

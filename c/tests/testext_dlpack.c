@@ -44,7 +44,7 @@
 
 int pyxbuf_testext_add_dlpack(PyObject *module);
 
-/* testext_dlpack_hook.c: what the bridge recorded for a view. */
+/* testext_hooks.c: what the bridge recorded for a view. */
 int pyxbuf__dlpack_view_info(const pyxbuf_view *view, uint64_t *dl_flags, uint32_t *major,
                              uint32_t *minor, int32_t *versioned);
 
