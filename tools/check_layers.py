@@ -9,10 +9,11 @@ another object of the library defines, read with `nm`) or a private include
 lower layer, or within a layer without closing a loop there. Every other arrow
 fails the check with its file pair and the symbol or header that ties them.
 
-The circle the core has today is listed once, arrow by arrow, in the
-`known:` lines of c/LAYERS (issue 26 removes them): a known arrow is
-reported, not failed; an arrow that is not known fails; a known arrow that is
-gone fails too, so the list only ever shrinks and always tells the truth.
+An arrow being removed may be listed, once, in a `known:` line of c/LAYERS
+(there are none today: issue 26 removed the circle the core had): a known
+arrow is reported, not failed; an arrow that is not known fails; a known
+arrow that is gone fails too, so the list only ever shrinks and always tells
+the truth.
 
 Usage: check_layers.py --objects DIR [--layers c/LAYERS] [--sources c]
 """
@@ -161,8 +162,8 @@ def main():
                 f"{'layer ' + layer_of[b][1] if why == 'up' else 'layer ' + layer_of[a][1]}")
 
     print(f"check-layers: {len(arrows)} arrows between {len(layer_of)} files in "
-          f"{len({l for _, l in layer_of.values()})} layers; {len(still)} known arrows of the "
-          f"old circle remain (c/LAYERS, issue 26)")
+          f"{len({l for _, l in layer_of.values()})} layers; {len(still)} known arrows "
+          f"(listed as exceptions in {args.layers})")
     if new:
         print(f"check-layers: {len(new)} arrow(s) run up or close a loop; call down instead "
               "(inline downward, or report by return value):")
