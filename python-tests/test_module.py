@@ -60,8 +60,35 @@ def test_module_grants_and_conflicts():
     assert pyxbuf.inspect(a, shared)["grants"] == {
         "shared": True, "exclusive": False, "tracked": True}
     held = t.acquire(a, exclusive)  # another consumer (the C extension's copy)
-    with pytest.raises(BufferError, match="held by another pyxbuf consumer"):
+    with pytest.raises(BufferError, match="held by another view in this process"):
         pyxbuf.inspect(a, shared)
+    held.release()
+
+
+def test_two_acquisitions_of_one_array_name_the_likely_cause():
+    """Two views of one array in one process (two arguments of one call, for
+    pyxbuf cannot tell the call's arguments apart from C): the refusal says
+    where the other view may be and what to do."""
+    a = np.arange(8, dtype=np.int32)
+    held = t.acquire(a, pyxbuf.PyBUF_RECORDS | pyxbuf.PYXBUF_BORROW_EXCLUSIVE)
+    with pytest.raises(BufferError) as info:
+        t.acquire(a[2:], pyxbuf.PyBUF_RECORDS_RO | pyxbuf.PYXBUF_BORROW_SHARED)
+    msg = str(info.value)
+    assert msg.startswith("pyxbuf: cannot grant a shared borrow of 'numpy.ndarray': its memory")
+    assert "overlaps an exclusive borrow of [0x" in msg
+    assert ("held by another view in this process (for example another argument of the same "
+            "call, or a view held by any copy of pyxbuf); release that view first, or pass a "
+            "copy of the array") in msg
+    held.release()
+    # a strided holder's items are described, in whole words
+    held = t.acquire(a[::2], pyxbuf.PyBUF_RECORDS | pyxbuf.PYXBUF_BORROW_EXCLUSIVE)
+    with pytest.raises(BufferError, match=r"\(items of 4 bytes every 8 bytes\) held by another"):
+        t.acquire(a[2::2], pyxbuf.PyBUF_RECORDS_RO | pyxbuf.PYXBUF_BORROW_SHARED)
+    held.release()
+    held = t.acquire(np.frombuffer(a, np.uint8)[::4],
+                     pyxbuf.PyBUF_RECORDS | pyxbuf.PYXBUF_BORROW_EXCLUSIVE)
+    with pytest.raises(BufferError, match=r"\(items of 1 byte every 4 bytes\)"):
+        t.acquire(a, pyxbuf.PyBUF_RECORDS_RO | pyxbuf.PYXBUF_BORROW_SHARED)
     held.release()
 
 
