@@ -41,7 +41,8 @@ def test_module_sees_what_getbuffer_gives(name, factory, request_name):
     assert ours["readonly"] == bool(theirs["readonly"])
     assert ours["format"] == (theirs["format"] or "B")
     assert ours["path"] == "classic"
-    assert (ours["flags"], ours["ext_flags"], ours["device"]) == (0, 0, "cpu")
+    assert ours["requested_flags"] == flags
+    assert (ours["honoured_extended_flags"], ours["grant_flags"], ours["device"]) == (0, 0, "cpu")
 
 
 def test_bridges_through_the_module():
@@ -63,6 +64,25 @@ def test_module_grants_and_conflicts():
     with pytest.raises(BufferError, match="held by another view in this process"):
         pyxbuf.inspect(a, shared)
     held.release()
+
+
+def test_module_reports_a_foreign_device_as_its_producer_named_it():
+    """A device identifier that no pyxbuf backend reads (a producer's own) is
+    reported as given, never as "cpu"; its DLPack integers are unknown."""
+    liar = t.Liar("foreign_device")
+    info = pyxbuf.inspect(liar)
+    assert info["path"] == "native"
+    assert info["device"] == info["device_identifier"] == "my_accel:0"
+    assert (info["device_type"], info["device_id"]) == (None, None)
+    assert info["honoured_extended_flags"] == pyxbuf.PYXBUF_DEVICE
+    # asked without PYXBUF_DEVICE, the producer answers host memory
+    host = pyxbuf.inspect(liar, pyxbuf.PyBUF_RECORDS_RO)
+    assert (host["device"], host["device_identifier"], host["device_type"]) == ("cpu", None, 1)
+    # moving it needs a device pyxbuf can name: refused, naming the identifier
+    with pytest.raises(ValueError, match="view device 'my_accel:0' is not 'pyxbuf.dlpack'; "
+                       "pyxbuf cannot tell which device holds it"):
+        pyxbuf.to_device(liar, "cpu")
+    assert (liar.gets, liar.releases) == (3, 3)
 
 
 def test_two_acquisitions_of_one_array_name_the_likely_cause():
