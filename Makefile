@@ -143,7 +143,8 @@ check-layers: build
 # Benchmarks (bench/). `make bench` runs the Criterion suite and writes
 # bench/results/<date>-<machine>.md; `make bench-ir` counts instructions
 # (Callgrind through gungraun) and writes bench/results/ir-<date>.md, ending
-# with one line per target of issue 12; `make bench-smoke` (part of
+# with one line per target of issue 12, then draws it (bench/chart.py:
+# bench/results/ir-chart.svg); `make bench-smoke` (part of
 # `make test`) runs every benchmark of both once, untimed, so none can rot.
 .PHONY: bench bench-smoke bench-ir
 BENCH_ENV = $(RUST_ENV) PYXBUF_BUILD_DIR=$(BUILD)
@@ -180,6 +181,7 @@ bench-ir: venv build $(GUNGRAUN_RUNNER)
 	$(BENCH_ENV) CRITERION_HOME=$(IR_CRITERION) PYXBUF_BENCH_GROUPS=copy \
 	    cargo bench -p pyxbuf-bench --bench pyxbuf -- '^copy/(memcpy|pyxbuf_to_device)/64MiB$$'
 	$(VPY) bench/ir_report.py --gungraun $(IR_DIR) --criterion $(IR_CRITERION)
+	$(VPY) bench/chart.py
 
 bindings: venv libclang
 	PYO3_PYTHON=$(abspath $(VPY)) cargo run -p pyxbuf-sys --example regenerate
