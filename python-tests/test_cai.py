@@ -445,6 +445,8 @@ BAD = {
     "descr not a list": (lambda d: d.update(typestr="|V4", descr="a"), r"'descr' must be a list"),
     "descr bad field": (lambda d: d.update(typestr="|V4", descr=[("a",)]), r"'descr'\[0\] must be a \(name, typestr\)"),
     "descr larger than typestr": (lambda d: d.update(typestr="|V4", descr=[("a", "<f8")]), r"'descr' describes 8 bytes per item but 'typestr' says 4"),
+    "null pointer, one item": (lambda d: d.update(data=(0, False), shape=(1,)), r"NULL pointer for 1 item;"),
+    "one stride for two dimensions": (lambda d: d.update(shape=(2, 2), strides=(4,)), r"'strides' has 1 entry but 'shape' has 2"),
     "descr name with colon": (lambda d: d.update(typestr="|V4", descr=[("a:b", "<f4")]), r"contains ':'"),
     "descr name not str": (lambda d: d.update(typestr="|V4", descr=[(1, "<f4")]), r"'descr'\[0\] must start with a field name"),
     "descr bad subarray": (lambda d: d.update(typestr="|V4", descr=[("a", "<f4", (0,))]), r"sub-array shape\) must hold positive ints"),

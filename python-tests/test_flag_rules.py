@@ -55,7 +55,7 @@ def test_a_required_flag_the_type_lacks_is_refused_before_the_producer_runs(name
                "ANY_CONTIGUOUS": t.PyBUF_ANY_CONTIGUOUS}.get(name, bit)
     lacks = declaring(t.PYXBUF_CLASSIC_FLAGS & ~bit | t.PYXBUF_EXTENDED_FLAGS)
     assert not t.check_supports(lacks, request)
-    with pytest.raises(BufferError, match=rf"does not support the required flag\(s\) {name}"):
+    with pytest.raises(BufferError, match=rf"does not support the required flag {name} of"):
         t.inspect(lacks, request)
     assert lacks.gets == 0, "the producer ran for a request it cannot honour"
     has = declaring(t.PYXBUF_CLASSIC_FLAGS | t.PYXBUF_EXTENDED_FLAGS)
@@ -69,7 +69,7 @@ def test_simple_only_type_refuses_format_before_its_producer_runs():
     obj = declaring(-1)
     assert t.check_supports(obj, t.PyBUF_SIMPLE)
     assert not t.check_supports(obj, t.PyBUF_FORMAT)
-    with pytest.raises(BufferError, match=r"required flag\(s\) FORMAT"):
+    with pytest.raises(BufferError, match=r"required flag FORMAT of"):
         t.inspect(obj, t.PyBUF_FORMAT)
     assert obj.gets == 0
     assert t.inspect(obj, t.PyBUF_SIMPLE)["format"] is None

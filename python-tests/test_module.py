@@ -41,7 +41,8 @@ def test_module_sees_what_getbuffer_gives(name, factory, request_name):
     assert ours["readonly"] == bool(theirs["readonly"])
     assert ours["format"] == (theirs["format"] or "B")
     assert ours["path"] == "classic"
-    assert (ours["flags"], ours["ext_flags"], ours["device"]) == (0, 0, "cpu")
+    assert ours["requested_flags"] == flags
+    assert (ours["honoured_extended_flags"], ours["grant_flags"], ours["device"]) == (0, 0, "cpu")
 
 
 def test_bridges_through_the_module():
@@ -60,8 +61,54 @@ def test_module_grants_and_conflicts():
     assert pyxbuf.inspect(a, shared)["grants"] == {
         "shared": True, "exclusive": False, "tracked": True}
     held = t.acquire(a, exclusive)  # another consumer (the C extension's copy)
-    with pytest.raises(BufferError, match="held by another pyxbuf consumer"):
+    with pytest.raises(BufferError, match="held by another view in this process"):
         pyxbuf.inspect(a, shared)
+    held.release()
+
+
+def test_module_reports_a_foreign_device_as_its_producer_named_it():
+    """A device identifier that no pyxbuf backend reads (a producer's own) is
+    reported as given, never as "cpu"; its DLPack integers are unknown."""
+    liar = t.Liar("foreign_device")
+    info = pyxbuf.inspect(liar)
+    assert info["path"] == "native"
+    assert info["device"] == info["device_identifier"] == "my_accel:0"
+    assert (info["device_type"], info["device_id"]) == (None, None)
+    assert info["honoured_extended_flags"] == pyxbuf.PYXBUF_DEVICE
+    # asked without PYXBUF_DEVICE, the producer answers host memory
+    host = pyxbuf.inspect(liar, pyxbuf.PyBUF_RECORDS_RO)
+    assert (host["device"], host["device_identifier"], host["device_type"]) == ("cpu", None, 1)
+    # moving it needs a device pyxbuf can name: refused, naming the identifier
+    with pytest.raises(ValueError, match="view device 'my_accel:0' is not 'pyxbuf.dlpack'; "
+                       "pyxbuf cannot tell which device holds it"):
+        pyxbuf.to_device(liar, "cpu")
+    assert (liar.gets, liar.releases) == (3, 3)
+
+
+def test_two_acquisitions_of_one_array_name_the_likely_cause():
+    """Two views of one array in one process (two arguments of one call, for
+    pyxbuf cannot tell the call's arguments apart from C): the refusal says
+    where the other view may be and what to do."""
+    a = np.arange(8, dtype=np.int32)
+    held = t.acquire(a, pyxbuf.PyBUF_RECORDS | pyxbuf.PYXBUF_BORROW_EXCLUSIVE)
+    with pytest.raises(BufferError) as info:
+        t.acquire(a[2:], pyxbuf.PyBUF_RECORDS_RO | pyxbuf.PYXBUF_BORROW_SHARED)
+    msg = str(info.value)
+    assert msg.startswith("pyxbuf: cannot grant a shared borrow of 'numpy.ndarray': its memory")
+    assert "overlaps an exclusive borrow of [0x" in msg
+    assert ("held by another view in this process (for example another argument of the same "
+            "call, or a view held by any copy of pyxbuf); release that view first, or pass a "
+            "copy of the array") in msg
+    held.release()
+    # a strided holder's items are described, in whole words
+    held = t.acquire(a[::2], pyxbuf.PyBUF_RECORDS | pyxbuf.PYXBUF_BORROW_EXCLUSIVE)
+    with pytest.raises(BufferError, match=r"\(items of 4 bytes every 8 bytes\) held by another"):
+        t.acquire(a[2::2], pyxbuf.PyBUF_RECORDS_RO | pyxbuf.PYXBUF_BORROW_SHARED)
+    held.release()
+    held = t.acquire(np.frombuffer(a, np.uint8)[::4],
+                     pyxbuf.PyBUF_RECORDS | pyxbuf.PYXBUF_BORROW_EXCLUSIVE)
+    with pytest.raises(BufferError, match=r"\(items of 1 byte every 4 bytes\)"):
+        t.acquire(a, pyxbuf.PyBUF_RECORDS_RO | pyxbuf.PYXBUF_BORROW_SHARED)
     held.release()
 
 

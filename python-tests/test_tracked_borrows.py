@@ -55,7 +55,7 @@ def test_conflicts_across_copies(first, second, granted):
     if granted:
         other.acquire(a, flags[second]).release()
     else:
-        with pytest.raises(BufferError, match="held by another pyxbuf consumer"):
+        with pytest.raises(BufferError, match="held by another view in this process"):
             other.acquire(a, flags[second])
     held.release()
     other.acquire(a, flags[second]).release()  # released: grantable again

@@ -64,9 +64,10 @@ static int refuse_unsupported(PyObject *obj, int32_t flags, int32_t missing) {
     pyxbuf__flag_names(flags, want, sizeof want);
     pyxbuf__flag_names(missing, miss, sizeof miss);
     PyErr_Format(PyExc_BufferError,
-                 "pyxbuf: '%.200s' does not support the required flag(s) %s of the request %s "
+                 "pyxbuf: '%.200s' does not support the required %s %s of the request %s "
                  "(its %s says so); ask for less, or copy the data into a buffer that can",
-                 Py_TYPE(obj)->tp_name, miss, want, PYXBUF_SUPPORTED_FLAGS_ATTR);
+                 Py_TYPE(obj)->tp_name, strchr(miss, '|') != NULL ? "flags" : "flag", miss, want,
+                 PYXBUF_SUPPORTED_FLAGS_ATTR);
     return -1;
 }
 

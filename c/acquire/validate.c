@@ -160,8 +160,8 @@ int pyxbuf__validate_native_layout(pyxbuf_view *view, PyObject *obj, int32_t pas
     }
     Py_ssize_t code_size = native_code_size(b->format);
     if (PYXBUF_UNLIKELY(code_size != 0 && code_size != b->itemsize)) {
-        snprintf(why, sizeof why, "its itemsize %zd disagrees with its format '%s' (%zd bytes)",
-                 b->itemsize, b->format, code_size);
+        snprintf(why, sizeof why, "its itemsize %zd disagrees with its format '%s' (%zd %s)",
+                 b->itemsize, b->format, code_size, PYXBUF__PLURAL(code_size, "byte", "bytes"));
         return refuse_answer(view, obj, why, passed);
     }
     if (b->shape == NULL) {
@@ -187,8 +187,8 @@ int pyxbuf__validate_native_layout(pyxbuf_view *view, PyObject *obj, int32_t pas
     }
     if (PYXBUF_UNLIKELY(bytes != b->len)) {
         snprintf(why, sizeof why,
-                 "its len %zd disagrees with its shape times itemsize %zd (%zd bytes)", b->len,
-                 b->itemsize, bytes);
+                 "its len %zd disagrees with its shape times itemsize %zd (%zd %s)", b->len,
+                 b->itemsize, bytes, PYXBUF__PLURAL(bytes, "byte", "bytes"));
         return refuse_answer(view, obj, why, passed);
     }
     return 0;

@@ -66,6 +66,10 @@ static inline int pyxbuf__view_acquired(const pyxbuf_view *view) {
     return view != NULL && view->state == PYXBUF__STATE_ACQUIRED;
 }
 
+/* For messages: `one` when the count `n` is 1, else `many` ("1 byte", "0 bytes",
+ * "2 entries"). A macro, so that any integer type goes in unconverted. */
+#define PYXBUF__PLURAL(n, one, many) ((n) == 1 ? (one) : (many))
+
 /* Raise BufferError with the formatted message (at most
  * PYXBUF_ERROR_MESSAGE_SIZE bytes) and return -1. */
 int pyxbuf__buffer_error(const char *fmt, ...) PYXBUF_PRINTF(1, 2);

@@ -43,11 +43,14 @@ typedef struct borrow_conflict {
 } borrow_conflict;
 
 static int report_conflict(const pyxbuf_borrow_counter *c, const char *owner, borrow_conflict r) {
+    long long views = (long long)c->views, shared = (long long)c->shared;
     PyErr_Format(PyExc_BufferError,
-                 "pyxbuf: cannot grant %s of %s: %s (live now: %lld view(s), %lld writable, "
-                 "%lld shared borrow(s), %lld exclusive); release those views first",
-                 r.asked, owner ? owner : "the object", r.why, (long long)c->views,
-                 (long long)c->writable, (long long)c->shared, (long long)c->exclusive);
+                 "pyxbuf: cannot grant %s of %s: %s (live now: %lld %s, %lld writable, "
+                 "%lld shared %s, %lld exclusive); release those views first (one may be another "
+                 "argument of the same call)",
+                 r.asked, owner ? owner : "the object", r.why, views,
+                 PYXBUF__PLURAL(views, "view", "views"), (long long)c->writable, shared,
+                 PYXBUF__PLURAL(shared, "borrow", "borrows"), (long long)c->exclusive);
     return -1;
 }
 

@@ -16,11 +16,16 @@ atomic_flag pyxbuf__tracked_lock = ATOMIC_FLAG_INIT;
 
 /* `why` may be NULL: the caller only wants to know (see tracked_acquire). */
 PYXBUF_COLD int pyxbuf__registry_conflict(const tracked_borrow *t, char *why, size_t why_cap) {
-    if (why != NULL)
-        snprintf(why, why_cap, "%s borrow of [0x%llx, 0x%llx) (items of %llu bytes every %llu)",
-                 t->exclusive ? "an exclusive" : "a shared", (unsigned long long)t->key.range.lo,
-                 (unsigned long long)t->key.range.hi, (unsigned long long)t->key.itemsize,
-                 (unsigned long long)t->key.stride_gcd);
+    if (why == NULL) return PYXBUF_EBORROW;
+    const char *kind = t->exclusive ? "an exclusive" : "a shared";
+    unsigned long long lo = t->key.range.lo, hi = t->key.range.hi;
+    unsigned long long size = t->key.itemsize, every = t->key.stride_gcd;
+    if (every == 0) /* every byte of the range */
+        snprintf(why, why_cap, "%s borrow of [0x%llx, 0x%llx)", kind, lo, hi);
+    else
+        snprintf(why, why_cap, "%s borrow of [0x%llx, 0x%llx) (items of %llu %s every %llu %s)",
+                 kind, lo, hi, size, PYXBUF__PLURAL(size, "byte", "bytes"), every,
+                 PYXBUF__PLURAL(every, "byte", "bytes"));
     return PYXBUF_EBORROW;
 }
 

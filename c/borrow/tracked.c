@@ -20,8 +20,9 @@ static PYXBUF_COLD int refuse_tracked(PyObject *obj, int32_t exclusive,
     const pyxbuf_borrow_range *range = &key->range;
     PyErr_Format(PyExc_BufferError,
                  "pyxbuf: cannot grant %s borrow of '%.200s': its memory [%p, %p) overlaps %s "
-                 "held by another pyxbuf consumer (in any copy of pyxbuf in this process); "
-                 "release that view first",
+                 "held by another view in this process (for example another argument of the "
+                 "same call, or a view held by any copy of pyxbuf); release that view first, "
+                 "or pass a copy of the array",
                  exclusive ? "an exclusive" : "a shared", Py_TYPE(obj)->tp_name,
                  (void *)(uintptr_t)range->lo, (void *)(uintptr_t)range->hi, why);
     return -1;

@@ -173,9 +173,11 @@ static inline int pyxbuf__dict_strides(PyObject *dict, const char *iface, int nd
                                  Py_TYPE(s)->tp_name, s);
     if (PySequence_Fast_GET_SIZE(s) != ndim)
         return pyxbuf__dict_fail(iface,
-                                 "'strides' has %zd entries but 'shape' has %d; give one stride "
+                                 "'strides' has %zd %s but 'shape' has %d; give one stride "
                                  "per dimension",
-                                 PySequence_Fast_GET_SIZE(s), ndim);
+                                 PySequence_Fast_GET_SIZE(s),
+                                 PYXBUF__PLURAL(PySequence_Fast_GET_SIZE(s), "entry", "entries"),
+                                 ndim);
     for (int i = 0; i < ndim; i++) {
         PyObject *e = PySequence_Fast_GET_ITEM(s, i);
         if (!pyxbuf__is_int(e))

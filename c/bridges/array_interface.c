@@ -261,10 +261,10 @@ static int describe_dtype(const names *n, const user_dtype *u, dtype_cache_entry
     if (registered != dtype_size)
         return pyxbuf__dict_fail(AI,
                                  "the format '%s' has %lld-byte items in pyxbuf's registry, but "
-                                 "the dtype %.100R says %zd bytes; fix the registration of "
+                                 "the dtype %.100R says %zd %s; fix the registration of "
                                  "'%s$%s'",
                                  format + 1, (long long)registered, u->dtype, dtype_size,
-                                 module, name);
+                                 PYXBUF__PLURAL(dtype_size, "byte", "bytes"), module, name);
     if ((e->holder = pyxbuf__holder_new((size_t)len + 1, NULL)) == NULL) return -1;
     memcpy(pyxbuf__holder_storage(e->holder), format, (size_t)len + 1);
     e->dtype = Py_NewRef(u->dtype);
@@ -351,7 +351,8 @@ static int ai_import_entry(PyObject *obj, PyObject *dict, const dtype_cache_entr
     if (count < 0 || (count > 0 && itemsize > PY_SSIZE_T_MAX / count))
         return pyxbuf__dict_fail(AI, "'shape' describes more bytes than can be addressed");
     if (ptr == 0 && count > 0)
-        return pyxbuf__dict_fail(AI, "'data' holds a NULL pointer for %zd items", count);
+        return pyxbuf__dict_fail(AI, "'data' holds a NULL pointer for %zd %s", count,
+                                 PYXBUF__PLURAL(count, "item", "items"));
 
     /* The view keeps the dtype entry's holder (its format) alive; views with
      * more dimensions than fit inline get a holder of their own for them and

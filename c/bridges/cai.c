@@ -274,9 +274,10 @@ static int append_descr(pyxbuf__fmtbuf *b, PyObject *descr, int depth, int64_t d
         if (append_field(b, PyList_GET_ITEM(descr, i), i, depth, size) < 0) return -1;
     if (declared >= 0 && *size > declared)
         return pyxbuf__dict_fail(CAI,
-                                 "'descr' describes %lld bytes per item but 'typestr' says %lld; "
+                                 "'descr' describes %lld %s per item but 'typestr' says %lld; "
                                  "the producer must make them agree",
-                                 (long long)*size, (long long)declared);
+                                 (long long)*size, PYXBUF__PLURAL(*size, "byte", "bytes"),
+                                 (long long)declared);
     if (declared > *size) {
         append_padding(b, declared - *size);
         *size = declared;
@@ -295,9 +296,10 @@ static int append_struct(pyxbuf__fmtbuf *b, PyObject *descr, PyObject *ts, const
     pyxbuf_error err;
     if (pyxbuf_format_itemsize(b->p, &parsed, NULL, &err) < 0 || parsed != t->size)
         return pyxbuf__dict_fail(CAI,
-                                 "'descr' %.200R gives the format '%s' of %lld bytes, not the "
+                                 "'descr' %.200R gives the format '%s' of %lld %s, not the "
                                  "%lld of 'typestr' %R (%s)",
-                                 descr, b->p, (long long)parsed, (long long)t->size, ts,
+                                 descr, b->p, (long long)parsed,
+                                 PYXBUF__PLURAL(parsed, "byte", "bytes"), (long long)t->size, ts,
                                  parsed < 0 ? err.message : "sizes differ");
     return 0;
 }
@@ -456,9 +458,9 @@ static int read_dict(PyObject *dict, cai_desc *d, pyxbuf__fmtbuf *fmt) {
         return pyxbuf__dict_fail(CAI, "'shape' describes more bytes than can be addressed");
     if (d->ptr == 0 && d->count > 0)
         return pyxbuf__dict_fail(CAI,
-                                 "'data' holds a NULL pointer for %zd items; only empty arrays "
+                                 "'data' holds a NULL pointer for %zd %s; only empty arrays "
                                  "may give pointer 0",
-                                 d->count);
+                                 d->count, PYXBUF__PLURAL(d->count, "item", "items"));
     return 0;
 }
 

@@ -68,9 +68,9 @@ PYXBUF_NOINLINE const char *pyxbuf__dlpack_dtype_to_format_slow(DLDataType dt, i
     const char *code = dtype_code_name(dt.code);
     if (dt.lanes != 1) {
         snprintf(why, cap,
-                 "dtype (%s, %u bits, %u lanes) is a vector type; pyxbuf describes one scalar "
+                 "dtype (%s, %u %s, %u lanes) is a vector type; pyxbuf describes one scalar "
                  "per element (lanes must be 1)",
-                 code, dt.bits, dt.lanes);
+                 code, dt.bits, PYXBUF__PLURAL(dt.bits, "bit", "bits"), dt.lanes);
         return NULL;
     }
     if (dt.code == kDLFloat && dt.bits == 128) {

@@ -157,8 +157,9 @@ static PYXBUF_ALWAYS_INLINE int tensor_format(const DLTensor *t, uint64_t dl_fla
             "pyxbuf: the DLPack tensor has %d dimensions; pyxbuf accepts 0..%d", (int)t->ndim,
             PYXBUF_MAX_NDIM);
     if (t->ndim > 0 && t->shape == NULL)
-        return pyxbuf__buffer_error("pyxbuf: the DLPack tensor has %d dimensions but a NULL shape",
-                                    (int)t->ndim);
+        return pyxbuf__buffer_error("pyxbuf: the DLPack tensor has %d %s but a NULL shape",
+                                    (int)t->ndim,
+                                    PYXBUF__PLURAL(t->ndim, "dimension", "dimensions"));
     char why[320];
     *format = pyxbuf__dlpack_dtype_to_format(t->dtype, (dl_flags & DL_FLAG_SUBBYTE_PADDED) != 0,
                                              itemsize, why, sizeof why);

@@ -24,8 +24,8 @@ static int cpu_alloc(void *ctx, int32_t id, size_t n, void **ptr, pyxbuf_error *
     size_t rounded = ((n ? n : 1) + 63) & ~(size_t)63; /* aligned_alloc wants a multiple */
     *ptr = aligned_alloc(64, rounded);
     if (*ptr == NULL)
-        return pyxbuf__error(err, PYXBUF_ENOMEM, -1, "cannot allocate %zu bytes of host memory",
-                             n);
+        return pyxbuf__error(err, PYXBUF_ENOMEM, -1, "cannot allocate %zu %s of host memory", n,
+                             PYXBUF__PLURAL(n, "byte", "bytes"));
     memset(*ptr, 0, rounded);
     return 0;
 }

@@ -420,8 +420,9 @@ static int copy_error(const copy_job *job, CUresult r, const char *stage, pyxbuf
     char from[64], to[64], sbuf[40];
     describe_side(from, sizeof from, job->src, job->src_id);
     describe_side(to, sizeof to, job->dst, job->dst_id);
-    return cu_error(err, r, "%s%s of %zu bytes from %s to %s on %s", stage, copy_call(job->kind),
-                    job->n, from, to, stream_name(job->stream, sbuf, sizeof sbuf));
+    return cu_error(err, r, "%s%s of %zu %s from %s to %s on %s", stage, copy_call(job->kind),
+                    job->n, PYXBUF__PLURAL(job->n, "byte", "bytes"), from, to,
+                    stream_name(job->stream, sbuf, sizeof sbuf));
 }
 
 static CUresult enqueue(const copy_job *job, CUstream s, CUcontext dst_ctx, CUcontext src_ctx) {
@@ -450,8 +451,9 @@ static int run_copy(const copy_job *job, pyxbuf_error *err) {
     if ((rc = to_stream(job->stream, &s, err)) != 0) return rc;
     if (job->n == 0) return 0;
     if (job->dst == NULL || job->src == NULL)
-        return pyxbuf__error(err, PYXBUF_EINVAL, -1, "%s of %zu bytes with a NULL %s address",
-                             copy_call(job->kind), job->n, job->dst ? "source" : "destination");
+        return pyxbuf__error(err, PYXBUF_EINVAL, -1, "%s of %zu %s with a NULL %s address",
+                             copy_call(job->kind), job->n, PYXBUF__PLURAL(job->n, "byte", "bytes"),
+                             job->dst ? "source" : "destination");
     int32_t home = job->dst_id >= 0 ? job->dst_id : job->src_id;
     CUcontext dst_ctx = NULL, src_ctx = NULL;
     if (job->kind == COPY_PEER &&
@@ -512,7 +514,8 @@ static int cuda_alloc(void *ctx, int32_t device_id, size_t n, void **ptr, pyxbuf
     CUresult r = drv.api.mem_alloc(&d, n);
     leave();
     if (r != CUDA_SUCCESS)
-        return cu_error(err, r, "cuMemAlloc of %zu bytes on CUDA device %d", n, (int)device_id);
+        return cu_error(err, r, "cuMemAlloc of %zu %s on CUDA device %d", n,
+                        PYXBUF__PLURAL(n, "byte", "bytes"), (int)device_id);
     *ptr = (void *)(uintptr_t)d;
     return 0;
 }

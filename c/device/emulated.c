@@ -122,8 +122,8 @@ static char *backing_of(int32_t id, const void *p, size_t n) {
 
 static int bad_address(int32_t id, const void *p, size_t n, pyxbuf_error *err) {
     return td_error(err, PYXBUF_EDEVICE,
-                    "emulated: %zu bytes at %p are not memory of emulated device %d", n, p,
-                    (int)id);
+                    "emulated: %zu %s at %p %s not memory of emulated device %d", n,
+                    n == 1 ? "byte" : "bytes", p, n == 1 ? "is" : "are", (int)id);
 }
 
 /* Fresh memory reads as poison (PYXBUF_EMULATED_POISON), never as leftovers of
@@ -170,7 +170,8 @@ static int td_alloc(void *ctx, int32_t id, size_t n, void **ptr, pyxbuf_error *e
     while (b != NULL && (b->used || b->size < size)) b = b->next;
     if (rc == 0 && b == NULL)
         rc = td_error(err, PYXBUF_ENOMEM,
-                      "emulated: cannot allocate %zu bytes on emulated device %d", n, (int)id);
+                      "emulated: cannot allocate %zu %s on emulated device %d", n,
+                      n == 1 ? "byte" : "bytes", (int)id);
     if (rc == 0 && b->size > size) { /* split: the rest stays free */
         block *rest = calloc(1, sizeof *rest);
         if (rest == NULL) {

@@ -161,9 +161,9 @@ int pyxbuf__check_copy_size(const pyxbuf_view *view, size_t nbytes) {
     }
     if ((Py_ssize_t)nbytes != view->base.len || view->base.len < 0) {
         PyErr_Format(PyExc_ValueError,
-                     "pyxbuf: destination holds %zu bytes but the view's items take %zd; pass a "
+                     "pyxbuf: destination holds %zu %s but the view's items take %zd; pass a "
                      "buffer of exactly base.len bytes",
-                     nbytes, view->base.len);
+                     nbytes, PYXBUF__PLURAL(nbytes, "byte", "bytes"), view->base.len);
         return -1;
     }
     return 0;

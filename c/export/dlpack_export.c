@@ -136,9 +136,10 @@ static int fill_tensor(export_block *b, const DLPackVersion *version, int copied
     if (pyxbuf__dlpack_format_to_dtype(base->format, &dt, &padded) < 0) return -1;
     if ((Py_ssize_t)(dt.bits / 8) * dt.lanes != base->itemsize && !padded) {
         PyErr_Format(PyExc_BufferError,
-                     "pyxbuf: format '%s' is %d bits per item but the buffer's itemsize is %zd; "
+                     "pyxbuf: format '%s' is %d %s per item but the buffer's itemsize is %zd; "
                      "DLPack cannot describe the disagreement",
-                     base->format, (int)dt.bits, base->itemsize);
+                     base->format, (int)dt.bits, PYXBUF__PLURAL(dt.bits, "bit", "bits"),
+                     base->itemsize);
         return -1;
     }
     int legacy = version->major == 0;

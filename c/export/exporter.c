@@ -81,16 +81,25 @@ static PyObject *exporter_to_device(PyObject *self, PyObject *arg) {
 static PyObject *exporter_dlpack(PyObject *self, PyObject *args, PyObject *kwargs);
 static PyObject *exporter_dlpack_device(PyObject *self, PyObject *unused);
 
+/* Each docstring starts with the method's text signature ("name($self, ...)"
+ * then "--"), which help() and inspect.signature() read. */
 static PyMethodDef exporter_methods[] = {
     {"to_device", exporter_to_device, METH_O,
-     "to_device(device) -> the same data on `device` ('cpu', 'cuda:0', ...): this object when "
-     "it is already there, else a new Exporter holding a copy."},
+     "to_device($self, device, /)\n--\n\n"
+     "The same data on `device` ('cpu', 'cuda:0', 'ext_dev:0', ... or a (device_type, "
+     "device_id) tuple): this object when it is already there, else a new Exporter holding a "
+     "C-order copy."},
     {"__dlpack__", (PyCFunction)(void (*)(void))exporter_dlpack,
      METH_VARARGS | METH_KEYWORDS,
-     "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None) -> a DLPack "
-     "capsule ('dltensor_versioned', or the legacy 'dltensor' when max_version is None)."},
+     "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
+     "A DLPack capsule of the memory: 'dltensor_versioned', or the legacy 'dltensor' when "
+     "max_version is None. `stream` is the consumer's stream (DLPack's integers), "
+     "`max_version` the newest (major, minor) DLPack version the consumer reads, `dl_device` "
+     "a (device_type, device_id) to export to, `copy` True (always copy), False (never: "
+     "refused when dl_device needs one) or None (copy only when dl_device needs one)."},
     {"__dlpack_device__", exporter_dlpack_device, METH_NOARGS,
-     "__dlpack_device__() -> (device_type, device_id), DLPack's integers."},
+     "__dlpack_device__($self, /)\n--\n\n"
+     "Where the memory lives, as DLPack's integers: (device_type, device_id)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -119,8 +128,10 @@ static PyType_Slot exporter_slots[] = {
     {Py_tp_members, exporter_members},
     {Py_bf_getbuffer, (void *)exporter_getbuffer},
     {Py_bf_releasebuffer, (void *)exporter_releasebuffer},
-    {Py_tp_doc, (void *)"A block of memory exported through the extended buffer protocol, "
-                        "with borrow counting. Created from C by pyxbuf_exporter_new or "
+    {Py_tp_doc, (void *)"A block of memory exported through the extended buffer protocol "
+                        "and DLPack, with borrow counting. Not created by calling the type: "
+                        "from Python by pyxbuf.exporter(), pyxbuf.from_dlpack() and "
+                        "pyxbuf.to_device(), from C by pyxbuf_exporter_new or "
                         "pyxbuf_exporter_wrap."},
     {0, NULL},
 };

@@ -75,8 +75,8 @@ static int device_to_host(const pyxbuf_backend *b, const pyxbuf_view *view, cons
     if (l.c_contiguous) return b->copy_to_host(b->ctx, d->device_id, dst, src, span, stream, err);
     char *staging = malloc(span);
     if (staging == NULL)
-        return pyxbuf__error(err, PYXBUF_ENOMEM, -1, "cannot allocate %zu bytes to stage a copy",
-                             span);
+        return pyxbuf__error(err, PYXBUF_ENOMEM, -1, "cannot allocate %zu %s to stage a copy",
+                             span, PYXBUF__PLURAL(span, "byte", "bytes"));
     int rc = b->copy_to_host(b->ctx, d->device_id, staging, src, span, stream, err);
     if (rc == 0) pyxbuf__gather_c_order(&view->base, staging - l.lo, dst);
     free(staging);
@@ -147,8 +147,8 @@ int pyxbuf__copy_view_into(const pyxbuf_view *view, const pyxbuf_device *src, vo
     /* Strided, or across backends: pack on the host, then upload once. */
     char *staging = malloc(n ? n : 1);
     if (staging == NULL)
-        return pyxbuf__error(err, PYXBUF_ENOMEM, -1, "cannot allocate %zu bytes to stage a copy",
-                             n);
+        return pyxbuf__error(err, PYXBUF_ENOMEM, -1, "cannot allocate %zu %s to stage a copy",
+                             n, PYXBUF__PLURAL(n, "byte", "bytes"));
     if (src_host)
         pyxbuf__gather_c_order(&view->base, view->base.buf, staging);
     else

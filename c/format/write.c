@@ -185,9 +185,9 @@ int pyxbuf_format_write(const pyxbuf_format *f, char *buf, size_t cap, size_t *l
     if (w.len >= cap) {
         if (cap > 0) buf[0] = '\0';
         return pyxbuf__error(err, PYXBUF_ENOSPACE, -1,
-                             "pyxbuf_format_write: the format needs %zu bytes plus the NUL, the "
+                             "pyxbuf_format_write: the format needs %zu %s plus the NUL, the "
                              "buffer holds %zu",
-                             w.len, cap);
+                             w.len, PYXBUF__PLURAL(w.len, "byte", "bytes"), cap);
     }
     buf[w.len] = '\0';
     return PYXBUF_OK;

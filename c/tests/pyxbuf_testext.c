@@ -648,6 +648,8 @@ static const char *const liar_modes[] = {
     "tracked_alone",        /* 27: EXT_TRACKED with BORROW_SHARED in flags but no grant */
     "recorder",             /* 28: honest; records the extended fields it finds on entry
                                (called through pyxbuf only: it reads past a Py_buffer) */
+    "foreign_device",       /* 29: honest: names a device of its own, "my_accel:0", which no
+                               pyxbuf backend knows (its bytes are host memory) */
     NULL,
 };
 
@@ -739,6 +741,12 @@ static int Liar_getbuffer(PyObject *self, Py_buffer *view, int flags) {
     case 23: x->flags |= PYXBUF_DEVICE; x->device = "liar.dev\x80ice"; break;
     case 24: x->flags |= PYXBUF_DEVICE; x->device = PYXBUF_DEVICE_DLPACK; x->device_info = &liar_small_info; break;
     case 25: x->flags |= PYXBUF_DEVICE; x->device = ""; break;
+    case 29:
+        if (flags & PYXBUF_DEVICE) {
+            x->flags |= PYXBUF_DEVICE;
+            x->device = "my_accel:0";
+        }
+        break;
     case 26:
         if (flags & PYXBUF_BORROW_EXCLUSIVE) {
             x->flags |= PYXBUF_BORROW_EXCLUSIVE;

@@ -31,7 +31,7 @@ TEST_CASE(shared_then_exclusive_is_refused) {
     CHECK(pyxbuf_get(e, &b, EXCLUSIVE) == -1);
     const char *msg = take_error(PyExc_BufferError);
     CHECK_CONTAINS(msg, "cannot grant an exclusive borrow");
-    CHECK_CONTAINS(msg, "1 shared borrow(s)");
+    CHECK_CONTAINS(msg, "(live now: 1 view, 0 writable, 1 shared borrow, 0 exclusive)");
     CHECK(!pyxbuf_view_is_acquired(&b));
     pyxbuf_release(&a);
     CHECK(pyxbuf_get(e, &b, EXCLUSIVE) == 0); /* released: grantable again */

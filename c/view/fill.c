@@ -177,9 +177,9 @@ int pyxbuf_export_fill(Py_buffer *view, PyObject *exporter, int flags,
         return -1;
     if (d->buf == NULL && nbytes > 0) {
         PyErr_Format(PyExc_BufferError,
-                     "pyxbuf: '%.200s' describes %zd bytes at a NULL address; the producer's "
+                     "pyxbuf: '%.200s' describes %zd %s at a NULL address; the producer's "
                      "buffer is invalid",
-                     type_name(exporter), nbytes);
+                     type_name(exporter), nbytes, PYXBUF__PLURAL(nbytes, "byte", "bytes"));
         return -1;
     }
     if (check_contiguity(exporter, flags, d, itemsize, c_contiguous) < 0) return -1;

@@ -65,15 +65,17 @@ fn cstr(p: *const c_char) -> Option<String> {
     (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
 
-fn device_of(v: &sys::pyxbuf_view) -> (i32, i32) {
+/// The view's device as DLPack integers ({CPU, 0} for host memory), or None
+/// when its identifier is not one pyxbuf reads (a foreign producer's own,
+/// such as "my_accel:0"): pyxbuf cannot tell which device that is.
+fn device_of(v: &sys::pyxbuf_view) -> Option<(i32, i32)> {
     let mut d = sys::pyxbuf_device {
         device_type: sys::PYXBUF_DL_CPU,
         device_id: 0,
     };
-    // SAFETY: an acquired view and an out-pointer; failure leaves `d` (CPU)
-    // and is reported through device_identifier.
-    unsafe { sys::pyxbuf_view_device(v, &mut d, ptr::null_mut()) };
-    (d.device_type, d.device_id)
+    // SAFETY: an acquired view, an out-pointer and no error record (NULL).
+    let rc = unsafe { sys::pyxbuf_view_device(v, &mut d, ptr::null_mut()) };
+    (rc == 0).then_some((d.device_type, d.device_id))
 }
 
 fn device_name(device_type: i32, device_id: i32) -> String {
@@ -206,35 +208,48 @@ fn parsed_format<'py>(py: Python<'py>, format: *const c_char) -> PyResult<Bound<
     Ok(out)
 }
 
-/// inspect(obj, flags=PyBUF_RECORDS_RO | PYXBUF_DEVICE, stream=None) -> dict
+/// Acquire `obj` through pyxbuf and describe the view.
 ///
-/// Acquire `obj` through pyxbuf with `flags` and describe the view: the
-/// protocol path taken, device, format and its parsed form, shape, strides,
-/// read-only flag, honoured extended flags and borrow grants.
+/// `flags` is the request: PyBUF_* and PYXBUF_* bits of this module; None
+/// asks for PyBUF_RECORDS_RO | PYXBUF_DEVICE (strides, format, device memory
+/// accepted, read-only, no borrow). `stream` is the consumer's stream for
+/// device memory, in DLPack's integer convention (None: no stream, so
+/// producers order their work before the default stream).
+///
+/// Returns a dict: `path` (the protocol pyxbuf read), `device` ('cpu',
+/// 'cuda:0', 'ext_dev:0', ..., or a foreign producer's own identifier as it
+/// gave it), `device_identifier` (the view's raw identifier, None for host
+/// memory), `device_type` and `device_id` (DLPack's integers; None when the
+/// identifier is foreign), `format`, `format_parsed`, `itemsize`, `ndim`,
+/// `len`, `readonly`, `shape`, `strides`, `requested_flags` (the request:
+/// `flags` or its default), `honoured_extended_flags` (the extended request
+/// bits the producer honoured: PYXBUF_DEVICE when it set a device,
+/// PYXBUF_BORROW_*, PYXBUF_TEMPORARY), `grant_flags` (PYXBUF_EXT_* bits) and
+/// `grants` (the same as booleans); for a DLPack device view also
+/// `sync_event` and `producer_stream`.
 #[pyfunction]
-#[pyo3(signature = (obj, flags = DEFAULT_FLAGS, stream = None))]
+#[pyo3(signature = (obj, flags = None, stream = None))]
 fn inspect<'py>(
     obj: &Bound<'py, PyAny>,
-    flags: i32,
+    flags: Option<i32>,
     stream: Option<i64>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let py = obj.py();
-    with_view(obj, flags, stream, |v| {
+    with_view(obj, flags.unwrap_or(DEFAULT_FLAGS), stream, |v| {
         let d = PyDict::new(py);
         // SAFETY: returns a static string.
         d.set_item("path", cstr(unsafe { sys::pyxbuf_path_name(v.path) }))?;
-        let (device_type, device_id) = device_of(v);
-        d.set_item(
-            "device",
-            if v.device.is_null() {
-                "cpu".to_owned()
-            } else {
-                device_name(device_type, device_id)
-            },
-        )?;
-        d.set_item("device_identifier", cstr(v.device))?;
-        d.set_item("device_type", device_type)?;
-        d.set_item("device_id", device_id)?;
+        let identifier = cstr(v.device);
+        let dlpack = device_of(v);
+        let device = match (&identifier, dlpack) {
+            (None, _) => "cpu".to_owned(),
+            (Some(_), Some((device_type, device_id))) => device_name(device_type, device_id),
+            (Some(foreign), None) => foreign.clone(),
+        };
+        d.set_item("device", device)?;
+        d.set_item("device_identifier", &identifier)?;
+        d.set_item("device_type", dlpack.map(|(t, _)| t))?;
+        d.set_item("device_id", dlpack.map(|(_, i)| i))?;
         let b = &v.base;
         d.set_item("format", cstr(b.format).unwrap_or_else(|| "B".to_owned()))?;
         d.set_item("format_parsed", parsed_format(py, b.format)?)?;
@@ -254,15 +269,16 @@ fn inspect<'py>(
         };
         d.set_item("shape", shape.map(|s| PyTuple::new(py, s)).transpose()?)?;
         d.set_item("strides", strides.map(|s| PyTuple::new(py, s)).transpose()?)?;
-        d.set_item("flags", v.flags)?;
-        d.set_item("ext_flags", v.ext_flags)?;
+        d.set_item("requested_flags", v.requested)?;
+        d.set_item("honoured_extended_flags", v.flags)?;
+        d.set_item("grant_flags", v.ext_flags)?;
         let g = pyxbuf::Grants::from_view(v.flags, v.ext_flags);
         let grants = PyDict::new(py);
         grants.set_item("shared", g.shared())?;
         grants.set_item("exclusive", g.exclusive())?;
         grants.set_item("tracked", g.tracked())?;
         d.set_item("grants", grants)?;
-        if !v.device_info.is_null() && cstr(v.device).as_deref() == Some("pyxbuf.dlpack") {
+        if !v.device_info.is_null() && identifier.as_deref() == Some("pyxbuf.dlpack") {
             // SAFETY: a "pyxbuf.dlpack" device's info is a pyxbuf_device_info.
             let info = unsafe { &*v.device_info.cast::<sys::pyxbuf_device_info>() };
             d.set_item("sync_event", !info.sync_event.is_null())?;
@@ -272,27 +288,27 @@ fn inspect<'py>(
     })
 }
 
-/// to_device(obj, device, stream=0) -> object
-///
 /// The Array API's `to_device`: `obj` itself when it already lives on
 /// `device`, else a new `pyxbuf.Exporter` holding a C-order copy there.
-/// `device` is 'cpu', 'cuda:0', 'ext_dev:0', ... or a (type, id) tuple.
+///
+/// `device` is 'cpu', 'cuda', 'cuda:1', 'ext_dev:0', ... or a (device_type,
+/// device_id) tuple of DLPack's integers. `stream` is the stream the copy
+/// runs on (None: the device's default stream).
 #[pyfunction]
-#[pyo3(signature = (obj, device, stream = sys::PYXBUF_STREAM_DEFAULT))]
+#[pyo3(signature = (obj, device, stream = None))]
 fn to_device<'py>(
     obj: &Bound<'py, PyAny>,
     device: &Bound<'py, PyAny>,
-    stream: i64,
+    stream: Option<i64>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let target = parse_device(device)?;
+    let stream = stream.unwrap_or(sys::PYXBUF_STREAM_DEFAULT);
     with_view(obj, DEFAULT_FLAGS, None, |v| {
         // SAFETY: an acquired view and a device; new reference or NULL + error.
         unsafe { Bound::from_owned_ptr_or_err(obj.py(), sys::pyxbuf_to_device(v, &target, stream)) }
     })
 }
 
-/// from_dlpack(obj, writable=False, stream=None) -> pyxbuf.Exporter
-///
 /// A zero-copy `pyxbuf.Exporter` over `obj`'s memory (host or device), from
 /// whatever protocol pyxbuf reads it through (DLPack, the CUDA Array
 /// Interface, the classic buffer, `__array_interface__`). The exporter keeps
@@ -307,6 +323,10 @@ fn to_device<'py>(
 /// (pyxbuf's exporters), nobody can; when the borrow is tracked (NumPy and
 /// other classic producers), Python code that bypasses pyxbuf still can, as
 /// for any tracked grant. A producer that grants no borrow is refused.
+///
+/// `stream` is the consumer's stream for device memory, in DLPack's integer
+/// convention (None: no stream, so producers order their work before the
+/// default stream).
 #[pyfunction]
 #[pyo3(signature = (obj, writable = false, stream = None))]
 fn from_dlpack<'py>(
@@ -317,14 +337,19 @@ fn from_dlpack<'py>(
     pyxbuf::export::wrap(obj, writable, stream)
 }
 
-/// exporter(shape, format='B', device='cpu', readonly=False) -> pyxbuf.Exporter
-///
-/// A test producer: pyxbuf's exporter owning zeroed host memory (or, on a
-/// device, backend-allocated memory whose contents are undefined — the
+/// A test producer: a new `pyxbuf.Exporter` owning zeroed host memory (or,
+/// on a device, backend-allocated memory whose contents are undefined — the
 /// emulated device fills it with 0xDB), exporting it through the extended
 /// protocol with borrow counting.
+///
+/// `shape` is a sequence of item counts, `format` a buffer format string of
+/// one item, `device` 'cpu', 'cuda:0', 'ext_dev:0', ... or a (device_type,
+/// device_id) tuple, `readonly` whether the exporter refuses writable views.
 #[pyfunction]
-#[pyo3(signature = (shape, format = "B", device = None, readonly = false))]
+#[pyo3(
+    signature = (shape, format = "B", device = None, readonly = false),
+    text_signature = "(shape, format='B', device='cpu', readonly=False)"
+)]
 fn exporter<'py>(
     py: Python<'py>,
     shape: Vec<isize>,
@@ -355,11 +380,11 @@ fn exporter<'py>(
     }
 }
 
-/// check_supports(obj, flags) -> bool: the proposal's
-/// PyObject_CheckBufferSupports, answered without calling the producer:
-/// whether `obj` speaks a protocol pyxbuf reads and advertises every bit of
-/// `flags`, soft ones included (PYXBUF_DEVICE asked of a host-only producer
-/// is False). `pyxbuf_get` itself refuses only required flags a type lacks.
+/// The proposal's PyObject_CheckBufferSupports, answered without calling
+/// the producer: whether `obj` speaks a protocol pyxbuf reads and advertises
+/// every bit of `flags`, soft ones included (PYXBUF_DEVICE asked of a
+/// host-only producer is False). `pyxbuf_get` itself refuses only required
+/// flags a type lacks.
 #[pyfunction]
 fn check_supports(obj: &Bound<'_, PyAny>, flags: i32) -> PyResult<bool> {
     // SAFETY: a live object, attached thread; -1 means an exception is set.
@@ -369,7 +394,8 @@ fn check_supports(obj: &Bound<'_, PyAny>, flags: i32) -> PyResult<bool> {
     }
 }
 
-/// Live cooperative borrows in the process (all copies of libpyxbuf).
+/// The number of live cooperative (tracked) borrows in the process, in all
+/// copies of libpyxbuf.
 #[pyfunction]
 fn live_borrows(py: Python<'_>) -> PyResult<i64> {
     // SAFETY: attached thread; NULL means an exception is set.
@@ -381,8 +407,7 @@ fn live_borrows(py: Python<'_>) -> PyResult<i64> {
     Ok(unsafe { (*api).borrow_live.map_or(0, |f| f()) })
 }
 
-/// abi_version() -> int: the ABI version of the libpyxbuf linked into this
-/// module (`pyxbuf_abi_version()`). A C extension built against the wheel's
+/// The ABI version of the libpyxbuf linked into this module (`pyxbuf_abi_version()`). A C extension built against the wheel's
 /// `pyxbuf.h` compares it with its own `PYXBUF_ABI_VERSION`.
 #[pyfunction]
 fn abi_version() -> u32 {

@@ -1,10 +1,14 @@
 """The pyxbuf Python module against NumPy, ml_dtypes, JAX (where installed)
 and its own producers. Run after building the module (maturin develop)."""
 
+import ast
+import inspect
 import os
 import subprocess
 import sys
 import sysconfig
+import types
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -19,17 +23,69 @@ def no_borrow_left_behind():
     assert pyxbuf.live_borrows() == 0
 
 
+DEFAULT_FLAGS = pyxbuf.PyBUF_RECORDS_RO | pyxbuf.PYXBUF_DEVICE
+
+
 def test_inspect_numpy():
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     info = pyxbuf.inspect(a)
     assert info["path"] == "classic"
     assert info["device"] == "cpu" and info["device_identifier"] is None
+    assert (info["device_type"], info["device_id"]) == (1, 0)  # DLPack's kDLCPU
     assert info["format"] == "f" and info["itemsize"] == 4
     assert info["shape"] == (2, 3) and info["strides"] == (12, 4)
     assert info["format_parsed"]["fields"][0]["code"] == "f"
     assert info["grants"] == {"shared": False, "exclusive": False, "tracked": False}
+    assert info["requested_flags"] == DEFAULT_FLAGS
+    # NumPy knows no extended flag: none is honoured, the request's PYXBUF_DEVICE included
+    assert (info["honoured_extended_flags"], info["grant_flags"]) == (0, 0)
     shared = pyxbuf.inspect(a, pyxbuf.PyBUF_RECORDS_RO | pyxbuf.PYXBUF_BORROW_SHARED)
     assert shared["grants"] == {"shared": True, "exclusive": False, "tracked": True}
+    assert shared["requested_flags"] == pyxbuf.PyBUF_RECORDS_RO | pyxbuf.PYXBUF_BORROW_SHARED
+    assert shared["honoured_extended_flags"] == pyxbuf.PYXBUF_BORROW_SHARED
+    assert shared["grant_flags"] == pyxbuf.PYXBUF_EXT_SHARED | pyxbuf.PYXBUF_EXT_TRACKED
+
+
+def test_inspect_keys_say_what_they_hold():
+    """Issue 27: `flags` held the honoured extended request bits and
+    `ext_flags` the grant bits; the keys now say so."""
+    info = pyxbuf.inspect(pyxbuf.exporter((2,)), DEFAULT_FLAGS | pyxbuf.PYXBUF_BORROW_SHARED)
+    assert "flags" not in info and "ext_flags" not in info
+    assert info["requested_flags"] == DEFAULT_FLAGS | pyxbuf.PYXBUF_BORROW_SHARED
+    # pyxbuf's exporter speaks the extended protocol and honours the borrow it
+    # grants; host memory sets no device, so PYXBUF_DEVICE is not honoured
+    assert info["honoured_extended_flags"] == pyxbuf.PYXBUF_BORROW_SHARED
+    assert info["grant_flags"] == pyxbuf.PYXBUF_EXT_SHARED
+    assert info["grants"] == {"shared": True, "exclusive": False, "tracked": False}
+    if pyxbuf.EMULATED_DEVICE:  # device memory: PYXBUF_DEVICE honoured too
+        dev = pyxbuf.inspect(pyxbuf.exporter((2,), device="ext_dev:0"))
+        assert dev["honoured_extended_flags"] == pyxbuf.PYXBUF_DEVICE
+        assert (dev["requested_flags"], dev["grant_flags"]) == (DEFAULT_FLAGS, 0)
+
+
+def test_defaults_are_the_documented_ones():
+    a = np.arange(3, dtype=np.float32)
+    assert pyxbuf.inspect(a) == pyxbuf.inspect(a, None) == pyxbuf.inspect(a, DEFAULT_FLAGS)
+    assert pyxbuf.inspect(a, stream=None)["requested_flags"] == DEFAULT_FLAGS
+    assert pyxbuf.to_device(a, "cpu") is a and pyxbuf.to_device(a, "cpu", None) is a
+    e = pyxbuf.exporter((2,))
+    assert (e.device, e.format, e.readonly) == ("cpu", "B", 0)
+    assert pyxbuf.exporter((2,), device="cpu").device == "cpu"
+    assert pyxbuf.exporter((2,), device=(1, 0)).device == "cpu"
+
+
+def test_bad_arguments_name_the_cause():
+    a = np.arange(3, dtype=np.float32)
+    with pytest.raises(TypeError, match="flags"):
+        pyxbuf.inspect(a, "RECORDS")
+    with pytest.raises(TypeError, match="stream"):
+        pyxbuf.to_device(a, "cpu", "default")
+    with pytest.raises(ValueError, match="unknown device 'my_accel:0'; write it as 'cpu'"):
+        pyxbuf.to_device(a, "my_accel:0")
+    with pytest.raises(ValueError, match="bad device ordinal in 'cuda:x'"):
+        pyxbuf.exporter((2,), device="cuda:x")
+    with pytest.raises(TypeError, match="cannot create 'pyxbuf.Exporter' instances"):
+        pyxbuf.Exporter()
 
 
 def test_inspect_struct_format():
@@ -167,6 +223,115 @@ def test_jax_bfloat16_if_installed():
     assert info["format"] == "[ml_dtypes$bfloat16]" and info["shape"] == (4,)
     e = pyxbuf.from_dlpack(x)
     assert e.format == "[ml_dtypes$bfloat16]" and e.shape == (4,)
+
+
+# --- signatures (issue 27): help() and inspect.signature() read real ones,
+# and the type stub says the same ------------------------------------------
+
+STUB = Path(pyxbuf.pyxbuf.__file__).with_name("pyxbuf.pyi")
+KIND = {
+    "posonlyargs": inspect.Parameter.POSITIONAL_ONLY,
+    "args": inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    "kwonlyargs": inspect.Parameter.KEYWORD_ONLY,
+}
+
+
+def stub_parameters(fn):
+    """[(name, kind, default)] of a stub's `def` (defaults as literals)."""
+    a = fn.args
+    positional = a.posonlyargs + a.args
+    defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
+    out = []
+    for i, (arg, default) in enumerate(zip(positional, defaults)):
+        kind = KIND["posonlyargs"] if i < len(a.posonlyargs) else KIND["args"]
+        out.append((arg.arg, kind, default))
+    if a.vararg:
+        out.append((a.vararg.arg, inspect.Parameter.VAR_POSITIONAL, None))
+    out += [(arg.arg, KIND["kwonlyargs"], d) for arg, d in zip(a.kwonlyargs, a.kw_defaults)]
+    if a.kwarg:
+        out.append((a.kwarg.arg, inspect.Parameter.VAR_KEYWORD, None))
+    return [(name, kind, inspect.Parameter.empty if d is None else ast.literal_eval(d))
+            for name, kind, d in out]
+
+
+def stub_functions():
+    """{name: parameters} of the stub's functions, and of Exporter's methods as
+    'Exporter.name' (self left out); properties are attributes, not callables."""
+    tree = ast.parse(STUB.read_text())
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            out[node.name] = stub_parameters(node)
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and not any(
+                        isinstance(d, ast.Name) and d.id == "property" for d in item.decorator_list):
+                    out[f"{node.name}.{item.name}"] = stub_parameters(item)[1:]
+    return out
+
+
+def runtime_callables():
+    """{name: callable} of the compiled module's public functions and of the
+    methods its classes define (classes themselves cannot be called)."""
+    out = {}
+    for name in dir(pyxbuf.pyxbuf):
+        obj = getattr(pyxbuf.pyxbuf, name)
+        if name.startswith("_") or not callable(obj):
+            continue
+        if isinstance(obj, type):
+            for attr, value in vars(obj).items():
+                if isinstance(value, types.MethodDescriptorType):
+                    out[f"{name}.{attr}"] = value
+        else:
+            out[name] = obj
+    return out
+
+
+def runtime_parameters(name, obj):
+    params = list(inspect.signature(obj).parameters.values())
+    if "." in name:  # a method: drop self
+        assert params[0].name == "self", name
+        params = params[1:]
+    return [(p.name, p.kind, p.default) for p in params]
+
+
+def test_the_module_has_callables_to_check():
+    names = set(runtime_callables())
+    assert {"inspect", "to_device", "exporter", "Exporter.to_device",
+            "Exporter.__dlpack__"} <= names
+
+
+@pytest.mark.parametrize("name", sorted(runtime_callables()))
+def test_signature_is_real_and_matches_the_stub(name):
+    obj = runtime_callables()[name]
+    assert obj.__text_signature__, f"{name} has no __text_signature__"
+    got = runtime_parameters(name, obj)  # inspect.signature works
+    assert all(d is not Ellipsis for _, _, d in got), f"{name}{inspect.signature(obj)}"
+    stub = stub_functions()
+    assert name in stub, f"{name} is missing from {STUB.name}"
+    assert all(d is not Ellipsis for _, _, d in stub[name]), f"{STUB.name}: {name} uses ..."
+    assert got == stub[name]
+    # help() shows the same signature
+    assert str(inspect.signature(obj)) in pydoc_text(obj)
+    # and the docstring speaks of every parameter, with no second signature of its own
+    doc = inspect.getdoc(obj)
+    assert doc and not doc.startswith(name.rsplit(".", 1)[-1] + "("), doc
+    for param, _, _ in got:
+        assert f"`{param}`" in doc, f"{name}'s docstring does not describe `{param}`"
+
+
+def test_the_stub_has_nothing_the_module_lacks():
+    assert set(stub_functions()) == set(runtime_callables())
+
+
+@pytest.mark.parametrize("name", ["get_include", "get_library_dir", "get_cmake_dir"])
+def test_package_functions_have_signatures(name):
+    assert str(inspect.signature(getattr(pyxbuf, name))) == "() -> str"
+
+
+def pydoc_text(obj):
+    import pydoc
+    return pydoc.render_doc(obj, renderer=pydoc.plaintext)
 
 
 FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))

@@ -13,6 +13,7 @@
 //! ```
 
 use half::bf16;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyxbuf::{Device, Element, PyXBuffer, PyXUntypedBuffer};
 
@@ -65,6 +66,32 @@ fn scale_f32(x: &Bound<'_, PyAny>, factor: f32) -> PyResult<()> {
         None => {
             let scaled: Vec<f32> = x.to_vec()?.iter().map(|v| v * factor).collect();
             x.copy_from_slice(&scaled)?;
+        }
+    }
+    Ok(())
+}
+
+/// Add `x` into `out` in place (`out += x`): two float32 host arrays of one
+/// shape, the two buffers of one call. `out` is borrowed exclusively and `x`
+/// shared, so passing one array as both (or overlapping views of one) is
+/// refused with `BufferError` before anything is written.
+#[pyfunction]
+fn add_f32(out: &Bound<'_, PyAny>, x: &Bound<'_, PyAny>) -> PyResult<()> {
+    let mut out = PyXBuffer::<f32>::request().borrow_exclusive().get(out)?;
+    let x = PyXBuffer::<f32>::get(x)?;
+    if out.shape() != x.shape() {
+        return Err(PyValueError::new_err(format!(
+            "add_f32: `out` has shape {:?} but `x` has shape {:?}; pass arrays of one shape",
+            out.shape(),
+            x.shape()
+        )));
+    }
+    let add = x.to_vec()?; // C order, as out's items below
+    match out.as_mut_slice() {
+        Some(items) => items.iter_mut().zip(&add).for_each(|(o, v)| *o += v),
+        None => {
+            let sum: Vec<f32> = out.to_vec()?.iter().zip(&add).map(|(o, v)| o + v).collect();
+            out.copy_from_slice(&sum)?;
         }
     }
     Ok(())
@@ -138,6 +165,7 @@ fn pyxbuf_sum(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sum_bf16, m)?)?;
     m.add_function(wrap_pyfunction!(sum_host_f32, m)?)?;
     m.add_function(wrap_pyfunction!(scale_f32, m)?)?;
+    m.add_function(wrap_pyfunction!(add_f32, m)?)?;
     m.add_function(wrap_pyfunction!(describe, m)?)?;
     m.add_function(wrap_pyfunction!(sum_any, m)?)?;
     m.add_function(wrap_pyfunction!(zeros_f32, m)?)?;

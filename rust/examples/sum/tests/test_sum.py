@@ -1,6 +1,7 @@
 """The example module against NumPy: same sums on float32, ml_dtypes bfloat16
 and emulated-device arrays; TypeError naming both formats on a dtype
-mismatch; BufferError on a borrow conflict. Run after building the module
+mismatch; BufferError on a borrow conflict (also between two arguments of one
+call, with a message that says so). Run after building the module
 (maturin develop, or make demo)."""
 
 import ml_dtypes
@@ -57,6 +58,48 @@ def test_borrow_conflict_is_a_buffer_error():
         s.sum_f32(e)
     m.release()
     assert s.sum_f32(e) == 0.0
+
+
+def test_add_in_place():
+    out = np.arange(6, dtype=np.float32)
+    s.add_f32(out, np.ones(6, dtype=np.float32))
+    assert out.tolist() == [1, 2, 3, 4, 5, 6]
+    s.add_f32(out[::2], out[1::2])  # interleaved, disjoint views of one array: allowed
+    assert out.tolist() == [3, 2, 7, 4, 11, 6]
+    with pytest.raises(ValueError, match=r"`out` has shape \[2\] but `x` has shape \[3\]"):
+        s.add_f32(np.zeros(2, np.float32), np.zeros(3, np.float32))
+    with pytest.raises(TypeError, match="format 'd'"):
+        s.add_f32(np.zeros(2, np.float32), np.zeros(2))
+
+
+@pytest.mark.parametrize("arguments", [lambda a: (a, a), lambda a: (a[:2], a[1:3])],
+                         ids=["same array", "overlapping slices"])
+def test_two_arguments_of_one_call_conflict(arguments):
+    """The exclusive borrow of `out` is live when `x` is acquired: a shared
+    borrow of the same memory is refused, and the message says where the
+    other view may be, and what to do."""
+    a = np.arange(4, dtype=np.float32)
+    with pytest.raises(BufferError) as info:
+        s.add_f32(*arguments(a))
+    msg = str(info.value)
+    assert "cannot grant a shared borrow of 'numpy.ndarray'" in msg
+    assert "overlaps an exclusive borrow" in msg
+    assert ("held by another view in this process (for example another argument of the same "
+            "call") in msg
+    assert "pass a copy of the array" in msg
+    assert a.tolist() == [0, 1, 2, 3]  # refused before anything was written
+    s.add_f32(a, a.copy())  # what the message suggests
+    assert a.tolist() == [0, 2, 4, 6]
+
+
+def test_two_exporter_arguments_of_one_call_conflict():
+    e = s.zeros_f32(3)
+    with pytest.raises(BufferError) as info:
+        s.add_f32(e, e)
+    msg = str(info.value)
+    assert "cannot grant a shared borrow of a pyxbuf.Exporter: an exclusive borrow is live" in msg
+    assert "(live now: 1 view, 1 writable, 0 shared borrows, 1 exclusive)" in msg
+    assert "one may be another argument of the same call" in msg
 
 
 def test_scale_in_place():

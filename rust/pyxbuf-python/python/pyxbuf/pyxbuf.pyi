@@ -27,7 +27,8 @@ Device = str | tuple[int, int]
 
 class Exporter:
     """pyxbuf's producer: memory exported through the extended buffer
-    protocol (and DLPack) with borrow counting."""
+    protocol (and DLPack) with borrow counting. Not created by calling the
+    type: use ``exporter()``, ``from_dlpack()`` or ``to_device()``."""
 
     @property
     def shape(self) -> tuple[int, ...]: ...
@@ -42,25 +43,32 @@ class Exporter:
     itemsize: int
     nbytes: int
     readonly: int
-    def to_device(self, device: Device, /) -> Exporter: ...
+    def to_device(self, device: Device, /) -> Exporter:
+        """The same data on ``device``: this object when it is already there,
+        else a new Exporter holding a C-order copy."""
     def __dlpack__(
         self,
+        /,
         *,
         stream: int | Any | None = None,
         max_version: tuple[int, int] | None = None,
         dl_device: tuple[int, int] | None = None,
         copy: bool | None = None,
-    ) -> Any: ...
-    def __dlpack_device__(self) -> tuple[int, int]: ...
+    ) -> Any:
+        """A DLPack capsule of the memory."""
+    def __dlpack_device__(self, /) -> tuple[int, int]:
+        """Where the memory lives, as DLPack's (device_type, device_id)."""
 
 def abi_version() -> int:
     """The ABI version of the libpyxbuf linked into this module."""
 
-def inspect(obj: Any, flags: int = ..., stream: int | None = None) -> dict[str, Any]:
-    """Acquire ``obj`` through pyxbuf and describe the view."""
+def inspect(obj: Any, flags: int | None = None, stream: int | None = None) -> dict[str, Any]:
+    """Acquire ``obj`` through pyxbuf and describe the view (``flags`` None:
+    ``PyBUF_RECORDS_RO | PYXBUF_DEVICE``)."""
 
-def to_device(obj: Any, device: Device, stream: int = ...) -> Any:
-    """``obj`` itself when it lives on ``device``, else a C-order copy there."""
+def to_device(obj: Any, device: Device, stream: int | None = None) -> Any:
+    """``obj`` itself when it lives on ``device``, else a C-order copy there
+    (``stream`` None: the device's default stream)."""
 
 def from_dlpack(obj: Any, writable: bool = False, stream: int | None = None) -> Exporter:
     """A zero-copy Exporter over ``obj``'s memory, holding a borrow of it."""
@@ -68,13 +76,13 @@ def from_dlpack(obj: Any, writable: bool = False, stream: int | None = None) -> 
 def exporter(
     shape: list[int] | tuple[int, ...],
     format: str = "B",
-    device: Device | None = None,
+    device: Device = "cpu",
     readonly: bool = False,
 ) -> Exporter:
     """A test producer owning zeroed host memory (or device memory)."""
 
 def check_supports(obj: Any, flags: int) -> bool:
-    """Whether ``pyxbuf_get`` would go ahead with the request."""
+    """Whether ``obj`` advertises every bit of ``flags`` (without calling it)."""
 
 def live_borrows() -> int:
-    """Live cooperative borrows in the process."""
+    """The number of live cooperative (tracked) borrows in the process."""
