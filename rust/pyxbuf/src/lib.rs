@@ -202,8 +202,8 @@ pub mod emulated;
 pub mod export;
 
 pub use buffer::{
-    BorrowMode, Exclusive, Grants, Path, PyXBuffer, PyXBufferOwned, PyXUntypedBuffer, ReadOnlyCell,
-    Request, Shared, Untyped,
+    BorrowMode, Exclusive, Grants, Iter, IterMut, Path, PyXBuffer, PyXBuffer1, PyXBuffer2,
+    PyXBufferN, PyXBufferOwned, PyXUntypedBuffer, ReadOnlyCell, Request, Shared, Untyped,
 };
 pub use device::{Device, DevicePtr, SyncEvent};
 pub use element::{register_custom, Element, ElementKind, RegisterCustomError};

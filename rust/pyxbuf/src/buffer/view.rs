@@ -626,7 +626,8 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
         unsafe { element::matches_ptr::<T>(self.view.base.format, self.view.base.itemsize) }
     }
 
-    fn owner_name(&self) -> String {
+    /// The type name of the object whose memory this is, for messages.
+    pub(super) fn owner_name(&self) -> String {
         self.obj()
             .map(|o| type_name(&o))
             .unwrap_or_else(|| "object".to_owned())
