@@ -200,6 +200,7 @@ mod element;
 #[cfg(feature = "emulated-device")]
 pub mod emulated;
 pub mod export;
+mod format;
 
 pub use buffer::{
     BorrowMode, Exclusive, Grants, Iter, IterMut, Path, PyXBuffer, PyXBuffer1, PyXBuffer2,
@@ -207,6 +208,7 @@ pub use buffer::{
 };
 pub use device::{Device, DevicePtr, SyncEvent};
 pub use element::{register_custom, Element, ElementKind, RegisterCustomError};
+pub use format::{ByteOrder, Custom, Field, Format, FormatError, FormatKind};
 /// The raw bindings (`pyxbuf-sys`), for what this crate does not wrap.
 pub use pyxbuf_sys as sys;
 
