@@ -42,11 +42,14 @@ pub use view::PyXUntypedBuffer;
 use view::type_name;
 
 /// `FromPyObject` through `Self::get` (what a `#[pyfunction]` argument
-/// acquires).
+/// acquires), with the stub type of `experimental-inspect`.
 macro_rules! from_py_object_via_get {
     (impl[$($g:tt)*] for $ty:ty) => {
         impl<'a, 'py, $($g)*> pyo3::FromPyObject<'a, 'py> for $ty {
             type Error = pyo3::PyErr;
+
+            #[cfg(feature = "experimental-inspect")]
+            const INPUT_TYPE: pyo3::inspect::PyStaticExpr = super::INPUT_TYPE;
 
             #[inline]
             fn extract(obj: pyo3::Borrowed<'a, 'py, pyo3::PyAny>) -> pyo3::PyResult<Self> {
@@ -56,3 +59,16 @@ macro_rules! from_py_object_via_get {
     };
 }
 use from_py_object_via_get;
+
+/// The stub type of a buffer argument under PyO3's `experimental-inspect`
+/// (feature `experimental-inspect`): the buffer protocol's ABC, as PyO3's own
+/// `PyBuffer` says -- `collections.abc.Buffer` from Python 3.12 on,
+/// `typing_extensions.Buffer` before. Typing has no protocol for DLPack, the
+/// CUDA Array Interface or `__array_interface__`, which pyxbuf reads too, to
+/// add to it.
+#[cfg(feature = "experimental-inspect")]
+const INPUT_TYPE: pyo3::inspect::PyStaticExpr = if cfg!(Py_3_12) {
+    pyo3::type_hint_identifier!("collections.abc", "Buffer")
+} else {
+    pyo3::type_hint_identifier!("typing_extensions", "Buffer")
+};

@@ -797,6 +797,9 @@ impl<M: BorrowMode> PyXUntypedBuffer<'_, M> {
 impl<'a, 'py, M: BorrowMode> FromPyObject<'a, 'py> for PyXUntypedBuffer<'py, M> {
     type Error = PyErr;
 
+    #[cfg(feature = "experimental-inspect")]
+    const INPUT_TYPE: pyo3::inspect::PyStaticExpr = super::INPUT_TYPE;
+
     #[inline]
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         Self::acquire(&obj, M::FLAGS, None)
