@@ -377,7 +377,8 @@ impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
         let walk = Walk::new(self.buf_ptr().cast(), shape, strides);
         let align = mem::align_of::<T>();
         let aligned = walk.left == 0
-            || (walk.next.cast::<T>().is_aligned()
+            || (!walk.next.is_null()
+                && walk.next.cast::<T>().is_aligned()
                 && walk.dims().all(|(_, s)| s.unsigned_abs() % align == 0));
         if !aligned {
             return Err(refuse(format!(
