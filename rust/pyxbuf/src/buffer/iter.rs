@@ -216,11 +216,33 @@ impl Walk {
     }
 }
 
-enum Items<S, P> {
-    /// The items follow each other: a slice iterator.
-    Slice(S),
-    /// Any other layout.
-    Strided(Walk, PhantomData<P>),
+/// The items of either layout: those that follow each other through a
+/// slice iterator (`walk` is `None`), any other layout through a boxed walk
+/// (`slice` is empty). Not an enum: `walk` never changes while iterating,
+/// so the compiler can split a `for` loop on it and run the contiguous case
+/// as a plain slice loop, with the iterator in registers.
+struct Items<S, P> {
+    slice: S,
+    walk: Option<Box<Walk>>,
+    _p: PhantomData<P>,
+}
+
+impl<S: Default, P> Items<S, P> {
+    fn new(slice: S) -> Self {
+        Items {
+            slice,
+            walk: None,
+            _p: PhantomData,
+        }
+    }
+
+    fn walking(walk: Walk) -> Self {
+        Items {
+            slice: S::default(),
+            walk: Some(Box::new(walk)),
+            _p: PhantomData,
+        }
+    }
 }
 
 /// An iterator over the items of a [`PyXBuffer`] in C order (last index
@@ -244,26 +266,26 @@ macro_rules! items_iterator {
 
             #[inline]
             fn next(&mut self) -> Option<$item> {
-                match &mut self.items {
-                    Items::Slice(s) => s.next(),
-                    Items::Strided(w, _) => w.next().map(|$p| $deref),
+                match &mut self.items.walk {
+                    None => self.items.slice.next(),
+                    Some(w) => w.next().map(|$p| $deref),
                 }
             }
 
             #[inline]
             fn size_hint(&self) -> (usize, Option<usize>) {
-                let n = match &self.items {
-                    Items::Slice(s) => s.len(),
-                    Items::Strided(w, _) => w.left,
+                let n = match &self.items.walk {
+                    None => self.items.slice.len(),
+                    Some(w) => w.left,
                 };
                 (n, Some(n))
             }
 
             #[inline]
             fn fold<B, F: FnMut(B, $item) -> B>(self, init: B, mut f: F) -> B {
-                match self.items {
-                    Items::Slice(s) => s.fold(init, f),
-                    Items::Strided(w, _) => w.fold(init, |acc, $p| f(acc, $deref)),
+                match self.items.walk {
+                    None => self.items.slice.fold(init, f),
+                    Some(w) => w.fold(init, |acc, $p| f(acc, $deref)),
                 }
             }
         }
@@ -296,9 +318,10 @@ items_iterator!(IterMut, &'a mut T, |p| {
 
 impl<T> Clone for Iter<'_, T> {
     fn clone(&self) -> Self {
-        let items = match &self.items {
-            Items::Slice(s) => Items::Slice(s.clone()),
-            Items::Strided(w, m) => Items::Strided(w.clone(), *m),
+        let items = Items {
+            slice: self.items.slice.clone(),
+            walk: self.items.walk.clone(),
+            _p: PhantomData,
         };
         Iter { items }
     }
@@ -339,9 +362,9 @@ impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
                 // SAFETY: `count` items of `T` that follow each other from
                 // `first` (dangling for none), which checked_walk accepted as
                 // for the walk's references; `&self` keeps view and grant.
-                Items::Slice(unsafe { slice::from_raw_parts(first, count) }.iter())
+                Items::new(unsafe { slice::from_raw_parts(first, count) }.iter())
             }
-            None => Items::Strided(walk, PhantomData),
+            None => Items::walking(walk),
         };
         Ok(Iter { items })
     }
@@ -488,9 +511,9 @@ impl<'py, T: Element> PyXBuffer<'py, T, Exclusive> {
             Some((first, count)) => {
                 // SAFETY: as in `iter`; the exclusive grant on writable
                 // memory and `&mut self` make these the only references.
-                Items::Slice(unsafe { slice::from_raw_parts_mut(first, count) }.iter_mut())
+                Items::new(unsafe { slice::from_raw_parts_mut(first, count) }.iter_mut())
             }
-            None => Items::Strided(walk, PhantomData),
+            None => Items::walking(walk),
         };
         Ok(IterMut { items })
     }
