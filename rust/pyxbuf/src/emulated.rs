@@ -32,15 +32,9 @@ pub fn register() -> PyResult<()> {
     if rc == 0 {
         return Ok(());
     }
-    let msg: Vec<u8> = err
-        .message
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c as u8)
-        .collect();
     Err(PyRuntimeError::new_err(format!(
         "pyxbuf: cannot register the emulated device: {}",
-        String::from_utf8_lossy(&msg)
+        crate::format::c_error_message(&err)
     )))
 }
 

@@ -9,28 +9,47 @@
 //! `pyxbuf.Exporter`, and hands out a [`PyXBuffer<T>`] with its shape,
 //! strides, device and grants.
 //!
+//! One code path serves every layout: [`iter`](PyXBuffer::iter) and
+//! [`iter_mut`](PyXBuffer::iter_mut) walk the items in C order whatever the
+//! strides (a slice iterator when they follow each other), without a copy,
+//! and [`PyXBuffer1`] / [`PyXBuffer2`] fix the number of dimensions:
+//!
 //! ```
 //! use pyo3::prelude::*;
-//! use pyxbuf::PyXBuffer;
+//! use pyxbuf::{Exclusive, PyXBuffer, PyXBuffer1};
 //!
-//! /// Sum any float32 buffer: a plain slice when the memory is borrowed and
-//! /// contiguous, a C-order copy otherwise.
 //! #[pyfunction]
-//! fn sum(x: PyXBuffer<'_, f32>) -> PyResult<f32> {
-//!     if let Some(items) = x.as_slice() {
-//!         return Ok(items.iter().sum());
+//! fn total(x: PyXBuffer<'_, f32>) -> PyResult<f32> {
+//!     Ok(x.iter()?.sum())
+//! }
+//!
+//! #[pyfunction]
+//! fn scale(mut x: PyXBuffer1<'_, f32, Exclusive>, k: f32) -> PyResult<()> {
+//!     for v in x.iter_mut()? {
+//!         *v *= k;
 //!     }
-//!     Ok(x.to_vec()?.iter().sum())
+//!     Ok(())
 //! }
 //!
 //! Python::attach(|py| -> PyResult<()> {
-//!     let sum = wrap_pyfunction!(sum, py)?;
-//!     let array = py.import("array")?.getattr("array")?.call1(("f", vec![1.0f32, 2.0, 3.5]))?;
-//!     assert_eq!(sum.call1((array,))?.extract::<f32>()?, 6.5);
+//!     let (total, scale) = (wrap_pyfunction!(total, py)?, wrap_pyfunction!(scale, py)?);
+//!     let array = py.eval(c"__import__('array').array('f', [1, 2, 3, 4])", None, None)?;
+//!     let view = py.eval(c"memoryview", None, None)?.call1((&array,))?;
+//!     let every_other = view.get_item(pyo3::types::PySlice::new(py, 0, 4, 2))?; // strided
+//!     scale.call1((&every_other, 2.0))?;
+//!     assert_eq!(total.call1((&every_other,))?.extract::<f32>()?, 8.0);
+//!     assert_eq!(total.call1((&array,))?.extract::<f32>()?, 14.0);
 //!     Ok(())
 //! })
 //! .unwrap();
 //! ```
+//!
+//! With NumPy, `scale(a[::2], 2.0)` doubles every other element of `a`;
+//! `scale` of a 2-D array is a `TypeError` ("expected a 1-dimensional
+//! array, found 2 dimensions (shape (2, 3)); ...", with PyO3's note "while
+//! processing 'x'"). The plain slices stay for contiguous memory:
+//! [`as_slice`](PyXBuffer::as_slice), [`as_mut_slice`](PyXBuffer::as_mut_slice),
+//! and `as_array` for ndarray views.
 //!
 //! # Porting from `pyo3::buffer::PyBuffer`
 //!
@@ -45,7 +64,9 @@
 //! [`to_vec`](PyXBuffer::to_vec), [`to_fortran_vec`](PyXBuffer::to_fortran_vec),
 //! [`copy_to_slice`](PyXBuffer::copy_to_slice),
 //! [`copy_to_fortran_slice`](PyXBuffer::copy_to_fortran_slice),
-//! [`copy_from_slice`](PyXBuffer::copy_from_slice), [`release`](PyXUntypedBuffer::release)
+//! [`copy_from_slice`](PyXBuffer::copy_from_slice), [`release`](PyXUntypedBuffer::release),
+//! [`as_slice_ptr`](PyXBuffer::as_slice_ptr),
+//! [`as_fortran_slice_ptr`](PyXBuffer::as_fortran_slice_ptr)
 //! — minus the `py` arguments (the buffer carries its `Python<'py>`). PyO3's
 //! `as_slice` (cells, deprecated in PyO3 0.30 as unsound) is
 //! [`as_cells`](PyXBuffer::as_cells) here, which needs a borrow grant, or
@@ -61,11 +82,16 @@
 //! [`copy_from_fortran_slice`](PyXBuffer::copy_from_fortran_slice) and
 //! [`get_ptr`](PyXUntypedBuffer::get_ptr) with fewer indices than dimensions
 //! are there too. PyO3's untyped buffer is [`PyXUntypedBuffer`]: acquire
-//! once, read the format, then [`as_typed`](PyXUntypedBuffer::as_typed) or
-//! [`into_typed`](PyXUntypedBuffer::into_typed); a `PyXBuffer<T>` derefs to
+//! once, read the format (or [`parsed_format`](PyXUntypedBuffer::parsed_format)),
+//! then [`as_typed`](PyXUntypedBuffer::as_typed) or
+//! [`into_typed`](PyXUntypedBuffer::into_typed) -- or probe with
+//! [`is_of`](PyXUntypedBuffer::is_of) / [`try_typed`](PyXUntypedBuffer::try_typed),
+//! which build no exception per miss; a `PyXBuffer<T>` derefs to
 //! it for everything that does not depend on `T`. A failed `PyXBuffer`
 //! argument keeps its `BufferError` and carries PyO3's note naming the
-//! argument ("while processing 'x'").
+//! argument ("while processing 'x'"). With PyO3's `experimental-inspect`
+//! (this crate's feature of that name), a buffer argument's stub type is the
+//! buffer ABC, as for PyO3's `PyBuffer`.
 //!
 //! # Grants
 //!
@@ -81,8 +107,8 @@
 //!
 //! # Soundness
 //!
-//! Plain slices (and cells) are handed out only under a borrow grant, and a
-//! grant is only as good as whoever keeps it. There are two kinds
+//! Plain slices, iterators' references (and cells) are handed out only
+//! under a borrow grant, and a grant is only as good as whoever keeps it. There are two kinds
 //! ([`Grants::tracked`] tells them apart):
 //!
 //! - **Enforced** (no `tracked` bit): the producer itself refuses every
@@ -128,7 +154,8 @@
 //!
 //! Without a grant (a producer that ignores borrow requests) the safe API
 //! hands out no reference to the memory: [`as_slice`](PyXBuffer::as_slice),
-//! [`as_cells`](PyXBuffer::as_cells) and `as_array` return `None`; copies
+//! [`as_cells`](PyXBuffer::as_cells) and `as_array` return `None`,
+//! [`iter`](PyXBuffer::iter) a `BufferError` saying so; copies
 //! ([`to_vec`](PyXBuffer::to_vec)) still work. Cells without a grant are the
 //! `unsafe` [`as_cells_unchecked`](PyXBuffer::as_cells_unchecked) (reads
 //! that tolerate writes from *this* thread between them; you promise that
@@ -137,7 +164,7 @@
 //! [`as_slice_ptr`](PyXBuffer::as_slice_ptr) /
 //! [`as_mut_slice_ptr`](PyXBuffer::as_mut_slice_ptr) (`NonNull<[T]>`)
 //! leave every dereference to your `unsafe` block. What the type system
-//! adds: `as_mut_slice` exists only on `PyXBuffer<T, Exclusive>`, whose
+//! adds: `as_mut_slice` and `iter_mut` exist only on `PyXBuffer<T, Exclusive>`, whose
 //! acquisition fails unless an exclusive grant was given; slices borrow the
 //! buffer, the buffer borrows its `Python<'py>` and is `!Send`
 //! ([`PyXBufferOwned`], the `Send` handle, only for `Send + Sync` items);
@@ -146,7 +173,9 @@
 //! promise that no Python runs before release. Layouts are checked once, at
 //! acquisition: a negative extent, or extents whose product does not fit in
 //! memory, refuse the view before any slice, cell or ndarray view is sized
-//! by them.
+//! by them. [`iter_mut`](PyXBuffer::iter_mut) (as `as_array_mut`) refuses
+//! layouts in which two indices reach the same bytes (a zero stride, as a
+//! broadcast has): two `&mut` to one item would be undefined behaviour.
 //!
 //! # Design notes
 //!
@@ -178,18 +207,29 @@
 //!   view's `itemsize` is `size_of::<T>()`. The exact canonical string is
 //!   recognised without parsing; anything else goes through pyxbuf's C
 //!   parser (`pyxbuf_format_parse`), which also resolves `[struct$...]`
-//!   payloads and custom-type alternatives.
+//!   payloads and custom-type alternatives. [`Format`] is that parser's
+//!   answer in safe Rust: kind, sizes, byte order, struct fields and
+//!   offsets, custom id and payload, the canonical string; formats compare
+//!   by meaning (`"f"`, `"=f"`, `"<f"` are one format on a little-endian
+//!   machine).
 //! - **`bool`.** Only bytes 0 and 1 are valid `bool`s: `as_slice` checks
 //!   them, copies normalise them and cells read them as bytes.
 //!
 //! # Features
 //!
-//! - `emulated`: compile pyxbuf's guarded emulated device into the library
-//!   and expose the `emulated` module (tests only).
-//! - `ndarray`: `PyXBuffer::as_array` / `PyXBuffer::as_array_mut`,
-//!   `ndarray` views of borrowed host memory (strided, negative strides
-//!   included), under the same grants as the slices (documented on docs.rs,
-//!   which builds with this feature).
+//! - `ndarray` (**on by default**): `PyXBuffer::as_array` /
+//!   `PyXBuffer::as_array_mut`, `ndarray` views of borrowed host memory
+//!   (strided, negative strides included), under the same grants as the
+//!   slices; typed (`ArrayView1`, `ArrayView2`) on [`PyXBuffer1`] /
+//!   [`PyXBuffer2`]. Opt out with `default-features = false`.
+//! - `experimental-inspect`: PyO3's feature of that name (stub generation),
+//!   with `PyXBuffer` arguments typed as the buffer ABC
+//!   (`collections.abc.Buffer` from Python 3.12 on,
+//!   `typing_extensions.Buffer` before), as PyO3's `PyBuffer` is.
+//! - `emulated-device`: compile pyxbuf's guarded emulated device into the
+//!   library and expose the `emulated` module (tests only).
+//! - bf16 / f16 items are [`half`]'s types (`half::bf16`, `half::f16`):
+//!   add the `half` crate to your dependencies to name them.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
@@ -200,13 +240,15 @@ mod element;
 #[cfg(feature = "emulated-device")]
 pub mod emulated;
 pub mod export;
+mod format;
 
 pub use buffer::{
-    BorrowMode, Exclusive, Grants, Path, PyXBuffer, PyXBufferOwned, PyXUntypedBuffer, ReadOnlyCell,
-    Request, Shared, Untyped,
+    BorrowMode, Exclusive, Grants, Iter, IterMut, Path, PyXBuffer, PyXBuffer1, PyXBuffer2,
+    PyXBufferN, PyXBufferOwned, PyXUntypedBuffer, ReadOnlyCell, Request, Shared, Untyped,
 };
 pub use device::{Device, DevicePtr, SyncEvent};
 pub use element::{register_custom, Element, ElementKind, RegisterCustomError};
+pub use format::{ByteOrder, Custom, Field, Format, FormatError, FormatKind};
 /// The raw bindings (`pyxbuf-sys`), for what this crate does not wrap.
 pub use pyxbuf_sys as sys;
 

@@ -1,4 +1,4 @@
-//! What the type system refuses (trybuild): `as_mut_slice` without an
+//! What the type system refuses (trybuild): `as_mut_slice` and `iter_mut` without an
 //! exclusive borrow, buffers outliving their `Python<'py>`, slices outliving
 //! their buffer, buffers crossing threads, `temporary()` outside `unsafe`,
 //! a `HostArray` or a `PyXBufferOwned` shared across threads over items that

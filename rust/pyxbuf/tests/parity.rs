@@ -183,3 +183,62 @@ fn argument_errors_name_the_argument() {
         run(py, "assert f(np.ones(2)) == 2.0", &[("f", f.as_any())]);
     });
 }
+
+/// Issue 27: PyO3 0.30's `as_fortran_slice_ptr` beside `as_slice_ptr`,
+/// `None` where PyO3's is, the same pointer and length where it is not.
+#[test]
+#[allow(deprecated)] // PyBuffer's own cell accessors are not used, only its pointers
+fn slice_pointers_match_pyo3s() {
+    use pyo3::buffer::PyBuffer;
+    Python::attach(|py| {
+        for expr in [
+            "np.arange(6.0).reshape(2, 3)",
+            "np.asfortranarray(np.arange(6.0).reshape(2, 3))",
+            "np.arange(6.0)[::2]",
+            "np.arange(6.0)",
+        ] {
+            let a = eval(py, expr, &[]);
+            let ours = PyXBuffer::<f64>::get(&a).unwrap();
+            let theirs = PyBuffer::<f64>::get(&a).unwrap();
+            let same = |x: Option<std::ptr::NonNull<[f64]>>,
+                        y: Option<std::ptr::NonNull<[f64]>>| {
+                assert_eq!(
+                    x.map(|p| (p.cast::<f64>(), p.len())),
+                    y.map(|p| (p.cast::<f64>(), p.len())),
+                    "{expr}"
+                );
+            };
+            same(ours.as_slice_ptr(), theirs.as_slice_ptr());
+            same(ours.as_fortran_slice_ptr(), theirs.as_fortran_slice_ptr());
+            // Read-only views (shared borrows) have no pointer for writing.
+            assert!(ours.as_fortran_mut_slice_ptr().is_none());
+            drop(ours);
+            let ex = PyXBuffer::<f64, Exclusive>::get(&a).unwrap();
+            same(ex.as_fortran_mut_slice_ptr(), theirs.as_fortran_slice_ptr());
+        }
+    });
+}
+
+/// With PyO3's `experimental-inspect`, a buffer argument's stub type is
+/// what PyO3's own `PyBuffer` gives: the buffer ABC for this Python.
+#[cfg(feature = "experimental-inspect")]
+#[test]
+fn stub_type_is_the_buffer_abc() {
+    use pyo3::FromPyObject;
+    use pyxbuf::PyXBuffer2;
+    Python::attach(|py| {
+        let want = if py.version_info() >= (3, 12) {
+            "collections.abc.Buffer"
+        } else {
+            "typing_extensions.Buffer"
+        };
+        let hints = [
+            <PyXBuffer<'_, f32> as FromPyObject<'_, '_>>::INPUT_TYPE.to_string(),
+            <PyXBuffer<'_, u8, Exclusive> as FromPyObject<'_, '_>>::INPUT_TYPE.to_string(),
+            <PyXBuffer2<'_, f64> as FromPyObject<'_, '_>>::INPUT_TYPE.to_string(),
+            <PyXUntypedBuffer<'_> as FromPyObject<'_, '_>>::INPUT_TYPE.to_string(),
+            <pyo3::buffer::PyBuffer<f32> as FromPyObject<'_, '_>>::INPUT_TYPE.to_string(),
+        ];
+        assert!(hints.iter().all(|h| h == want), "{hints:?}");
+    });
+}

@@ -65,12 +65,6 @@ impl<T: Element + fmt::Debug> fmt::Debug for ReadOnlyCell<T> {
 }
 
 impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
-    /// Whether plain `&[T]` access is allowed: a borrow was granted, the
-    /// memory is host memory, C-contiguous and aligned for `T`.
-    fn host_items(&self) -> Option<(*const T, usize)> {
-        self.host_items_in(false)
-    }
-
     /// As `host_items`, for memory contiguous in Fortran order when
     /// `fortran` (C order otherwise).
     fn host_items_in(&self, fortran: bool) -> Option<(*const T, usize)> {
@@ -200,8 +194,28 @@ impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
     /// reasoning (see the crate's `# Soundness` section). Valid while `self`
     /// lives.
     pub fn as_slice_ptr(&self) -> Option<NonNull<[T]>> {
-        let (p, n) = self.host_items()?;
-        NonNull::new(ptr::slice_from_raw_parts_mut(p.cast_mut(), n))
+        self.slice_ptr_in(false)
+    }
+
+    /// [`as_slice_ptr`](PyXBuffer::as_slice_ptr) for memory contiguous in
+    /// Fortran order: the items in memory order, first index fastest (as
+    /// PyO3's `as_fortran_slice_ptr`; `None` when the memory is not
+    /// Fortran-contiguous).
+    ///
+    /// ```
+    /// use pyo3::prelude::*;
+    /// use pyxbuf::PyXBuffer;
+    /// Python::attach(|py| -> PyResult<()> {
+    ///     let m = py.eval(c"memoryview(bytes(range(6))).cast('B', (2, 3))", None, None)?;
+    ///     let buf = PyXBuffer::<u8>::get(&m)?; // C order: not Fortran-contiguous
+    ///     assert!(buf.as_fortran_slice_ptr().is_none());
+    ///     assert_eq!(buf.as_slice_ptr().map(|p| p.len()), Some(6));
+    ///     Ok(())
+    /// })
+    /// .unwrap();
+    /// ```
+    pub fn as_fortran_slice_ptr(&self) -> Option<NonNull<[T]>> {
+        self.slice_ptr_in(true)
     }
 
     /// [`as_slice_ptr`](PyXBuffer::as_slice_ptr) for writing: also `None`
@@ -209,10 +223,25 @@ impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
     /// else reads or writes the memory meanwhile, which only an exclusive
     /// grant promises.
     pub fn as_mut_slice_ptr(&self) -> Option<NonNull<[T]>> {
+        self.mut_slice_ptr_in(false)
+    }
+
+    /// [`as_mut_slice_ptr`](PyXBuffer::as_mut_slice_ptr) for memory
+    /// contiguous in Fortran order.
+    pub fn as_fortran_mut_slice_ptr(&self) -> Option<NonNull<[T]>> {
+        self.mut_slice_ptr_in(true)
+    }
+
+    fn slice_ptr_in(&self, fortran: bool) -> Option<NonNull<[T]>> {
+        let (p, n) = self.host_items_in(fortran)?;
+        NonNull::new(ptr::slice_from_raw_parts_mut(p.cast_mut(), n))
+    }
+
+    fn mut_slice_ptr_in(&self, fortran: bool) -> Option<NonNull<[T]>> {
         if self.readonly() {
             return None;
         }
-        self.as_slice_ptr()
+        self.slice_ptr_in(fortran)
     }
 
     fn alloc_copy(

@@ -3,6 +3,7 @@
 
 use ndarray::{ArrayViewD, ArrayViewMutD, Axis, IxDyn, ShapeBuilder};
 
+use super::layout::non_overlapping;
 use super::request::{BorrowMode, Exclusive};
 use super::PyXBuffer;
 use crate::element::{Element, ElementKind};
@@ -142,7 +143,16 @@ impl<T: Element> PyXBuffer<'_, T, Exclusive> {
             return None;
         }
         let parts = self.array_parts()?;
-        if !self.items_valid(&parts) || !non_overlapping(&parts.shape, &parts.strides) {
+        if !self.items_valid(&parts)
+            || !non_overlapping(
+                parts
+                    .shape
+                    .iter()
+                    .copied()
+                    .zip(parts.strides.iter().copied()),
+                1,
+            )
+        {
             return None;
         }
         // SAFETY: as in as_array, plus: the exclusive grant means no other
@@ -159,31 +169,4 @@ impl<T: Element> PyXBuffer<'_, T, Exclusive> {
         }
         Some(view)
     }
-}
-
-/// Whether distinct indices reach distinct items: sorted by stride, each
-/// stride must step over everything the smaller ones span.
-fn non_overlapping(shape: &[usize], strides: &[usize]) -> bool {
-    if shape.contains(&0) {
-        return true;
-    }
-    let mut axes: Vec<(usize, usize)> = shape
-        .iter()
-        .zip(strides)
-        .filter(|(&n, _)| n > 1)
-        .map(|(&n, &s)| (s, n))
-        .collect();
-    axes.sort_unstable();
-    let mut span = 1usize;
-    for (stride, n) in axes {
-        if stride < span {
-            return false;
-        }
-        // Items the axes so far reach: one more axis adds (n - 1) strides.
-        span = match stride.checked_mul(n - 1).and_then(|v| v.checked_add(span)) {
-            Some(v) => v,
-            None => return false,
-        };
-    }
-    true
 }

@@ -4,7 +4,6 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use pyo3::prelude::*;
-use pyo3::{Borrowed, FromPyObject};
 
 use super::request::{BorrowMode, Request, Shared};
 use super::PyXUntypedBuffer;
@@ -122,11 +121,4 @@ impl<T: Element, M: BorrowMode> fmt::Debug for PyXBuffer<'_, T, M> {
     }
 }
 
-impl<'a, 'py, T: Element, M: BorrowMode> FromPyObject<'a, 'py> for PyXBuffer<'py, T, M> {
-    type Error = PyErr;
-
-    #[inline]
-    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        Self::get(&obj)
-    }
-}
+super::from_py_object_via_get!(impl[T: Element, M: BorrowMode] for PyXBuffer<'py, T, M>);

@@ -6,7 +6,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::mem;
 
-use pyo3::exceptions::{PyBufferError, PyTypeError};
+use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::{Borrowed, FromPyObject};
@@ -17,6 +17,7 @@ use super::request::{BorrowMode, Request, Shared, Untyped};
 use super::slot::ViewSlot;
 use super::PyXBuffer;
 use crate::element::{self, Element};
+use crate::format::Format;
 
 /// A view of a Python object's memory acquired through pyxbuf whose item
 /// type is not fixed: acquire once, read [`format`](Self::format) (or parse
@@ -484,6 +485,38 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
         unsafe { element::format_of(self.view.base.format) }
     }
 
+    /// The item format parsed ([`Format`]): its kind, item size, byte
+    /// order, struct fields with their offsets, custom id and payload, and
+    /// the canonical string. Formats compare by meaning: NumPy's `"f"`,
+    /// JAX's `"=f"` and an exporter's `"<f"` are equal (little-endian).
+    /// `ValueError` with the parser's message for a format pyxbuf cannot
+    /// parse.
+    ///
+    /// ```
+    /// use pyo3::prelude::*;
+    /// use pyxbuf::{Format, FormatKind, PyXUntypedBuffer};
+    /// Python::attach(|py| -> PyResult<()> {
+    ///     let array = py.eval(c"__import__('array').array('f', [1, 2])", None, None)?;
+    ///     let buf = PyXUntypedBuffer::get(&array)?;
+    ///     let format = buf.parsed_format()?;
+    ///     assert_eq!(format.kind(), FormatKind::Float);
+    ///     assert_eq!(format.itemsize(), Some(4));
+    ///     assert_eq!(format, Format::parse(c"=f").unwrap());
+    ///     Ok(())
+    /// })
+    /// .unwrap();
+    /// ```
+    pub fn parsed_format(&self) -> PyResult<Format> {
+        Format::parse(self.format()).map_err(|e| {
+            PyValueError::new_err(format!(
+                "pyxbuf: the buffer of '{}' has format '{}', which pyxbuf cannot parse: {e}; \
+                 read it with format() instead",
+                self.owner_name(),
+                self.format().to_string_lossy(),
+            ))
+        })
+    }
+
     /// The first item's address (host or device; never dereference a device
     /// address). PyO3: `buf_ptr`.
     pub fn buf_ptr(&self) -> *mut c_void {
@@ -619,14 +652,31 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
         self.type_error::<T>(&type_name(obj))
     }
 
+    /// Whether the view holds `T` items (its format is one item of `T`'s
+    /// kind in native byte order, and its `itemsize` is `size_of::<T>()`),
+    /// without building a Python exception: to probe several types, or
+    /// see [`try_typed`](Self::try_typed).
+    ///
+    /// ```
+    /// use pyo3::prelude::*;
+    /// use pyxbuf::PyXUntypedBuffer;
+    /// Python::attach(|py| -> PyResult<()> {
+    ///     let array = py.eval(c"__import__('array').array('h', [1, 2])", None, None)?;
+    ///     let buf = PyXUntypedBuffer::get(&array)?;
+    ///     assert!(buf.is_of::<i16>() && !buf.is_of::<u16>() && !buf.is_of::<f32>());
+    ///     Ok(())
+    /// })
+    /// .unwrap();
+    /// ```
     #[inline(always)]
-    fn is_of<T: Element>(&self) -> bool {
+    pub fn is_of<T: Element>(&self) -> bool {
         // SAFETY: an acquired view's format is NULL or a NUL-terminated
         // string that lives as long as the view.
         unsafe { element::matches_ptr::<T>(self.view.base.format, self.view.base.itemsize) }
     }
 
-    fn owner_name(&self) -> String {
+    /// The type name of the object whose memory this is, for messages.
+    pub(super) fn owner_name(&self) -> String {
         self.obj()
             .map(|o| type_name(&o))
             .unwrap_or_else(|| "object".to_owned())
@@ -663,13 +713,53 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
     /// This view as items of `T`, borrowed: `TypeError` naming both formats
     /// when the format is not `T`'s, and the buffer stays usable.
     pub fn as_typed<T: Element>(&self) -> PyResult<&PyXBuffer<'py, T, M>> {
+        self.try_typed()
+            .ok_or_else(|| self.type_error::<T>(&self.owner_name()))
+    }
+
+    /// This view as items of `T`, borrowed, or `None` when its format is
+    /// not `T`'s: [`as_typed`](Self::as_typed) without the exception, for
+    /// probing several types.
+    ///
+    /// ```
+    /// use pyo3::prelude::*;
+    /// use pyxbuf::PyXUntypedBuffer;
+    /// Python::attach(|py| -> PyResult<()> {
+    ///     let array = py.eval(c"__import__('array').array('d', [1, 2])", None, None)?;
+    ///     let buf = PyXUntypedBuffer::get(&array)?;
+    ///     let total: f64 = if let Some(f) = buf.try_typed::<f32>() {
+    ///         f.iter()?.map(|&v| f64::from(v)).sum()
+    ///     } else if let Some(d) = buf.try_typed::<f64>() {
+    ///         d.iter()?.sum()
+    ///     } else {
+    ///         return Err(pyo3::exceptions::PyTypeError::new_err("float32 or float64 only"));
+    ///     };
+    ///     assert_eq!(total, 3.0);
+    ///     Ok(())
+    /// })
+    /// .unwrap();
+    /// ```
+    pub fn try_typed<T: Element>(&self) -> Option<&PyXBuffer<'py, T, M>> {
         if !self.is_of::<T>() {
-            return Err(self.type_error::<T>(&self.owner_name()));
+            return None;
         }
         // SAFETY: PyXBuffer<T, M> is a repr(transparent) wrapper of
         // PyXUntypedBuffer<M> (its other field is a zero-sized marker), and
         // the format check above is the only invariant it adds.
-        Ok(unsafe { &*(self as *const Self).cast::<PyXBuffer<'py, T, M>>() })
+        Some(unsafe { &*(self as *const Self).cast::<PyXBuffer<'py, T, M>>() })
+    }
+
+    /// This view as items of `T`, or the view itself back when its format
+    /// is not `T`'s: [`into_typed`](Self::into_typed) without the
+    /// exception, keeping the view to try another type.
+    pub fn try_into_typed<T: Element>(self) -> Result<PyXBuffer<'py, T, M>, Self> {
+        if !self.is_of::<T>() {
+            return Err(self);
+        }
+        Ok(PyXBuffer {
+            inner: self,
+            _t: PhantomData,
+        })
     }
 }
 
@@ -706,6 +796,9 @@ impl<M: BorrowMode> PyXUntypedBuffer<'_, M> {
 
 impl<'a, 'py, M: BorrowMode> FromPyObject<'a, 'py> for PyXUntypedBuffer<'py, M> {
     type Error = PyErr;
+
+    #[cfg(feature = "experimental-inspect")]
+    const INPUT_TYPE: pyo3::inspect::PyStaticExpr = super::INPUT_TYPE;
 
     #[inline]
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
