@@ -241,6 +241,7 @@ mod element;
 pub mod emulated;
 pub mod export;
 mod format;
+mod words;
 
 pub use buffer::{
     BorrowMode, Exclusive, Grants, Iter, IterMut, Path, PyXBuffer, PyXBuffer1, PyXBuffer2,

@@ -415,7 +415,7 @@ fn owner_guard_holds_the_check_across_the_act() {
         assert!(err.is_instance_of::<PyBufferError>(py), "{err}");
         let msg = err.to_string();
         assert!(
-            msg.contains("cannot resize the array") && msg.contains("1 view(s)"),
+            msg.contains("cannot resize the array") && msg.contains("1 view of the memory is live"),
             "{msg}"
         );
         assert!(counter.shared_guard("read the array").is_ok());

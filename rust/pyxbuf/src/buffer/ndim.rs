@@ -1,6 +1,7 @@
 //! [`PyXBufferN`]: a [`PyXBuffer`] whose number of dimensions is part of its
 //! type ([`PyXBuffer1`], [`PyXBuffer2`]), checked once at acquisition.
 
+use crate::words::count;
 use std::fmt;
 use std::ops::Deref;
 
@@ -171,7 +172,6 @@ where
 #[cold]
 #[inline(never)]
 fn wrong_ndim(want: usize, shape: &[usize]) -> PyErr {
-    let plural = |n: usize| if n == 1 { "" } else { "s" };
     let tuple = match shape {
         [n] => format!("({n},)"),
         _ => {
@@ -180,10 +180,9 @@ fn wrong_ndim(want: usize, shape: &[usize]) -> PyErr {
         }
     };
     PyTypeError::new_err(format!(
-        "expected a {want}-dimensional array, found {} dimension{} (shape {tuple}); pass a \
+        "expected a {want}-dimensional array, found {} (shape {tuple}); pass a \
          {want}-dimensional one (NumPy: a.reshape(...){})",
-        shape.len(),
-        plural(shape.len()),
+        count(shape.len() as u64, "dimension", "dimensions"),
         if want == 1 { " or a.ravel()" } else { "" },
     ))
 }

@@ -1,6 +1,7 @@
 //! [`PyXUntypedBuffer`]: an acquired view whose item type is not decided
 //! yet -- layout, grants, path and device. [`PyXBuffer<T>`](super::PyXBuffer) is this plus a type.
 
+use crate::words::count;
 use std::ffi::{c_void, CStr};
 use std::fmt;
 use std::marker::PhantomData;
@@ -635,14 +636,14 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
     fn type_error<T: Element>(&self, owner: &str) -> PyErr {
         let format = self.format();
         PyTypeError::new_err(format!(
-            "pyxbuf: the buffer of '{owner}' holds items of format '{}' ({} bytes each), but \
-             PyXBuffer<{}> needs format '{}' ({} bytes each); convert the array (e.g. \
+            "pyxbuf: the buffer of '{owner}' holds items of format '{}' ({} each), but \
+             PyXBuffer<{}> needs format '{}' ({} each); convert the array (e.g. \
              numpy's .astype) or use the matching Rust type",
             format.to_string_lossy(),
-            self.view.base.itemsize,
+            count(self.view.base.itemsize.max(0) as u64, "byte", "bytes"),
             short_type_name::<T>(),
             T::FORMAT.to_string_lossy(),
-            mem::size_of::<T>(),
+            count(mem::size_of::<T>() as u64, "byte", "bytes"),
         ))
     }
 

@@ -2,6 +2,7 @@
 //! every request, and [`OwnerBorrow`], the owner's own borrow of its memory
 //! under the same rules.
 
+use crate::words::count;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use pyo3::exceptions::PyBufferError;
@@ -109,8 +110,14 @@ impl BorrowCounter {
             } else {
                 PyBufferError::new_err(format!(
                     "pyxbuf: cannot {what}: a writable view or an exclusive borrow of the memory \
-                     is live ({} view(s), {} writable, {} exclusive borrow(s)); release it first",
-                    counts.views, counts.writable, counts.exclusive
+                     is live ({}, {} writable, {}); release it first",
+                    count(counts.views as u64, "view", "views"),
+                    counts.writable,
+                    count(
+                        counts.exclusive as u64,
+                        "exclusive borrow",
+                        "exclusive borrows"
+                    )
                 ))
             });
         }
@@ -128,10 +135,13 @@ impl BorrowCounter {
 }
 
 fn no_views_error(what: &str, c: &sys::pyxbuf_borrow_counter) -> PyErr {
+    let live = if c.views == 1 { "is" } else { "are" };
     PyBufferError::new_err(format!(
-        "pyxbuf: cannot {what}: {} view(s) of the memory are live ({} shared, {} exclusive \
-         borrow(s)); release them first",
-        c.views, c.shared, c.exclusive
+        "pyxbuf: cannot {what}: {} of the memory {live} live ({} shared, {}); release \
+         them first",
+        count(c.views as u64, "view", "views"),
+        c.shared,
+        count(c.exclusive as u64, "exclusive borrow", "exclusive borrows")
     ))
 }
 
