@@ -24,7 +24,7 @@ all: build
 
 # `make help`: every target, one line each. python-tests/readme/test_make_help.py
 # fails when a .PHONY target is missing here.
-.PHONY: help
+.PHONY: help test-readme
 help:
 	@echo 'make TARGET  (JOBS=$(JOBS), WERROR=$(WERROR), BUILD=$(BUILD); CONTRIBUTING.md says more)'
 	@echo 'Start here:'
@@ -47,6 +47,7 @@ help:
 	@echo '  test-pymodules        the pytest suites of the pyxbuf module and rust/examples/sum'
 	@echo '  test-packaged-crates  the crates as cargo package makes them, tested unpacked'
 	@echo '  test-wheel            the release wheel in a fresh venv, two C extensions built on it'
+	@echo '  test-readme           every code block of README.md run as written'
 	@echo '  bench-smoke           every benchmark once, untimed'
 	@echo 'Hardening:'
 	@echo '  asan-build            build-asan/: everything C with ASan + UBSan'
@@ -181,7 +182,26 @@ pymodules: venv
 test-pymodules: pymodules
 	$(VPY) -m pytest -q rust/pyxbuf-python/tests rust/examples/sum/tests
 
-test: check-layers test-c test-rust test-python test-pymodules test-packaged-crates test-wheel bench-smoke
+test: check-layers test-c test-rust test-python test-pymodules test-packaged-crates test-wheel test-readme bench-smoke
+
+# Every fenced block of README.md run as it is written
+# (python-tests/readme/readme_blocks.py says how): doctests, the shell
+# commands, and the quick starts' C (setuptools, CMake) and Rust (maturin)
+# extensions built against the wheel of `make test-wheel` in its venv, then
+# python-tests/readme/check_examples.py on what they do. `make test` runs
+# test-wheel first; alone, this rebuilds the wheel (make test-wheel) when it
+# is missing or older than a tracked source. Cargo's work is kept in
+# target/readme-cargo.
+README_SCRATCH = $(abspath target/readme)
+test-readme: venv
+	@whl=$$(ls $(WHEEL_TEST)/dist/pyxbuf-*.whl 2>/dev/null | head -1); \
+	if [ -z "$$whl" ] || [ ! -x $(WHEEL_TEST)/venv/bin/python ] || \
+	   [ -n "$$(find $$(git ls-files c include rust Cargo.toml Cargo.lock) -newer $$whl -print -quit)" ]; \
+	then $(MAKE) test-wheel; fi
+	$(VPY) -m pytest -q -p no:cacheprovider --noconftest python-tests/readme
+	$(VPY) python-tests/readme/readme_blocks.py README.md --scratch $(README_SCRATCH) \
+	    --venv $(WHEEL_TEST)/venv --dist $(WHEEL_TEST)/dist --cargo-target $(abspath target/readme-cargo) \
+	    --lockfile Cargo.lock --check python-tests/readme/check_examples.py --allow-missing bench/results/ir-chart.svg
 
 # Every arrow of the C core points down (c/LAYERS, tools/check_layers.py):
 # the library's objects' symbols (nm) and its private includes.
