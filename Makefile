@@ -22,6 +22,59 @@ MAKEFLAGS += --no-print-directory
 
 all: build
 
+# `make help`: every target, one line each. python-tests/readme/test_make_help.py
+# fails when a .PHONY target is missing here.
+.PHONY: help test-readme
+help:
+	@echo 'make TARGET  (JOBS=$(JOBS), WERROR=$(WERROR), BUILD=$(BUILD); CONTRIBUTING.md says more)'
+	@echo 'Start here:'
+	@echo '  demo                  build everything, then show what pyxbuf finds in real arrays'
+	@echo '  test                  build, then every suite listed under Test; what CI runs first'
+	@echo '  help                  this list'
+	@echo 'Build:'
+	@echo '  all                   the default: build'
+	@echo '  venv                  .venv with python-tests/requirements.txt'
+	@echo '  build                 the C library, tests and demo with CMake in $(BUILD)/'
+	@echo '  build-release-check   Release and MinSizeRel builds under -Werror (CI)'
+	@echo '  pymodules             the pyxbuf module and rust/examples/sum into .venv (maturin develop)'
+	@echo '  libclang              install libclang from Debian when missing (for the bindings check)'
+	@echo '  bindings              regenerate rust/pyxbuf-sys/src/bindings.rs after a header change'
+	@echo 'Test (each is part of make test):'
+	@echo '  check-layers          every call and private include of c/ points down (c/LAYERS)'
+	@echo '  test-c                the C tests (CTest)'
+	@echo '  test-python           python-tests/ (pytest)'
+	@echo '  test-rust             cargo fmt --check, clippy -D warnings, cargo test --workspace'
+	@echo '  test-pymodules        the pytest suites of the pyxbuf module and rust/examples/sum'
+	@echo '  test-packaged-crates  the crates as cargo package makes them, tested unpacked'
+	@echo '  test-wheel            the release wheel in a fresh venv, two C extensions built on it'
+	@echo '  test-readme           every code block of README.md run as written'
+	@echo '  bench-smoke           every benchmark once, untimed'
+	@echo 'Hardening:'
+	@echo '  asan-build            build-asan/: everything C with ASan + UBSan'
+	@echo '  test-asan             test-asan-c, then test-asan-python'
+	@echo '  test-asan-c           the C tests under ASan + UBSan + LeakSanitizer (CI)'
+	@echo '  test-asan-python      python-tests/ against the sanitized test extensions'
+	@echo '  valgrind-build        build-valgrind/: the C tests run under memcheck'
+	@echo '  test-valgrind         every C test case under valgrind memcheck'
+	@echo '  tsan-build            build-tsan/: the library and C tests with ThreadSanitizer'
+	@echo '  test-tsan             the C tests under ThreadSanitizer'
+	@echo '  clang                 install clang 14 from Debian when missing (for fuzzing)'
+	@echo '  fuzz-build            build-fuzz/: the libFuzzer targets and their seeds'
+	@echo '  fuzz                  every fuzz target FUZZ_SECONDS (60) each'
+	@for t in $(FUZZ_TARGETS); do printf '  %-21s %s\n' fuzz-$$t "fuzz_$$t alone"; done
+	@echo 'Interpreters:'
+	@echo '  pythons               CPython $(PYTHON_SPECS) from Debian sources into $(PYTHONS)'
+	@echo '  pythons-tsan          a ThreadSanitizer CPython 3.14t, likewise'
+	@echo '  test-matrix           every suite on each of PYTHON_SPECS, one line per interpreter'
+	@echo '  test-tsan-ft          the thread suites on the TSan 3.14t with the GIL off'
+	@echo 'Benchmarks:'
+	@echo '  bench                 the Criterion suite; writes bench/results/<date>-<machine>.md'
+	@echo '  bench-ir              instruction counts (Callgrind); writes bench/results/ir-<date>.md'
+	@echo 'Clean:'
+	@echo '  clean                 remove the build folders and target/'
+	@echo '  distclean             clean, and remove .venv'
+
+
 venv: $(VENV)/.ready
 
 $(VENV)/.ready: python-tests/requirements.txt
@@ -132,7 +185,26 @@ pymodules: venv
 test-pymodules: pymodules
 	$(VPY) -m pytest -q rust/pyxbuf-python/tests rust/examples/sum/tests
 
-test: check-layers test-c test-rust test-python test-pymodules test-packaged-crates test-wheel bench-smoke
+test: check-layers test-c test-rust test-python test-pymodules test-packaged-crates test-wheel test-readme bench-smoke
+
+# Every fenced block of README.md run as it is written
+# (python-tests/readme/readme_blocks.py says how): doctests, the shell
+# commands, and the quick starts' C (setuptools, CMake) and Rust (maturin)
+# extensions built against the wheel of `make test-wheel` in its venv, then
+# python-tests/readme/check_examples.py on what they do. `make test` runs
+# test-wheel first; alone, this rebuilds the wheel (make test-wheel) when it
+# is missing or older than a tracked source. Cargo's work is kept in
+# target/readme-cargo.
+README_SCRATCH = $(abspath target/readme)
+test-readme: venv
+	@whl=$$(ls $(WHEEL_TEST)/dist/pyxbuf-*.whl 2>/dev/null | head -1); \
+	if [ -z "$$whl" ] || [ ! -x $(WHEEL_TEST)/venv/bin/python ] || \
+	   [ -n "$$(find $$(git ls-files c include rust Cargo.toml Cargo.lock) -newer $$whl -print -quit)" ]; \
+	then $(MAKE) test-wheel; fi
+	$(VPY) -m pytest -q -p no:cacheprovider --noconftest python-tests/readme
+	$(VPY) python-tests/readme/readme_blocks.py README.md --scratch $(README_SCRATCH) \
+	    --venv $(WHEEL_TEST)/venv --dist $(WHEEL_TEST)/dist --cargo-target $(abspath target/readme-cargo) \
+	    --lockfile Cargo.lock --check python-tests/readme/check_examples.py --allow-missing bench/results/ir-chart.svg
 
 # Every arrow of the C core points down (c/LAYERS, tools/check_layers.py):
 # the library's objects' symbols (nm) and its private includes.

@@ -1,0 +1,98 @@
+"""What the README's quick-start extensions do, checked after
+readme_blocks.py has built them as written (make test-readme runs it in the
+scratch venv, in the scratch folder). An example that builds but silently
+does nothing (a scale that skips strided arrays, a total that reads
+garbage) fails here, whatever its own doctest says.
+
+- myext: README's C extension, installed by setuptools (pip install
+  --no-build-isolation ./myext), and the same source built by plain CMake
+  into build/ (imported from there in a child process: same module name).
+- myext_rs: README's PyO3 extension (maturin develop), taking
+  PyXBuffer<f32> and PyXBuffer1<f32, Exclusive> arguments.
+"""
+
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import pyxbuf
+
+
+def c_checks(myext):
+    a = np.arange(6, dtype=np.float32)
+    assert myext.total(a) == 15.0
+    assert myext.total(a[::2]) == 6.0  # strided, read in place
+    assert myext.total(a[::-1]) == 15.0  # negative stride
+    assert myext.total(pyxbuf.exporter([3], "f")) == 0.0  # the native path
+    with pytest.raises(TypeError, match="float32"):
+        myext.total(np.zeros(3))
+    with pytest.raises(TypeError, match="1-D"):
+        myext.total(np.zeros((2, 2), np.float32))
+    with pytest.raises(TypeError):
+        myext.total([1.0, 2.0])  # no buffer at all
+
+
+def test_c_extension_from_setuptools():
+    import myext
+
+    assert "site-packages" in myext.__file__, myext.__file__
+    c_checks(myext)
+
+
+def test_c_extension_from_cmake():
+    build = pathlib.Path("build").resolve()
+    assert list(build.glob("myext*.so")), "README's CMake build made no module in build/"
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import myext, check_examples; "
+        "assert myext.__file__.startswith(sys.argv[1]), myext.__file__; check_examples.c_checks(myext)"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code, str(build)],
+        check=True,
+        env={"PYTHONPATH": str(pathlib.Path(__file__).parent), "PATH": "/usr/bin:/bin"},
+    )
+
+
+def test_rust_total_reads_any_strides():
+    from myext_rs import total
+
+    a = np.arange(12, dtype=np.float32)
+    assert total(a) == 66.0
+    assert total(a[::2]) == 30.0
+    assert total(a[::-3]) == 11 + 8 + 5 + 2
+    assert total(a.reshape(3, 4)[:, ::2]) == 0 + 2 + 4 + 6 + 8 + 10  # 2-D, strided
+
+
+def test_rust_scale_doubles_every_other_element():
+    from myext_rs import scale
+
+    a = np.arange(8, dtype=np.float32)
+    assert scale(a[::2], 2.0) is None
+    assert a.tolist() == [0.0, 1.0, 4.0, 3.0, 8.0, 5.0, 12.0, 7.0]
+    scale(a, 0.5)  # contiguous too
+    assert a.tolist() == [0.0, 0.5, 2.0, 1.5, 4.0, 2.5, 6.0, 3.5]
+
+
+def test_rust_scale_refuses_two_dimensions_naming_the_argument():
+    from myext_rs import scale
+
+    b = np.ones((2, 2), np.float32)
+    with pytest.raises(TypeError, match=r"\bx\b") as e:
+        scale(b, 2.0)
+    assert "'x'" in str(e.value), str(e.value)
+    assert b.tolist() == [[1.0, 1.0], [1.0, 1.0]]
+
+
+def test_rust_scale_takes_an_exclusive_borrow():
+    from myext_rs import scale
+
+    a = np.ones(4, np.float32)
+    held = pyxbuf.from_dlpack(a)  # a shared (tracked) borrow of a, alive
+    with pytest.raises(BufferError):
+        scale(a, 2.0)
+    del held
+    scale(a, 2.0)
+    assert a.tolist() == [2.0] * 4

@@ -1,0 +1,400 @@
+"""Run every fenced code block of README.md (make test-readme).
+
+Each block is run according to its language, or according to a directive, an
+HTML comment on the last non-blank line before its opening fence (invisible
+on GitHub):
+
+  <!-- readme-test: file PATH -->     write the block, as it is, to SCRATCH/PATH
+  <!-- readme-test: skip (REASON) --> not run; the reason is required
+
+Without a directive:
+
+  ```python / ```pycon with ">>>" lines   a doctest (ELLIPSIS, NORMALIZE_WHITESPACE)
+                                          run by the scratch venv's python; those
+                                          in a row under one `##` heading share
+                                          one session, as a reader expects
+  ```sh / ```bash / ```shell              a bash script (-euxo pipefail)
+
+and any other block (```c, ```rust, ```toml, ```cmake, a ```python file, a
+block with no language) is an error naming its line: a block the harness
+cannot run must say what it is for. A directive not followed by a block, or
+one it does not know, is an error too.
+
+Blocks run in README order, in one scratch folder (wiped first) where the
+README's commands run: `pyxbuf` is a link to this repository, `dist` a link to
+the folder holding pyxbuf's wheel. Scripts and doctests run with the scratch
+venv activated (VIRTUAL_ENV, PATH), cargo's builds going to --cargo-target
+(kept between runs: the warm runs reuse it). A Cargo.toml written from the
+README gets --lockfile (the workspace's Cargo.lock) beside it, so the
+example builds with the versions the workspace is tested with instead of
+whatever the registry holds that day; cargo drops what it does not use. Doctest files keep the README's
+line numbers, so a failure names the README line.
+
+After the blocks: every `make TARGET` the README names must be a target that
+`make help` lists, every relative link must resolve (--allow-missing for a
+file another branch adds), and each --check file runs under pytest in the
+scratch venv (checks of what the README's examples do, so that an example
+that silently does nothing fails).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+DIRECTIVE = re.compile(r"^\s*<!--\s*readme-test:\s*(?P<body>.*?)\s*-->\s*$")
+OPENING = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`]*?)\s*$")
+SHELL = {"sh", "bash", "shell"}
+PYTHON = {"python", "py", "pycon"}
+# `make help`, `make test-c`, ...: inline code and commands alike.
+MAKE_TARGET = re.compile(r"\bmake\s+(?:-[-\w=]+\s+)*(?P<target>[a-z][\w-]*)")
+LINK = re.compile(r"\]\((?P<target>[^)\s]+)(?:\s+\"[^\"]*\")?\)")
+
+
+class ReadmeError(Exception):
+    """What is wrong with the README or with one of its blocks."""
+
+
+@dataclasses.dataclass
+class Block:
+    line: int  # 1-based line of the opening fence
+    lang: str
+    text: str
+    directive: str | None = None
+    directive_line: int | None = None
+    section: int = 0  # line of the `#`/`##` heading above it (0: none)
+
+    @property
+    def where(self) -> str:
+        return f"line {self.line} (```{self.lang or ''})"
+
+
+@dataclasses.dataclass
+class Action:
+    kind: str  # "file", "skip", "doctest", "shell"
+    block: Block
+    path: str | None = None  # for "file"
+    reason: str | None = None  # for "skip"
+
+
+def parse(markdown: str) -> list[Block]:
+    """The fenced blocks of `markdown`, each with its directive if any."""
+    lines = markdown.splitlines()
+    blocks: list[Block] = []
+    pending: tuple[str, int] | None = None
+    section = 0
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if re.match(r"^#{1,2} ", line):
+            section = i + 1
+        m = DIRECTIVE.match(line)
+        if m:
+            if pending is not None:
+                raise ReadmeError(f"line {pending[1]}: a readme-test directive with no block after it")
+            pending = (m.group("body"), i + 1)
+            i += 1
+            continue
+        if "readme-test" in line and "<!--" in line:
+            raise ReadmeError(f"line {i + 1}: a readme-test comment must stand alone on its line")
+        m = OPENING.match(line)
+        if m:
+            fence, indent = m.group("fence"), len(m.group("indent"))
+            lang = m.group("info").split()[0].lower() if m.group("info") else ""
+            body: list[str] = []
+            j = i + 1
+            closing = re.compile(r"^ {0,3}" + re.escape(fence[0]) + "{" + str(len(fence)) + r",}\s*$")
+            while j < len(lines) and not closing.match(lines[j]):
+                body.append(lines[j][indent:] if lines[j][:indent].isspace() else lines[j].lstrip())
+                j += 1
+            if j == len(lines):
+                raise ReadmeError(f"line {i + 1}: a code block that is never closed")
+            blocks.append(
+                Block(
+                    line=i + 1,
+                    lang=lang,
+                    text="\n".join(body) + "\n",
+                    directive=pending[0] if pending else None,
+                    directive_line=pending[1] if pending else None,
+                    section=section,
+                )
+            )
+            pending = None
+            i = j + 1
+            continue
+        if pending is not None and line.strip():
+            raise ReadmeError(
+                f"line {pending[1]}: a readme-test directive must come right before a code block "
+                f"(line {i + 1} is text)"
+            )
+        i += 1
+    if pending is not None:
+        raise ReadmeError(f"line {pending[1]}: a readme-test directive with no block after it")
+    return blocks
+
+
+def plan(block: Block) -> Action:
+    """What to do with `block`; ReadmeError when it cannot be run and does
+    not say why."""
+    if block.directive is not None:
+        d = block.directive
+        m = re.fullmatch(r"skip\s*\((?P<reason>.*\S.*)\)", d)
+        if m:
+            return Action("skip", block, reason=m.group("reason").strip())
+        m = re.fullmatch(r"file\s+(?P<path>\S+)", d)
+        if m:
+            path = m.group("path")
+            parts = pathlib.PurePosixPath(path).parts
+            if path.startswith("/") or ".." in parts or not parts:
+                raise ReadmeError(f"line {block.directive_line}: file path {path!r} must stay in the scratch folder")
+            return Action("file", block, path=path)
+        if re.fullmatch(r"skip\b.*", d):
+            raise ReadmeError(f"line {block.directive_line}: 'skip' needs a reason: <!-- readme-test: skip (why) -->")
+        raise ReadmeError(
+            f"line {block.directive_line}: unknown readme-test directive {d!r} "
+            "(known: 'file PATH', 'skip (reason)')"
+        )
+    if block.lang in PYTHON and any(line.lstrip().startswith(">>>") for line in block.text.splitlines()):
+        return Action("doctest", block)
+    if block.lang in SHELL:
+        return Action("shell", block)
+    raise ReadmeError(
+        f"{block.where}: the harness cannot run this block; mark it "
+        "<!-- readme-test: file PATH --> (part of an example built later) or "
+        "<!-- readme-test: skip (reason) --> (illustrative only)"
+    )
+
+
+def make_targets_named(markdown: str) -> dict[str, int]:
+    """Every `make TARGET` in code (inline code spans and code blocks; prose
+    may say "make sure"), with the first line naming it."""
+    found: dict[str, int] = {}
+    fence = None
+    for n, line in enumerate(markdown.splitlines(), 1):
+        m = OPENING.match(line)
+        if fence is None and m:
+            fence = m.group("fence")[0]
+            continue
+        if fence is not None:
+            if re.match(r"^ {0,3}" + re.escape(fence) + r"{3,}\s*$", line):
+                fence = None
+                continue
+            code = [line]
+        else:
+            code = re.findall(r"`([^`]+)`", line)
+        for text in code:
+            for t in MAKE_TARGET.finditer(text):
+                found.setdefault(t.group("target"), n)
+    return found
+
+
+def help_targets(make_help_output: str) -> set[str]:
+    """The targets `make help` lists: the first word of each indented line
+    (`fuzz-TARGET` style names count as their stem `fuzz-`)."""
+    targets = set()
+    for line in make_help_output.splitlines():
+        if line.startswith("  ") and line.strip():
+            targets.add(line.split()[0])
+    return targets
+
+
+def local_links(markdown: str) -> dict[str, int]:
+    """Relative link and image targets (no URL scheme, no pure #anchor)."""
+    found: dict[str, int] = {}
+    for n, line in enumerate(markdown.splitlines(), 1):
+        for m in LINK.finditer(line):
+            target = m.group("target")
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+                continue
+            found.setdefault(target.split("#")[0], n)
+    return found
+
+
+def doctest_groups(actions: list[Action]) -> list[list[Action]]:
+    """The doctests that share one session, as a reader expects: consecutive
+    ones (skipped blocks between them do not count) under one `##` heading."""
+    groups: list[list[Action]] = []
+    current: list[Action] = []
+    for a in actions:
+        if a.kind == "skip":
+            continue
+        if a.kind == "doctest" and current and current[0].block.section == a.block.section:
+            current.append(a)
+            continue
+        if current:
+            groups.append(current)
+        current = [a] if a.kind == "doctest" else []
+    if current:
+        groups.append(current)
+    return groups
+
+
+def doctest_source(blocks: list[Block]) -> str:
+    """The blocks as one doctest file whose line numbers are the README's:
+    each block at its line, blank lines between."""
+    out: list[str] = []
+    for b in blocks:
+        out += [""] * (b.line - len(out))  # the fence itself becomes a blank line
+        out += b.text.splitlines()
+    return "\n".join(out) + "\n"
+
+
+class Runner:
+    def __init__(self, args: argparse.Namespace):
+        self.readme = pathlib.Path(args.readme).resolve()
+        self.root = pathlib.Path(args.root).resolve() if args.root else self.readme.parent
+        self.scratch = pathlib.Path(args.scratch).resolve()
+        self.venv = pathlib.Path(args.venv).resolve()
+        self.dist = pathlib.Path(args.dist).resolve()
+        self.cargo_target = pathlib.Path(args.cargo_target).resolve()
+        self.checks = [pathlib.Path(c).resolve() for c in args.check]
+        self.allow_missing = set(args.allow_missing)
+        self.lockfile = pathlib.Path(args.lockfile).resolve() if args.lockfile else None
+        self.verbose = args.verbose
+        self.logs = self.scratch / ".readme-test"
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        for var in ("PYTHONPATH", "PYO3_PYTHON", "PYTHONHOME", "CONDA_PREFIX"):
+            env.pop(var, None)
+        env["VIRTUAL_ENV"] = str(self.venv)
+        env["PATH"] = f"{self.venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+        env["CARGO_TARGET_DIR"] = str(self.cargo_target)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        return env
+
+    def setup(self) -> None:
+        if not (self.venv / "bin" / "python").exists():
+            raise ReadmeError(f"no venv at {self.venv} (make test-wheel makes it)")
+        if not list(self.dist.glob("pyxbuf-*.whl")):
+            raise ReadmeError(f"no pyxbuf wheel in {self.dist} (make test-wheel builds it)")
+        if self.scratch.exists():
+            shutil.rmtree(self.scratch)
+        self.logs.mkdir(parents=True)
+        (self.scratch / "pyxbuf").symlink_to(self.root)
+        (self.scratch / "dist").symlink_to(self.dist)
+
+    def run(self, argv: list[str], log: pathlib.Path, what: str) -> None:
+        start = time.monotonic()
+        with open(log, "w") as out:
+            rc = subprocess.run(argv, cwd=self.scratch, env=self.env(), stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL).returncode
+        took = time.monotonic() - start
+        text = log.read_text(errors="replace")
+        if rc != 0:
+            tail = "\n".join(text.splitlines()[-60:])
+            raise ReadmeError(f"{what} failed (exit {rc}, {took:.1f} s); its output ({log}):\n{tail}")
+        print(f"readme-test: {what}: ok ({took:.1f} s)", flush=True)
+        if self.verbose:
+            print(text)
+
+    def run_action(self, action: Action) -> None:
+        b = action.block
+        name = f"line {b.line}"
+        if action.kind == "skip":
+            print(f"readme-test: {name} ```{b.lang}: skipped ({action.reason})")
+        elif action.kind == "file":
+            target = self.scratch / action.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(b.text)
+            if target.name == "Cargo.toml" and self.lockfile is not None:
+                shutil.copyfile(self.lockfile, target.with_name("Cargo.lock"))
+            print(f"readme-test: {name} ```{b.lang}: written to {action.path}")
+        elif action.kind == "shell":
+            script = self.logs / f"line{b.line}.sh"
+            script.write_text(b.text)
+            self.run(["bash", "-euxo", "pipefail", str(script)], self.logs / f"line{b.line}.log",
+                     f"{name} ```{b.lang} (run in {self.scratch.name}/)")
+        elif action.kind == "doctest":
+            group = self.sessions[b.line]
+            if b is not group[-1].block:
+                return  # runs with the last block of its session
+            name = "lines " + ", ".join(str(a.block.line) for a in group) if len(group) > 1 else name
+            src = self.logs / f"line{b.line}.doctest"
+            src.write_text(doctest_source([a.block for a in group]))
+            argv = [str(self.venv / "bin" / "python"), "-m", "doctest", "-o", "ELLIPSIS",
+                    "-o", "NORMALIZE_WHITESPACE", str(src)]
+            self.run(argv, self.logs / f"line{b.line}.log", f"{name} ```{b.lang} (doctest)")
+
+    def check_make_targets(self, markdown: str) -> None:
+        out = subprocess.run(["make", "--no-print-directory", "-s", "-C", str(self.root), "help"],
+                             capture_output=True, text=True, check=True).stdout
+        known = help_targets(out)
+        missing = {t: n for t, n in make_targets_named(markdown).items() if t not in known}
+        if missing:
+            listed = ", ".join(f"'make {t}' (line {n})" for t, n in sorted(missing.items(), key=lambda x: x[1]))
+            raise ReadmeError(f"the README names targets `make help` does not list: {listed}")
+        print(f"readme-test: every `make TARGET` named is in `make help` ({len(make_targets_named(markdown))})")
+
+    def check_links(self, markdown: str) -> None:
+        bad = {t: n for t, n in local_links(markdown).items()
+               if t not in self.allow_missing and not (self.root / t).exists()}
+        if bad:
+            listed = ", ".join(f"{t} (line {n})" for t, n in bad.items())
+            raise ReadmeError(f"links to files that do not exist: {listed}")
+        for t in sorted(self.allow_missing):
+            if (self.root / t).exists():
+                print(f"readme-test: {t} exists now: drop its --allow-missing")
+
+    def main(self) -> int:
+        start = time.monotonic()
+        markdown = self.readme.read_text()
+        blocks = parse(markdown)
+        actions = [plan(b) for b in blocks]  # every block judged before anything runs
+        self.sessions = {a.block.line: g for g in doctest_groups(actions) for a in g}
+        self.check_make_targets(markdown)
+        self.check_links(markdown)
+        self.setup()
+        for action in actions:
+            self.run_action(action)
+        for check in self.checks:
+            self.run([str(self.venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                      "--noconftest", str(check)], self.logs / f"{check.stem}.log", f"check {check.name}")
+        counts = {k: sum(a.kind == k for a in actions) for k in ("shell", "doctest", "file", "skip")}
+        print(
+            f"readme-test: {len(blocks)} blocks: {counts['shell']} shell, {counts['doctest']} doctest, "
+            f"{counts['file']} files built, {counts['skip']} skipped (marked); "
+            f"{len(self.checks)} checks; {time.monotonic() - start:.0f} s"
+        )
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("readme")
+    p.add_argument("--root", help="the repository (make help, links, the pyxbuf link); default: the README's folder")
+    p.add_argument("--scratch", help="work folder, wiped first")
+    p.add_argument("--venv", help="the venv the README's commands run in")
+    p.add_argument("--dist", help="the folder holding pyxbuf's wheel (linked as dist/)")
+    p.add_argument("--cargo-target", help="CARGO_TARGET_DIR for the README's Rust builds")
+    p.add_argument("--lockfile", help="a Cargo.lock copied beside each Cargo.toml the README writes")
+    p.add_argument("--check", action="append", default=[], help="a pytest file run in the venv after the blocks")
+    p.add_argument("--allow-missing", action="append", default=[], help="a linked file allowed to be absent")
+    p.add_argument("--list", action="store_true", help="list the blocks and what would be done, run nothing")
+    p.add_argument("-v", "--verbose", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        if args.list:
+            for b in parse(pathlib.Path(args.readme).read_text()):
+                a = plan(b)
+                extra = a.path or a.reason or ""
+                print(f"line {b.line:4} ```{b.lang:7} {a.kind:8} {extra}")
+            return 0
+        missing = [o for o in ("scratch", "venv", "dist", "cargo_target") if getattr(args, o) is None]
+        if missing:
+            p.error("to run the blocks, give " + ", ".join("--" + o.replace("_", "-") for o in missing))
+        return Runner(args).main()
+    except ReadmeError as e:
+        print(f"readme-test: {args.readme}: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
