@@ -29,6 +29,7 @@ help:
 	@echo 'make TARGET  (JOBS=$(JOBS), WERROR=$(WERROR), BUILD=$(BUILD); CONTRIBUTING.md says more)'
 	@echo 'Start here:'
 	@echo '  demo                  build everything, then show what pyxbuf finds in real arrays'
+	@echo '  demo-needs            say what make demo needs and downloads; stop early without cargo'
 	@echo '  test                  build, then every suite listed under Test; what CI runs first'
 	@echo '  help                  this list'
 	@echo 'Build:'
@@ -204,7 +205,7 @@ test-readme: venv
 	$(VPY) -m pytest -q -p no:cacheprovider --noconftest python-tests/readme
 	$(VPY) python-tests/readme/readme_blocks.py README.md --scratch $(README_SCRATCH) \
 	    --venv $(WHEEL_TEST)/venv --dist $(WHEEL_TEST)/dist --cargo-target $(abspath target/readme-cargo) \
-	    --lockfile Cargo.lock --check python-tests/readme/check_examples.py --allow-missing bench/results/ir-chart.svg
+	    --lockfile Cargo.lock --check python-tests/readme/check_examples.py
 
 # Every arrow of the C core points down (c/LAYERS, tools/check_layers.py):
 # the library's objects' symbols (nm) and its private includes.
