@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install pyxbuf into a scratch prefix, then build and run a consumer that
 # finds it with find_package(pyxbuf) (shared and static), and check the
-# pkg-config file. Arguments: build dir, source dir, Python executable.
+# pkg-config file; a C++17 consumer includes the installed pyxbuf.hpp.
+# Arguments: build dir, source dir, Python executable.
 set -euo pipefail
 build=$1 src=$2 python=$3
 prefix=$build/test-install
@@ -15,4 +16,7 @@ LD_LIBRARY_PATH=$prefix/lib:$prefix/lib64:${LD_LIBRARY_PATH:-} "$build/test-cons
 pc=$(ls "$prefix"/lib*/pkgconfig/pyxbuf.pc)
 grep -q "^Libs: -L\${libdir} -lpyxbuf" "$pc"
 grep -q "^Version: " "$pc"
-echo "install, find_package (shared and static) and pkg-config file: ok"
+# The C++17 header is installed beside pyxbuf.h and compiles from there.
+test -f "$prefix/include/pyxbuf.hpp"
+LD_LIBRARY_PATH=$prefix/lib:$prefix/lib64:${LD_LIBRARY_PATH:-} "$build/test-consumer/consumer_cxx"
+echo "install, find_package (shared and static), pkg-config file and pyxbuf.hpp: ok"

@@ -36,6 +36,7 @@ def test_wheel_is_manylinux_for_this_interpreter():
 def test_wheel_ships_the_c_library_and_types():
     include = pathlib.Path(pyxbuf.get_include())
     assert (include / "pyxbuf.h").read_text().count("PYXBUF_ABI_VERSION") > 0
+    assert "namespace pyxbuf" in (include / "pyxbuf.hpp").read_text()
     lib = pathlib.Path(pyxbuf.get_library_dir()) / "libpyxbuf.a"
     assert lib.read_bytes().startswith(b"!<arch>\n"), "a static archive"
     cmake = pathlib.Path(pyxbuf.get_cmake_dir())

@@ -1,5 +1,6 @@
 //! Puts libpyxbuf for C extension authors into the Python package, the way
-//! NumPy ships its headers: `python/pyxbuf/include/pyxbuf.h`,
+//! NumPy ships its headers: `python/pyxbuf/include/pyxbuf.h` (and the C++17
+//! `pyxbuf.hpp` beside it),
 //! `python/pyxbuf/lib/libpyxbuf.a` (the static library pyxbuf-sys just
 //! compiled for this interpreter: position-independent, every symbol hidden)
 //! and the version file of the CMake package in `python/pyxbuf/cmake/`.
@@ -58,6 +59,7 @@ fn main() {
     let include = dep_dir("DEP_PYXBUF_INCLUDE");
     let lib_dir = dep_dir("DEP_PYXBUF_LIB_DIR");
     copy(&include.join("pyxbuf.h"), &package.join("include"));
+    copy(&include.join("pyxbuf.hpp"), &package.join("include"));
     copy(&lib_dir.join("libpyxbuf.a"), &package.join("lib"));
 
     // CMake's SameMinorVersion rule, as the installed CMake package has it.

@@ -3,7 +3,8 @@ custom dtypes) for any array: NumPy, CuPy, PyTorch, JAX, ml_dtypes.
 
 The functions come from the compiled module ``pyxbuf.pyxbuf``. The package
 also ships libpyxbuf for C extension authors, as NumPy ships its headers:
-``get_include()`` holds ``pyxbuf.h``, ``get_library_dir()`` the static,
+``get_include()`` holds ``pyxbuf.h`` (and ``pyxbuf.hpp``, its C++17 view),
+``get_library_dir()`` the static,
 position-independent ``libpyxbuf.a`` built for this interpreter (link with
 ``-lpyxbuf`` and define ``PYXBUF_STATIC``), and ``get_cmake_dir()`` a CMake
 package for ``find_package(pyxbuf CONFIG)``.
@@ -55,7 +56,8 @@ def _shipped(sub: str, marker: str) -> str:
 
 
 def get_include() -> str:
-    """The directory holding ``pyxbuf.h`` (pass it to ``include_dirs``)."""
+    """The directory holding ``pyxbuf.h`` and the header-only C++17
+    ``pyxbuf.hpp`` (pass it to ``include_dirs``)."""
     return _shipped("include", "pyxbuf.h")
 
 

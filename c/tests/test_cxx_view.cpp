@@ -1,0 +1,415 @@
+// test_cxx_view.cpp -- pyxbuf.hpp: pyxbuf::view<T> over an embedded
+// interpreter. Each CXX_TEST(name) is the CTest test cxx_view.<name>; the
+// executable runs the case named by argv[1], or all of them without one.
+#include "pyxbuf.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+int failures = 0;
+
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+            failures++;                                                              \
+        }                                                                            \
+    } while (0)
+
+#define CHECK_EQ(a, b)                                                               \
+    do {                                                                             \
+        long long a_ = static_cast<long long>(a), b_ = static_cast<long long>(b);   \
+        if (a_ != b_) {                                                              \
+            std::fprintf(stderr, "%s:%d: %s == %s failed: %lld != %lld\n", __FILE__, \
+                         __LINE__, #a, #b, a_, b_);                                  \
+            failures++;                                                              \
+        }                                                                            \
+    } while (0)
+
+#define CHECK_CONTAINS(hay, needle)                                                  \
+    do {                                                                             \
+        std::string h_ = (hay);                                                      \
+        if (h_.find(needle) == std::string::npos) {                                  \
+            std::fprintf(stderr, "%s:%d: \"%s\" does not contain \"%s\"\n", __FILE__, \
+                         __LINE__, h_.c_str(), needle);                              \
+            failures++;                                                              \
+        }                                                                            \
+    } while (0)
+
+// The message of the pyxbuf::error `expr` throws; "" (and a failure) if none.
+#define THROWN(expr)                                                                 \
+    [&]() -> std::string {                                                           \
+        try {                                                                        \
+            (void)(expr);                                                            \
+        } catch (const pyxbuf::error &e_) {                                          \
+            CHECK(!PyErr_Occurred());                                                \
+            return e_.what();                                                        \
+        }                                                                            \
+        std::fprintf(stderr, "%s:%d: no pyxbuf::error from %s\n", __FILE__, __LINE__, #expr); \
+        failures++;                                                                  \
+        return "";                                                                   \
+    }()
+
+struct test_case {
+    const char *name;
+    void (*fn)();
+};
+std::vector<test_case> &cases() {
+    static std::vector<test_case> all;
+    return all;
+}
+struct registrar {
+    registrar(const char *name, void (*fn)()) { cases().push_back({name, fn}); }
+};
+#define CXX_TEST(name)                                                               \
+    void name();                                                                     \
+    registrar name##_registrar(#name, name);                                         \
+    void name()
+
+// Evaluate a Python expression (array and struct imported); new reference.
+PyObject *eval(const char *expr) {
+    PyObject *globals = PyDict_New();
+    PyDict_SetItemString(globals, "__builtins__", PyEval_GetBuiltins());
+    PyObject *r = PyRun_String("import array, struct", Py_file_input, globals, globals);
+    Py_XDECREF(r);
+    r = PyRun_String(expr, Py_eval_input, globals, globals);
+    if (r == nullptr) PyErr_Print();
+    Py_DECREF(globals);
+    return r;
+}
+
+// A writable host exporter of n items of `format` with borrow counting.
+PyObject *exporter(const char *format, Py_ssize_t n, int readonly) {
+    Py_ssize_t shape[1] = {n};
+    PyObject *e = pyxbuf_exporter_new(format, 1, shape, readonly, nullptr);
+    if (e == nullptr) PyErr_Print();
+    return e;
+}
+
+} // namespace
+
+CXX_TEST(strided_memoryview_shape_strides_elements) {
+    // array.array('f', 0..9) viewed through memoryview(...)[::2]: 5 floats, stride 8.
+    PyObject *m = eval("memoryview(array.array('f', [float(i) for i in range(10)]))[::2]");
+    CHECK(m != nullptr);
+    {
+        auto v = pyxbuf::view<const float>::get(m);
+        CHECK_EQ(v.ndim(), 1);
+        CHECK_EQ(v.shape(0), 5);
+        CHECK_EQ(v.stride(0), 8);
+        CHECK_EQ(v.size(), 5);
+        CHECK_EQ(v.itemsize(), 4);
+        CHECK(v.readonly() || !v.readonly());
+        CHECK(std::strcmp(v.format(), "f") == 0);
+        CHECK(v.device().host);
+        CHECK_EQ(v.device().type, PYXBUF_DL_CPU);
+        CHECK(std::strcmp(v.path_name(), "classic") == 0);
+        CHECK(!v.c_contiguous());
+        CHECK(!v.try_span());
+        CHECK_CONTAINS(THROWN(v.span()), "not C-contiguous");
+        for (Py_ssize_t i = 0; i < 5; i++) {
+            CHECK(v(i) == static_cast<float>(2 * i));
+            CHECK(v.at({i}) == static_cast<float>(2 * i));
+        }
+        CHECK_CONTAINS(THROWN(v.at({5})), "out of range");
+        CHECK_CONTAINS(THROWN(v.at({-1})), "out of range");
+        CHECK_CONTAINS(THROWN(v.at({0, 0})), "wrong number of indices");
+        std::vector<float> seen(v.begin(), v.end());
+        CHECK_EQ(seen.size(), 5);
+        for (std::size_t i = 0; i < seen.size(); i++) CHECK(seen[i] == static_cast<float>(2 * i));
+    }
+    Py_XDECREF(m);
+}
+
+CXX_TEST(two_dimensional_strided_iteration_in_c_order) {
+    // A 3x4 matrix of int32 from a 6x8 one: every other row and column.
+    // memoryview cannot slice 2-D: an exporter over strided memory instead.
+    static Py_ssize_t shape[2] = {3, 4};
+    static Py_ssize_t strides[2] = {2 * 8 * 4, 2 * 4}; // rows 0,2,4; columns 0,2,4,6
+    static std::int32_t memory[48];
+    for (int i = 0; i < 48; i++) memory[i] = i;
+    pyxbuf_export_desc desc{};
+    desc.size = sizeof desc;
+    desc.ndim = 2;
+    desc.buf = memory;
+    desc.format = "i";
+    desc.shape = shape;
+    desc.strides = strides;
+    PyObject *e = pyxbuf_exporter_wrap(&desc, nullptr, nullptr);
+    CHECK(e != nullptr);
+    {
+        auto v = pyxbuf::view<std::int32_t>::get(e, PyBUF_RECORDS);
+        CHECK_EQ(v.ndim(), 2);
+        CHECK_EQ(v.shape(0), 3);
+        CHECK_EQ(v.shape(1), 4);
+        CHECK_EQ(v.stride(0), 64);
+        CHECK_EQ(v.stride(1), 8);
+        CHECK_EQ(v.size(), 12);
+        CHECK(!v.readonly());
+        CHECK(std::strcmp(v.path_name(), "native") == 0);
+        CHECK_EQ(v(2, 3), 4 * 8 + 6);
+        CHECK_EQ(v.at({1, 2}), 2 * 8 + 4);
+        CHECK_CONTAINS(THROWN(v.at({3, 0})), "out of range");
+        std::vector<std::int32_t> seen;
+        for (auto x : v) seen.push_back(x);
+        CHECK_EQ(seen.size(), 12);
+        for (std::size_t i = 0; i < seen.size(); i++)
+            CHECK_EQ(seen[i], static_cast<int>((i / 4) * 16 + (i % 4) * 2));
+        v(0, 1) = -7; // writable
+        CHECK_EQ(memory[2], -7);
+    }
+    Py_XDECREF(e);
+}
+
+CXX_TEST(contiguous_span) {
+    PyObject *a = eval("array.array('d', [0.5, 1.5, 2.5])");
+    CHECK(a != nullptr);
+    {
+        auto v = pyxbuf::view<double>::get(a);
+        CHECK(v.c_contiguous());
+        auto s = v.span();
+        CHECK_EQ(s.size(), 3);
+        CHECK(s.data() == v.data());
+        CHECK(s[1] == 1.5);
+        double total = 0;
+        for (double x : s) total += x;
+        CHECK(total == 4.5);
+        s[2] = 9.0;
+        CHECK(v.try_span().has_value());
+        CHECK((*v.try_span())[2] == 9.0);
+    }
+    Py_XDECREF(a);
+}
+
+CXX_TEST(format_checks) {
+    CHECK(pyxbuf::detail::format_matches<float>("f"));
+    CHECK(pyxbuf::detail::format_matches<float>("=f"));
+    CHECK(pyxbuf::detail::format_matches<float>("@f"));
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    CHECK(pyxbuf::detail::format_matches<float>("<f"));
+    CHECK(!pyxbuf::detail::format_matches<float>(">f"));
+#endif
+    CHECK(!pyxbuf::detail::format_matches<float>("d"));
+    CHECK(!pyxbuf::detail::format_matches<float>("i"));
+    CHECK(!pyxbuf::detail::format_matches<float>("2f"));
+    CHECK(!pyxbuf::detail::format_matches<float>("T{f}"));
+    CHECK(pyxbuf::detail::format_matches<double>("d"));
+    CHECK(pyxbuf::detail::format_matches<std::int32_t>("i"));
+    CHECK(pyxbuf::detail::format_matches<std::int32_t>("=l"));
+    CHECK(!pyxbuf::detail::format_matches<std::int32_t>("I"));
+    CHECK(pyxbuf::detail::format_matches<std::int64_t>("q"));
+    CHECK(pyxbuf::detail::format_matches<std::int64_t>(sizeof(long) == 8 ? "l" : "q"));
+    CHECK(pyxbuf::detail::format_matches<std::uint8_t>(nullptr));
+    CHECK(pyxbuf::detail::format_matches<std::uint8_t>("B"));
+    CHECK(pyxbuf::detail::format_matches<std::int8_t>("b"));
+    CHECK(pyxbuf::detail::format_matches<std::uint16_t>("H"));
+    CHECK(pyxbuf::detail::format_matches<std::uint64_t>("Q"));
+    CHECK(pyxbuf::detail::format_matches<bool>("?"));
+    CHECK(!pyxbuf::detail::format_matches<bool>("B"));
+    CHECK(pyxbuf::detail::format_matches<std::complex<float>>("Zf"));
+    CHECK(pyxbuf::detail::format_matches<std::complex<double>>("Zd"));
+    CHECK(!pyxbuf::detail::format_matches<std::complex<double>>("d"));
+    CHECK(!pyxbuf::detail::format_matches<double>("Zf"));
+    CHECK(!pyxbuf::detail::format_matches<float>("not a format"));
+}
+
+CXX_TEST(format_mismatch_throws_naming_both_and_releases) {
+    PyObject *a = eval("bytearray(struct.pack('2d', 1.0, 2.0))");
+    PyObject *d = a ? PyMemoryView_FromObject(a) : nullptr;
+    PyObject *cast = d ? PyObject_CallMethod(d, "cast", "s", "d") : nullptr;
+    CHECK(cast != nullptr);
+    const Py_ssize_t before = Py_REFCNT(cast);
+    std::string msg = THROWN(pyxbuf::view<float>::get(cast));
+    CHECK_CONTAINS(msg, "'d'");
+    CHECK_CONTAINS(msg, "'f'");
+    CHECK_CONTAINS(msg, "BufferError");
+    CHECK_EQ(Py_REFCNT(cast), before);
+    // Released: the bytearray can be resized again (no export left).
+    Py_XDECREF(cast);
+    PyObject *r = d ? PyObject_CallMethod(d, "release", nullptr) : nullptr;
+    Py_XDECREF(r);
+    PyObject *ext = a ? PyObject_CallMethod(a, "extend", "y", "xyz") : nullptr;
+    CHECK(ext != nullptr);
+    Py_XDECREF(ext);
+    PyErr_Clear();
+    // try_get: nullopt, the Python exception left set.
+    auto t = pyxbuf::view<float>::try_get(a);
+    CHECK(!t);
+    CHECK(PyErr_ExceptionMatches(PyExc_BufferError));
+    PyErr_Clear();
+    Py_XDECREF(d);
+    Py_XDECREF(a);
+}
+
+CXX_TEST(writable_on_read_only_throws) {
+    PyObject *b = eval("struct.pack('3f', 1, 2, 3)");
+    CHECK(b != nullptr);
+    const Py_ssize_t before = Py_REFCNT(b);
+    std::string msg = THROWN(pyxbuf::view<std::uint8_t>::get(b));
+    CHECK_CONTAINS(msg, "BufferError");
+    CHECK_EQ(Py_REFCNT(b), before);
+    {
+        auto v = pyxbuf::view<const std::uint8_t>::get(b);
+        CHECK(v.readonly());
+        CHECK_EQ(v.size(), 12);
+        CHECK_EQ(Py_REFCNT(b), before + 1);
+    }
+    CHECK_EQ(Py_REFCNT(b), before);
+    PyObject *ro = exporter("f", 4, 1);
+    CHECK(ro != nullptr);
+    msg = THROWN(pyxbuf::view<float>::get(ro));
+    CHECK_CONTAINS(msg, "BufferError");
+    CHECK(pyxbuf::view<const float>::get(ro).readonly());
+    // Not a buffer at all: TypeError, message kept.
+    PyObject *none = eval("object()");
+    msg = THROWN(pyxbuf::view<const float>::get(none));
+    CHECK_CONTAINS(msg, "TypeError");
+    Py_XDECREF(none);
+    Py_XDECREF(ro);
+    Py_XDECREF(b);
+}
+
+CXX_TEST(release_exactly_once_through_moves) {
+    PyObject *a = eval("bytearray(16)");
+    CHECK(a != nullptr);
+    const Py_ssize_t before = Py_REFCNT(a);
+    {
+        auto v = pyxbuf::view<std::uint8_t>::get(a);
+        CHECK_EQ(Py_REFCNT(a), before + 1);
+        pyxbuf::view<std::uint8_t> w(std::move(v)); // move construction
+        CHECK(!v.valid());
+        CHECK(w.valid());
+        CHECK_EQ(Py_REFCNT(a), before + 1);
+        pyxbuf::view<std::uint8_t> x;
+        CHECK(!x);
+        x = std::move(w); // move assignment into an empty view
+        CHECK(!w.valid());
+        CHECK_EQ(Py_REFCNT(a), before + 1);
+        auto y = pyxbuf::view<std::uint8_t>::get(a);
+        CHECK_EQ(Py_REFCNT(a), before + 2);
+        x = std::move(y); // move assignment releases what x held
+        CHECK_EQ(Py_REFCNT(a), before + 1);
+        x.at({3}) = 42;
+        CHECK_EQ(PyByteArray_AsString(a)[3], 42);
+        x.reset();
+        CHECK_EQ(Py_REFCNT(a), before);
+        x.reset(); // no-op
+        CHECK_EQ(Py_REFCNT(a), before);
+    } // every destructor here: moved-from or reset, no-ops
+    CHECK_EQ(Py_REFCNT(a), before);
+    // Borrow counts of the exporter: one view, then none.
+    PyObject *e = exporter("f", 8, 0);
+    {
+        auto v = pyxbuf::view<float>::get(e, PyBUF_RECORDS | PYXBUF_BORROW_EXCLUSIVE);
+        CHECK(v.grants().exclusive);
+        pyxbuf::view<float> w = std::move(v);
+        CHECK(w.grants().exclusive);
+        CHECK(!v.valid());
+    }
+    // Released exactly once: exclusive is grantable again.
+    CHECK(pyxbuf::view<float>::get(e, PyBUF_RECORDS | PYXBUF_BORROW_EXCLUSIVE).grants().exclusive);
+    Py_XDECREF(e);
+    Py_XDECREF(a);
+}
+
+CXX_TEST(exclusive_twice_second_throws) {
+    PyObject *e = exporter("f", 8, 0);
+    CHECK(e != nullptr);
+    const Py_ssize_t before = Py_REFCNT(e);
+    {
+        auto v = pyxbuf::view<float>::get(e, PyBUF_RECORDS | PYXBUF_BORROW_EXCLUSIVE);
+        auto g = v.grants();
+        CHECK(g.exclusive);
+        CHECK(!g.shared);
+        CHECK(!g.tracked);
+        std::string msg = THROWN(pyxbuf::view<float>::get(e, PyBUF_RECORDS | PYXBUF_BORROW_EXCLUSIVE));
+        CHECK_CONTAINS(msg, "BufferError");
+        CHECK_EQ(Py_REFCNT(e), before + 1);
+        auto t = pyxbuf::view<const float>::try_get(e, PyBUF_RECORDS_RO | PYXBUF_BORROW_SHARED);
+        CHECK(!t);
+        PyErr_Clear();
+    }
+    CHECK_EQ(Py_REFCNT(e), before);
+    // A classic producer: pyxbuf's registry grants a tracked exclusive borrow.
+    PyObject *a = eval("bytearray(8)");
+    {
+        auto v = pyxbuf::view<std::uint8_t>::get(a, PyBUF_RECORDS | PYXBUF_BORROW_EXCLUSIVE);
+        CHECK(v.grants().exclusive);
+        CHECK(v.grants().tracked);
+        THROWN(pyxbuf::view<std::uint8_t>::get(a, PyBUF_RECORDS | PYXBUF_BORROW_EXCLUSIVE));
+    }
+    Py_XDECREF(a);
+    Py_XDECREF(e);
+}
+
+CXX_TEST(device_memory_refuses_element_access) {
+    // Host views only here: a view of the host exporter with PYXBUF_DEVICE is host.
+    PyObject *e = exporter("d", 4, 0);
+    auto v = pyxbuf::view<double>::get(e, PyBUF_RECORDS | PYXBUF_DEVICE);
+    CHECK(v.device().host);
+    CHECK(v.device().identifier == nullptr);
+    v(1) = 3.0;
+    CHECK(v.at({1}) == 3.0);
+    v.reset();
+    Py_XDECREF(e);
+}
+
+CXX_TEST(zero_dimensional_and_flat_requests) {
+    PyObject *a = eval("array.array('h', [1, 2, 3])");
+    {
+        // PyBUF_SIMPLE with uint8: no shape, no format: one flat run of bytes.
+        auto v = pyxbuf::view<const std::uint8_t>::get(a, PyBUF_SIMPLE);
+        CHECK_EQ(v.ndim(), 1);
+        CHECK_EQ(v.shape(0), 6);
+        CHECK_EQ(v.stride(0), 1);
+        CHECK(std::strcmp(v.format(), "B") == 0);
+    }
+    PyObject *m = eval("memoryview(struct.pack('d', 2.5)).cast('d', ())");
+    {
+        auto v = pyxbuf::view<const double>::get(m);
+        CHECK_EQ(v.ndim(), 0);
+        CHECK_EQ(v.size(), 1);
+        CHECK(v() == 2.5);
+        CHECK(v.at({}) == 2.5);
+        int n = 0;
+        for (double x : v) {
+            CHECK(x == 2.5);
+            n++;
+        }
+        CHECK_EQ(n, 1);
+    }
+    Py_XDECREF(m);
+    Py_XDECREF(a);
+}
+
+int main(int argc, char **argv) {
+    Py_Initialize();
+    int ran = 0;
+    for (const auto &c : cases()) {
+        if (argc > 1 && std::strcmp(argv[1], c.name) != 0) continue;
+        const int before = failures;
+        try {
+            c.fn();
+        } catch (const std::exception &e) {
+            std::fprintf(stderr, "%s: unexpected exception: %s\n", c.name, e.what());
+            failures++;
+        }
+        if (PyErr_Occurred()) {
+            std::fprintf(stderr, "%s: Python exception left set\n", c.name);
+            PyErr_Print();
+            failures++;
+        }
+        std::fprintf(stderr, "%s cxx_view.%s\n", failures == before ? "ok  " : "FAIL", c.name);
+        ran++;
+    }
+    if (ran == 0) {
+        std::fprintf(stderr, "no test case named %s\n", argc > 1 ? argv[1] : "");
+        failures++;
+    }
+    if (Py_FinalizeEx() < 0) failures++;
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,509 @@
+// pyxbuf.hpp -- a typed, move-only C++17 view over pyxbuf.h (header-only).
+//
+// What it is: `pyxbuf::view<T>` acquires a pyxbuf_view of any Python array
+// (classic buffer, DLPack, CUDA Array Interface, __array_interface__) with
+// pyxbuf_get, checks that the items are T, and releases it exactly once in its
+// destructor. It adds nothing to the ABI: everything here is inline code over
+// the public C API of pyxbuf.h (and Python.h); link libpyxbuf as for C.
+//
+//   auto v = pyxbuf::view<const double>::get(obj);      // throws pyxbuf::error
+//   for (double x : v) total += x;                      // any strides, C order
+//   double y = v(1, 2);                                 // unchecked indexing
+//   double z = v.at({1, 2});                            // bounds-checked
+//   if (auto s = v.try_span()) use(s->data(), s->size()); // C-contiguous only
+//
+// Types: T is one of int8_t..int64_t, uint8_t..uint64_t, float, double, bool,
+// std::complex<float>, std::complex<double>, optionally const. The view's
+// format must be one scalar of T's kind and size in native byte order ("f",
+// "=f", "<f" on a little-endian host, "Zd" for std::complex<double>, any
+// integer code of T's signedness and size: "i", "l", "=l", "q" ...). A view of
+// a non-const T requests PyBUF_WRITABLE; view<const T> reads only.
+//
+// Lifetime and threads, as for the C API: every call here -- get, try_get, the
+// destructor, move assignment (which releases what it held) -- needs the GIL
+// (an attached thread state). Element access reads memory only and needs no
+// GIL while the view is held. A view belongs to one thread at a time. The
+// pyxbuf_view lives in a heap block the view owns, at a fixed address for the
+// whole acquisition (the C struct may point into itself, so it is never
+// relocated): moving a view moves the pointer, the moved-from view holds
+// nothing and its destructor does nothing.
+//
+// Errors: get() throws pyxbuf::error (a std::runtime_error) whose what() is
+// "ExceptionType: message" of the Python exception, which it clears. Code
+// built without exceptions uses try_get(), which returns std::nullopt and
+// leaves the Python exception set (as the C API does); without exceptions
+// the throwing members are not declared, and element access outside the
+// rules (device memory, a bad index in at()) aborts instead.
+#ifndef PYXBUF_HPP
+#define PYXBUF_HPP
+
+#include "pyxbuf.h"
+
+#include <complex>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#if defined(__cpp_exceptions) || defined(__EXCEPTIONS) || defined(_CPPUNWIND)
+#define PYXBUF_HPP_EXCEPTIONS 1
+#else
+#define PYXBUF_HPP_EXCEPTIONS 0
+#endif
+
+namespace pyxbuf {
+
+// A Python exception turned into a C++ one.
+class error : public std::runtime_error {
+public:
+    explicit error(const std::string &message, std::string python_type = "")
+        : std::runtime_error(message), python_type_(std::move(python_type)) {}
+    // The Python exception's type name ("BufferError", ...), or "".
+    const std::string &python_type() const noexcept { return python_type_; }
+
+private:
+    std::string python_type_;
+};
+
+namespace detail {
+
+// Take the pending Python exception (cleared): its type name and str().
+// Needs the GIL.
+inline std::pair<std::string, std::string> take_python_error() {
+    std::pair<std::string, std::string> out{"", "unknown error (no Python exception set)"};
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *exc = PyErr_GetRaisedException();
+    if (exc == nullptr) return out;
+    out.first = Py_TYPE(exc)->tp_name;
+    PyObject *s = PyObject_Str(exc);
+    Py_DECREF(exc);
+#else
+    PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
+    PyErr_Fetch(&type, &value, &tb);
+    if (type == nullptr) return out;
+    PyErr_NormalizeException(&type, &value, &tb);
+    out.first = reinterpret_cast<PyTypeObject *>(type)->tp_name;
+    PyObject *s = value != nullptr ? PyObject_Str(value) : nullptr;
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+#endif
+    out.second.clear();
+    if (s != nullptr) {
+        const char *utf8 = PyUnicode_AsUTF8(s);
+        if (utf8 != nullptr) out.second = utf8;
+        Py_DECREF(s);
+    }
+    PyErr_Clear(); // str() itself may have failed
+    return out;
+}
+
+[[noreturn]] inline void fail(const char *message) {
+#if PYXBUF_HPP_EXCEPTIONS
+    throw error(message);
+#else
+    std::fprintf(stderr, "pyxbuf::view: %s\n", message);
+    std::abort();
+#endif
+}
+
+#if PYXBUF_HPP_EXCEPTIONS
+[[noreturn]] inline void throw_python_error() {
+    auto e = take_python_error();
+    throw error(e.first.empty() ? e.second : e.first + ": " + e.second, e.first);
+}
+#endif
+
+// What a C++ item type expects of a format node.
+enum class kind { signed_int, unsigned_int, floating, boolean };
+
+template <class U> struct item_traits;
+#define PYXBUF_HPP_ITEM(U, K, CODE, CPLX)                                      \
+    template <> struct item_traits<U> {                                        \
+        static constexpr kind k = kind::K;                                     \
+        static constexpr bool complex = CPLX;                                  \
+        static constexpr const char *format = CODE;                            \
+    };
+PYXBUF_HPP_ITEM(std::int8_t, signed_int, "b", false)
+PYXBUF_HPP_ITEM(std::int16_t, signed_int, "h", false)
+PYXBUF_HPP_ITEM(std::int32_t, signed_int, "i", false)
+PYXBUF_HPP_ITEM(std::int64_t, signed_int, "q", false)
+PYXBUF_HPP_ITEM(std::uint8_t, unsigned_int, "B", false)
+PYXBUF_HPP_ITEM(std::uint16_t, unsigned_int, "H", false)
+PYXBUF_HPP_ITEM(std::uint32_t, unsigned_int, "I", false)
+PYXBUF_HPP_ITEM(std::uint64_t, unsigned_int, "Q", false)
+PYXBUF_HPP_ITEM(float, floating, "f", false)
+PYXBUF_HPP_ITEM(double, floating, "d", false)
+PYXBUF_HPP_ITEM(bool, boolean, "?", false)
+PYXBUF_HPP_ITEM(std::complex<float>, floating, "Zf", true)
+PYXBUF_HPP_ITEM(std::complex<double>, floating, "Zd", true)
+#undef PYXBUF_HPP_ITEM
+
+inline bool native_order(int32_t order) {
+    const uint16_t probe = 1;
+    unsigned char first;
+    std::memcpy(&first, &probe, 1);
+    const bool little = first == 1;
+    switch (order) {
+    case PYXBUF_ORDER_NATIVE:
+    case PYXBUF_ORDER_STANDARD:
+    case PYXBUF_ORDER_UNALIGNED: return true;
+    case PYXBUF_ORDER_LITTLE: return little;
+    case PYXBUF_ORDER_BIG:
+    case PYXBUF_ORDER_NETWORK: return !little;
+    default: return false;
+    }
+}
+
+// Does `format` (NULL = "B") describe one item of type U? Pure: no Python.
+template <class U> bool format_matches(const char *format) {
+    using tr = item_traits<U>;
+    pyxbuf_format f;
+    if (pyxbuf_format_parse(format, &f, nullptr) != PYXBUF_OK) return false;
+    bool ok = false;
+    if ((f.flags & PYXBUF_FMTF_SINGLE_SCALAR) && f.nnodes >= 2 &&
+        f.itemsize == static_cast<int64_t>(sizeof(U))) {
+        const pyxbuf_format_node *n = pyxbuf_format_nodes(&f) + 1;
+        const bool cplx = (n->flags & PYXBUF_FMTN_COMPLEX) != 0;
+        const int c = n->code;
+        bool code_ok = false;
+        switch (tr::k) {
+        case kind::signed_int: code_ok = c == 'b' || c == 'h' || c == 'i' || c == 'l' ||
+                                         c == 'q' || c == 'n'; break;
+        case kind::unsigned_int: code_ok = c == 'B' || c == 'H' || c == 'I' || c == 'L' ||
+                                           c == 'Q' || c == 'N'; break;
+        case kind::floating: code_ok = c == 'f' || c == 'd'; break;
+        case kind::boolean: code_ok = c == '?'; break;
+        }
+        ok = n->kind == PYXBUF_FMT_SCALAR && code_ok && cplx == tr::complex &&
+             !(n->flags & PYXBUF_FMTN_POINTER) &&
+             (sizeof(U) == 1 || native_order(n->byte_order));
+    }
+    pyxbuf_format_clear(&f);
+    return ok;
+}
+
+} // namespace detail
+
+// A contiguous run of T (C++17 has no std::span).
+template <class T> class span {
+public:
+    using element_type = T;
+    using value_type = std::remove_cv_t<T>;
+    using size_type = std::size_t;
+    using iterator = T *;
+
+    constexpr span() noexcept = default;
+    constexpr span(T *data, std::size_t size) noexcept : data_(data), size_(size) {}
+    constexpr T *data() const noexcept { return data_; }
+    constexpr std::size_t size() const noexcept { return size_; }
+    constexpr bool empty() const noexcept { return size_ == 0; }
+    constexpr T &operator[](std::size_t i) const noexcept { return data_[i]; }
+    constexpr T *begin() const noexcept { return data_; }
+    constexpr T *end() const noexcept { return data_ + size_; }
+
+private:
+    T *data_ = nullptr;
+    std::size_t size_ = 0;
+};
+
+// Where the memory lives.
+struct device_type {
+    bool host;             // CPU memory, dereferenceable here
+    int32_t type;          // PYXBUF_DL_* (PYXBUF_DL_CPU for the host); 0 if unknown
+    int32_t id;            // ordinal
+    const char *identifier; // pyxbuf_view.device: NULL for the host
+};
+
+// The borrow the producer granted (pyxbuf_view.ext_flags).
+struct grants_type {
+    bool shared;    // PYXBUF_EXT_SHARED
+    bool exclusive; // PYXBUF_EXT_EXCLUSIVE
+    bool tracked;   // PYXBUF_EXT_TRACKED: cooperative, not enforced
+};
+
+template <class T> class view {
+    static_assert(!std::is_volatile<T>::value, "pyxbuf::view<volatile T> is not supported");
+
+public:
+    using element_type = T;
+    using value_type = std::remove_const_t<T>;
+    static constexpr bool writable = !std::is_const<T>::value;
+
+private:
+    // Heap-held so that the pyxbuf_view never moves while acquired.
+    struct storage {
+        pyxbuf_view v{};
+        bool acquired = false;
+        std::vector<Py_ssize_t> dims; // shape then strides (bytes), always filled
+        Py_ssize_t size = 1;
+        ~storage() {
+            if (acquired) pyxbuf_release(&v);
+        }
+    };
+    std::unique_ptr<storage> s_;
+
+    explicit view(std::unique_ptr<storage> s) noexcept : s_(std::move(s)) {}
+
+    static int request(int flags) { return writable ? (flags | PyBUF_WRITABLE) : flags; }
+
+    // Acquire; nullopt with a Python exception set on failure (nothing held).
+    static std::optional<view> acquire(PyObject *obj, int flags, bool with_stream,
+                                       int64_t stream) {
+        std::unique_ptr<storage> s(new (std::nothrow) storage());
+        if (!s) {
+            PyErr_NoMemory();
+            return std::nullopt;
+        }
+        int32_t f = static_cast<int32_t>(request(flags));
+        int rc = with_stream ? pyxbuf_get_stream(obj, &s->v, f, stream)
+                             : pyxbuf_get(obj, &s->v, f);
+        if (rc != 0) return std::nullopt;
+        s->acquired = true; // released by ~storage from here on, on every path
+        const Py_buffer &b = s->v.base;
+        if (!detail::format_matches<value_type>(b.format)) {
+            const char *have = b.format != nullptr ? b.format : "B";
+            PyErr_Format(PyExc_BufferError,
+                         "pyxbuf::view: the buffer's format is '%s', expected '%s' (%zd-byte items)",
+                         have, detail::item_traits<value_type>::format,
+                         static_cast<Py_ssize_t>(sizeof(value_type)));
+            return std::nullopt;
+        }
+        // Without PyBUF_FORMAT (format NULL: "B") a flat request (shape NULL)
+        // is len unsigned bytes whatever itemsize the producer reports.
+        const bool flat_bytes = b.format == nullptr && b.shape == nullptr;
+        const Py_ssize_t item = flat_bytes ? 1 : b.itemsize;
+        if (item != static_cast<Py_ssize_t>(sizeof(value_type))) {
+            PyErr_Format(PyExc_BufferError, "pyxbuf::view: itemsize %zd, expected %zd",
+                         item, static_cast<Py_ssize_t>(sizeof(value_type)));
+            return std::nullopt;
+        }
+        if (writable && b.readonly) {
+            PyErr_SetString(PyExc_BufferError, "pyxbuf::view: read-only memory for a writable view");
+            return std::nullopt;
+        }
+        const int nd = b.ndim;
+        s->dims.assign(2 * static_cast<std::size_t>(nd), 0);
+        for (int k = 0; k < nd; k++) {
+            // No ND: one flat run of len bytes (shape NULL).
+            s->dims[static_cast<std::size_t>(k)] =
+                b.shape != nullptr ? b.shape[k] : b.len / item;
+            s->size *= s->dims[static_cast<std::size_t>(k)];
+        }
+        Py_ssize_t stride = item;
+        for (int k = nd - 1; k >= 0; k--) {
+            const std::size_t i = static_cast<std::size_t>(nd + k);
+            s->dims[i] = b.strides != nullptr ? b.strides[k] : stride;
+            stride *= s->dims[static_cast<std::size_t>(k)];
+        }
+        return view(std::move(s));
+    }
+
+    char *base_ptr() const noexcept { return static_cast<char *>(s_->v.base.buf); }
+
+    void require_host() const {
+        if (!s_) detail::fail("the view holds nothing (moved from)");
+        if (!pyxbuf_view_is_host(&s_->v))
+            detail::fail("device memory: copy it to the host first (pyxbuf_copy_to_host)");
+    }
+
+public:
+    view() noexcept = default; // holds nothing
+    view(view &&) noexcept = default;
+    // Releases what this view held (needs the GIL), then takes `other`'s.
+    view &operator=(view &&) noexcept = default;
+    view(const view &) = delete;
+    view &operator=(const view &) = delete;
+    ~view() = default; // releases exactly once, through storage
+
+    // Non-throwing acquisition: nullopt with the Python exception set.
+    static std::optional<view> try_get(PyObject *obj, int flags = PyBUF_RECORDS_RO) {
+        return acquire(obj, flags, false, 0);
+    }
+    static std::optional<view> try_get_stream(PyObject *obj, int flags, int64_t consumer_stream) {
+        return acquire(obj, flags, true, consumer_stream);
+    }
+
+#if PYXBUF_HPP_EXCEPTIONS
+    // Acquire or throw pyxbuf::error (the Python exception cleared).
+    static view get(PyObject *obj, int flags = PyBUF_RECORDS_RO) {
+        auto v = acquire(obj, flags, false, 0);
+        if (!v) detail::throw_python_error();
+        return std::move(*v);
+    }
+    // pyxbuf_get_stream: for a consumer working on `consumer_stream`.
+    static view get(PyObject *obj, int flags, int64_t consumer_stream) {
+        auto v = acquire(obj, flags, true, consumer_stream);
+        if (!v) detail::throw_python_error();
+        return std::move(*v);
+    }
+#endif
+
+    // Release now (needs the GIL); the view holds nothing afterwards.
+    void reset() noexcept { s_.reset(); }
+    bool valid() const noexcept { return static_cast<bool>(s_); }
+    explicit operator bool() const noexcept { return valid(); }
+
+    // The C view (for the C API: pyxbuf_copy_to_host, pyxbuf_device_wait ...).
+    const pyxbuf_view *c_view() const noexcept { return s_ ? &s_->v : nullptr; }
+    PyObject *object() const noexcept { return s_->v.base.obj; }
+
+    int ndim() const noexcept { return s_->v.base.ndim; }
+    // Items per dimension; always present (computed when the producer gave none).
+    const Py_ssize_t *shape() const noexcept { return s_->dims.data(); }
+    // Byte strides per dimension; always present (C order when none were given).
+    const Py_ssize_t *strides() const noexcept {
+        return s_->dims.data() + s_->v.base.ndim;
+    }
+    Py_ssize_t shape(int dim) const noexcept { return shape()[dim]; }
+    Py_ssize_t stride(int dim) const noexcept { return strides()[dim]; }
+    // Number of items.
+    std::size_t size() const noexcept { return static_cast<std::size_t>(s_->size); }
+    // sizeof(T): the producer's itemsize (a flat PyBUF_SIMPLE view: 1).
+    Py_ssize_t itemsize() const noexcept { return static_cast<Py_ssize_t>(sizeof(T)); }
+    Py_ssize_t nbytes() const noexcept { return s_->v.base.len; }
+    bool readonly() const noexcept { return s_->v.base.readonly != 0; }
+    // The producer's format ("B" when it gave none).
+    const char *format() const noexcept {
+        return s_->v.base.format != nullptr ? s_->v.base.format : "B";
+    }
+    bool is_host() const noexcept { return pyxbuf_view_is_host(&s_->v) != 0; }
+    device_type device() const noexcept {
+        device_type d{is_host(), 0, 0, s_->v.device};
+        pyxbuf_device dev;
+        if (pyxbuf_view_device(&s_->v, &dev, nullptr) == PYXBUF_OK) {
+            d.type = dev.device_type;
+            d.id = dev.device_id;
+        }
+        return d;
+    }
+    grants_type grants() const noexcept {
+        const int32_t g = s_->v.ext_flags;
+        return {(g & PYXBUF_EXT_SHARED) != 0, (g & PYXBUF_EXT_EXCLUSIVE) != 0,
+                (g & PYXBUF_EXT_TRACKED) != 0};
+    }
+    int32_t path() const noexcept { return s_->v.path; }
+    // "native", "classic", "dlpack", ... (pyxbuf_path_name).
+    const char *path_name() const noexcept { return pyxbuf_path_name(s_->v.path); }
+    bool c_contiguous() const noexcept {
+        return PyBuffer_IsContiguous(&s_->v.base, 'C') != 0;
+    }
+
+    // The first item's address (any layout; host or device memory).
+    T *data() const noexcept { return reinterpret_cast<T *>(base_ptr()); }
+
+    // All items when the memory is C-contiguous and on the host, else nullopt.
+    std::optional<pyxbuf::span<T>> try_span() const noexcept {
+        if (!s_ || !is_host() || !c_contiguous()) return std::nullopt;
+        return pyxbuf::span<T>(data(), size());
+    }
+    // As try_span, failing (pyxbuf::error, or abort without exceptions) otherwise.
+    pyxbuf::span<T> span() const {
+        require_host();
+        if (!c_contiguous()) detail::fail("the view is not C-contiguous");
+        return pyxbuf::span<T>(data(), size());
+    }
+
+    // Unchecked indexing, any strides: one index per dimension (not checked
+    // against the bounds; device memory fails).
+    template <class... I> T &operator()(I... idx) const {
+        static_assert((std::is_integral<I>::value && ...), "indices are integers");
+        require_host();
+        const Py_ssize_t is[] = {static_cast<Py_ssize_t>(idx)..., 0};
+        if (static_cast<int>(sizeof...(I)) != ndim()) detail::fail("wrong number of indices");
+        char *p = base_ptr();
+        for (std::size_t k = 0; k < sizeof...(I); k++)
+            p += is[k] * strides()[k];
+        return *reinterpret_cast<T *>(p);
+    }
+
+    // Bounds-checked indexing (negative indices are errors too).
+    T &at(const Py_ssize_t *indices, std::size_t n) const {
+        require_host();
+        if (static_cast<int>(n) != ndim()) detail::fail("wrong number of indices");
+        char *p = base_ptr();
+        for (std::size_t k = 0; k < n; k++) {
+            if (indices[k] < 0 || indices[k] >= shape()[k]) detail::fail("index out of range");
+            p += indices[k] * strides()[k];
+        }
+        return *reinterpret_cast<T *>(p);
+    }
+    T &at(std::initializer_list<Py_ssize_t> indices) const {
+        return at(indices.begin(), indices.size());
+    }
+    T &at(const std::vector<Py_ssize_t> &indices) const {
+        return at(indices.data(), indices.size());
+    }
+
+    // Every item in logical C order, whatever the strides (host memory).
+    class iterator {
+    public:
+        using iterator_category = std::forward_iterator_tag;
+        using value_type = std::remove_const_t<T>;
+        using difference_type = std::ptrdiff_t;
+        using pointer = T *;
+        using reference = T &;
+
+        iterator() = default;
+        reference operator*() const noexcept { return *reinterpret_cast<T *>(p_); }
+        pointer operator->() const noexcept { return reinterpret_cast<T *>(p_); }
+        iterator &operator++() noexcept {
+            ++pos_;
+            const int nd = static_cast<int>(idx_.size());
+            for (int k = nd - 1; k >= 0; k--) {
+                const std::size_t u = static_cast<std::size_t>(k);
+                p_ += strides_[u];
+                if (++idx_[u] < shape_[u]) return *this;
+                p_ -= strides_[u] * idx_[u];
+                idx_[u] = 0;
+            }
+            return *this;
+        }
+        iterator operator++(int) {
+            iterator t = *this;
+            ++*this;
+            return t;
+        }
+        friend bool operator==(const iterator &a, const iterator &b) noexcept {
+            return a.pos_ == b.pos_;
+        }
+        friend bool operator!=(const iterator &a, const iterator &b) noexcept {
+            return a.pos_ != b.pos_;
+        }
+
+    private:
+        friend class view;
+        iterator(char *p, const Py_ssize_t *shape, const Py_ssize_t *strides, int nd,
+                 std::size_t pos)
+            : p_(p), shape_(shape), strides_(strides),
+              idx_(static_cast<std::size_t>(nd), 0), pos_(pos) {}
+        char *p_ = nullptr;
+        const Py_ssize_t *shape_ = nullptr;
+        const Py_ssize_t *strides_ = nullptr;
+        std::vector<Py_ssize_t> idx_;
+        std::size_t pos_ = 0;
+    };
+
+    iterator begin() const {
+        require_host();
+        return iterator(base_ptr(), shape(), strides(), ndim(), 0);
+    }
+    iterator end() const {
+        require_host();
+        return iterator(nullptr, shape(), strides(), 0, size());
+    }
+};
+
+} // namespace pyxbuf
+
+#endif // PYXBUF_HPP
