@@ -26,7 +26,10 @@
 // pyxbuf_view lives in a heap block the view owns, at a fixed address for the
 // whole acquisition (the C struct may point into itself, so it is never
 // relocated): moving a view moves the pointer, the moved-from view holds
-// nothing and its destructor does nothing.
+// nothing and its destructor does nothing. On a view that holds nothing
+// (moved from, reset, default-constructed) call only valid(), reset(),
+// assignment and the destructor; the accessors need an acquired view.
+// Pointers and spans taken from a view are valid until it is released.
 //
 // Errors: get() throws pyxbuf::error (a std::runtime_error) whose what() is
 // "ExceptionType: message" of the Python exception, which it clears. Code

@@ -3,6 +3,8 @@
 // executable runs the case named by argv[1], or all of them without one.
 #include "pyxbuf.hpp"
 
+#include "device/emulated.h" // the tests' guarded device (not part of pyxbuf.hpp)
+
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -347,7 +349,34 @@ CXX_TEST(exclusive_twice_second_throws) {
 }
 
 CXX_TEST(device_memory_refuses_element_access) {
-    // Host views only here: a view of the host exporter with PYXBUF_DEVICE is host.
+    pyxbuf_error err;
+    CHECK(pyxbuf_emulated_register(&err) == 0);
+    const pyxbuf_device dev1 = {PYXBUF_DL_EXT_DEV, 1};
+    Py_ssize_t shape[1] = {4};
+    PyObject *d = pyxbuf_exporter_new("d", 1, shape, 0, &dev1);
+    CHECK(d != nullptr);
+    {
+        // Without PYXBUF_DEVICE device memory is refused.
+        CHECK_CONTAINS(THROWN(pyxbuf::view<double>::get(d)), "BufferError");
+        auto v = pyxbuf::view<double>::get(d, PyBUF_RECORDS | PYXBUF_DEVICE);
+        CHECK(!v.device().host);
+        CHECK(!v.is_host());
+        CHECK_EQ(v.device().type, PYXBUF_DL_EXT_DEV);
+        CHECK_EQ(v.device().id, 1);
+        CHECK(v.device().identifier != nullptr);
+        CHECK_EQ(v.size(), 4);
+        CHECK(v.data() != nullptr);
+        CHECK(!v.try_span()); // contiguous, but not host memory
+        CHECK_CONTAINS(THROWN(v(0)), "device memory");
+        CHECK_CONTAINS(THROWN(v.at({0})), "device memory");
+        CHECK_CONTAINS(THROWN(v.span()), "device memory");
+        CHECK_CONTAINS(THROWN(v.begin()), "device memory");
+        // The C API still works on it: copy to the host.
+        double host[4];
+        CHECK(pyxbuf_copy_to_host(v.c_view(), host, sizeof host) == 0);
+    }
+    Py_XDECREF(d);
+    // A host exporter asked with PYXBUF_DEVICE: host memory, accessible.
     PyObject *e = exporter("d", 4, 0);
     auto v = pyxbuf::view<double>::get(e, PyBUF_RECORDS | PYXBUF_DEVICE);
     CHECK(v.device().host);
