@@ -400,9 +400,14 @@ PyObject *pyxbuf_to_device(const pyxbuf_view *view, const pyxbuf_device *target,
     return out;
 }
 
-static pyxbuf__exporter *as_exporter(PyObject *obj, const char *who) {
+/* 1 if `obj` (may be NULL) is a pyxbuf.Exporter: one published type. */
+static int is_exporter(PyObject *obj) {
     PyObject *type = PYXBUF__FT_LOAD_ACQUIRE(&exporter_type_object);
-    if (obj == NULL || type == NULL || !PyObject_TypeCheck(obj, (PyTypeObject *)type)) {
+    return obj != NULL && type != NULL && PyObject_TypeCheck(obj, (PyTypeObject *)type);
+}
+
+static pyxbuf__exporter *as_exporter(PyObject *obj, const char *who) {
+    if (!is_exporter(obj)) {
         PyErr_Format(PyExc_TypeError, "%s: expected a pyxbuf.Exporter, got '%.200s'", who,
                      obj ? Py_TYPE(obj)->tp_name : "NULL");
         return NULL;
@@ -541,8 +546,7 @@ static int xc_from_py_object(void *py_object, DLManagedTensorVersioned **out) {
 static int xc_dltensor_from_py_object(void *py_object, DLTensor *out) {
     PyObject *obj = py_object;
     if (obj == NULL || out == NULL) return null_argument();
-    PyObject *type = PYXBUF__FT_LOAD_ACQUIRE(&exporter_type_object);
-    if (type == NULL || !PyObject_TypeCheck(obj, (PyTypeObject *)type))
+    if (!is_exporter(obj))
         return pyxbuf__buffer_error(
             "pyxbuf: a non-owning DLTensor of '%.200s' is not available (its shape may not "
             "outlive a view); use managed_tensor_from_py_object_no_sync",
