@@ -138,6 +138,17 @@ def test_device_memory_needs_pyxbuf_device():
     assert e.device == "ext_dev:3"
 
 
+@pytest.mark.parametrize("device", [None, (t.PYXBUF_DL_EXT_DEV, 0)])
+def test_cuda_array_interface_only_for_cuda_memory(device):
+    # CAI describes CUDA memory alone (test_cuda_peers.py reads a CUDA one with
+    # cupy.asarray on GPU machines); elsewhere the attribute is absent, so
+    # hasattr() is False and consumers such as CuPy take another route.
+    e = t.exporter("<f", (4,), device=device)
+    assert not hasattr(e, "__cuda_array_interface__")
+    with pytest.raises(AttributeError, match=r"describes CUDA memory.*on '(cpu|ext_dev:0)'"):
+        e.__cuda_array_interface__
+
+
 def test_exporter_refcounts_after_10000_cycles():
     e = t.exporter("f", (16,))
     before = sys.getrefcount(e)

@@ -467,6 +467,7 @@ def test_shutdown_with_live_views(mode):
     env["PYTHONPATH"] = os.pathsep.join(
         [os.path.dirname(t.__file__)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env.pop("PYTHONWARNINGS", None)
+    env["JAX_PLATFORMS"] = "cpu"  # the child's JAX arrays are CPU arrays on GPU machines too
     args = [sys.executable]
     if "jax" not in mode:
         # Development mode: the debug allocator and faulthandler catch a

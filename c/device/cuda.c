@@ -137,6 +137,17 @@ _Static_assert(sizeof(void *) == sizeof(CUresult (*)(void)),
 /* Loading                                                                    */
 /* ------------------------------------------------------------------------- */
 
+/* Events kept for reuse per device: every device acquisition records one
+ * (the view's sync_event) and destroys it at release, and cuEventCreate plus
+ * cuEventDestroy cost more than the rest of a CuPy acquisition's driver work.
+ * Reuse is safe: cuStreamWaitEvent waits for the record current when it was
+ * called, not for later ones, and a view's event is not used after release. */
+#define EVENT_POOL_SIZE 32
+typedef struct event_pool {
+    CUevent events[EVENT_POOL_SIZE];
+    int count;
+} event_pool;
+
 static struct {
     int ready;          /* 1 once the library is loaded and cuInit succeeded */
     int32_t code;       /* the failure code when not ready */
@@ -144,7 +155,8 @@ static struct {
     cuda_api api;
     int device_count;
     CUcontext *primary; /* device_count entries; NULL until retained */
-    pthread_mutex_t lock; /* guards primary[] */
+    event_pool *pools;  /* device_count entries */
+    pthread_mutex_t lock; /* guards primary[] and pools[] */
 } drv = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
@@ -241,7 +253,10 @@ static void load_driver(void) {
         return;
     }
     drv.primary = calloc((size_t)count, sizeof *drv.primary);
-    if (drv.primary == NULL) {
+    drv.pools = calloc((size_t)count, sizeof *drv.pools);
+    if (drv.primary == NULL || drv.pools == NULL) {
+        free(drv.primary);
+        free(drv.pools);
         driver_unavailable(PYXBUF_ENOMEM, "out of memory setting up the CUDA backend");
         return;
     }
@@ -565,6 +580,25 @@ static int cuda_event_wait(void *ctx, int32_t device_id, void *event, int64_t st
     return 0;
 }
 
+/* A pooled event of device `id`, or NULL when the pool is empty. */
+static CUevent pooled_event(int32_t id) {
+    pthread_mutex_lock(&drv.lock);
+    event_pool *pool = &drv.pools[id];
+    CUevent ev = pool->count > 0 ? pool->events[--pool->count] : NULL;
+    pthread_mutex_unlock(&drv.lock);
+    return ev;
+}
+
+/* Keep `ev` for reuse; 0 when the pool is full (the caller destroys it). */
+static int pool_event(int32_t id, CUevent ev) {
+    pthread_mutex_lock(&drv.lock);
+    event_pool *pool = &drv.pools[id];
+    int kept = pool->count < EVENT_POOL_SIZE;
+    if (kept) pool->events[pool->count++] = ev;
+    pthread_mutex_unlock(&drv.lock);
+    return kept;
+}
+
 /* Events are created without timing: they only order work, and timing-free
  * events are the cheapest to record and wait on. */
 static int cuda_event_record(void *ctx, int32_t device_id, int64_t stream, void **event,
@@ -577,13 +611,20 @@ static int cuda_event_record(void *ctx, int32_t device_id, int64_t stream, void 
         return pyxbuf__error(err, PYXBUF_EINVAL, -1, "cuda event_record: event is NULL");
     *event = NULL;
     if ((rc = enter(device_id, err)) != 0) return rc;
-    CUevent ev = NULL;
-    CUresult r = drv.api.event_create(&ev, CU_EVENT_DISABLE_TIMING);
+    /* A pooled event may be a producer's (pyxbuf_exporter_set_event hands
+     * them over) that this stream cannot record: then a fresh one. */
+    CUevent ev = pooled_event(device_id);
+    CUresult r = ev != NULL ? drv.api.event_record(ev, s) : CUDA_ERROR_INVALID_HANDLE;
     const char *call = "cuEventCreate";
-    if (r == CUDA_SUCCESS) {
-        call = "cuEventRecord";
-        r = drv.api.event_record(ev, s);
-        if (r != CUDA_SUCCESS) (void)drv.api.event_destroy(ev);
+    if (r != CUDA_SUCCESS) {
+        if (ev != NULL) (void)drv.api.event_destroy(ev);
+        ev = NULL;
+        r = drv.api.event_create(&ev, CU_EVENT_DISABLE_TIMING);
+        if (r == CUDA_SUCCESS) {
+            call = "cuEventRecord";
+            r = drv.api.event_record(ev, s);
+            if (r != CUDA_SUCCESS) (void)drv.api.event_destroy(ev);
+        }
     }
     leave();
     if (r != CUDA_SUCCESS) {
@@ -600,6 +641,7 @@ static int cuda_event_destroy(void *ctx, int32_t device_id, void *event, pyxbuf_
     int rc = driver_ready(err);
     if (rc != 0) return rc;
     if ((rc = check_ordinal(device_id, err)) != 0 || event == NULL) return rc;
+    if (pool_event(device_id, (CUevent)event)) return 0;
     if ((rc = enter(device_id, err)) != 0) return rc;
     CUresult r = drv.api.event_destroy((CUevent)event);
     leave();

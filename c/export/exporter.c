@@ -110,6 +110,10 @@ static PyGetSetDef exporter_getset[] = {
     {"device", pyxbuf__exporter_get_device, NULL, "Where the memory lives: 'cpu', 'cuda:0', ...",
      NULL},
     {"borrows", pyxbuf__exporter_get_borrows, NULL, "Live views and borrow grants, by kind.", NULL},
+    {"__cuda_array_interface__", pyxbuf__exporter_get_cai, NULL,
+     "The CUDA Array Interface (version 3) of CUDA memory, for cupy.asarray and Numba; "
+     "AttributeError for memory elsewhere and for formats no typestr spells.",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -404,6 +404,39 @@ TEST_CASE(events_order_a_copy) {
     free(host);
 }
 
+/* Destroyed events go back to a per-device pool: the next record reuses the
+ * handle, and each reuse still orders exactly its own record's work. */
+TEST_CASE(reused_events_order_each_record) {
+    require_gpu();
+    const pyxbuf_backend *b = cuda();
+    const size_t n = (size_t)16 << 20, tail = 4096;
+    unsigned char *host = malloc(tail);
+    void *d = NULL, *first = NULL;
+    CHECK_OK(b->alloc(b->ctx, 0, n, &d, &last));
+    driver_enter();
+    CUstream producer, consumer;
+    CU_OK(drv.stream_create(&producer, CU_STREAM_NON_BLOCKING));
+    CU_OK(drv.stream_create(&consumer, CU_STREAM_NON_BLOCKING));
+    for (int i = 1; i <= 100; i++) {
+        void *ev = NULL;
+        CU_OK(drv.memset_d8_async((CUdeviceptr)(uintptr_t)d, (unsigned char)i, n, producer));
+        CHECK_OK(b->event_record(b->ctx, 0, stream_int(producer), &ev, &last));
+        if (i == 1) first = ev;
+        else CHECK(ev == first); /* the pool's one event, again */
+        CHECK_OK(b->event_wait(b->ctx, 0, ev, stream_int(consumer), &last));
+        CHECK_OK(b->event_destroy(b->ctx, 0, ev, &last)); /* before the wait ran */
+        CHECK_OK(b->copy_to_host(b->ctx, 0, host, offset(d, n - tail), tail,
+                                 stream_int(consumer), &last));
+        CHECK(all_equal(host, tail, (unsigned char)i));
+    }
+    CU_OK(drv.stream_synchronize(producer));
+    CU_OK(drv.stream_destroy(producer));
+    CU_OK(drv.stream_destroy(consumer));
+    driver_leave();
+    CHECK_OK(b->free(b->ctx, 0, d, &last));
+    free(host);
+}
+
 TEST_CASE(error_names_from_driver) {
     require_gpu();
     const pyxbuf_backend *b = cuda();
@@ -501,5 +534,6 @@ TEST_CASE(peer_copy_between_devices) {
 TEST_MAIN(TEST_ENTRY(missing_driver_is_a_clear_error), TEST_ENTRY(backend_describes_cuda),
           TEST_ENTRY(alloc_copy_roundtrip), TEST_ENTRY(device_to_device_copy),
           TEST_ENTRY(pointer_query_on_device_and_host_memory), TEST_ENTRY(events_order_a_copy),
+          TEST_ENTRY(reused_events_order_each_record),
           TEST_ENTRY(error_names_from_driver), TEST_ENTRY(invalid_arguments_are_refused),
           TEST_ENTRY(peer_copy_between_devices))

@@ -40,6 +40,10 @@ class Exporter:
     def device(self) -> str: ...
     @property
     def borrows(self) -> dict[str, int]: ...
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """CUDA Array Interface v3 of CUDA memory (for ``cupy.asarray``);
+        AttributeError for memory elsewhere."""
     itemsize: int
     nbytes: int
     readonly: int
