@@ -71,6 +71,7 @@ help:
 	@echo 'Benchmarks:'
 	@echo '  bench                 the Criterion suite; writes bench/results/<date>-<machine>.md'
 	@echo '  bench-ir              instruction counts (Callgrind); writes bench/results/ir-<date>.md'
+	@echo '  bench-args            the per-argument race of every binding framework; bench/results/args-<date>.md'
 	@echo 'Clean:'
 	@echo '  clean                 remove the build folders and target/'
 	@echo '  distclean             clean, and remove .venv'
@@ -219,7 +220,7 @@ check-layers: build
 # with one line per target of issue 12, then draws it (bench/chart.py:
 # bench/results/ir-chart.svg); `make bench-smoke` (part of
 # `make test`) runs every benchmark of both once, untimed, so none can rot.
-.PHONY: bench bench-smoke bench-ir
+.PHONY: bench bench-smoke bench-ir bench-args
 BENCH_ENV = $(RUST_ENV) PYXBUF_BUILD_DIR=$(BUILD)
 CRITERION_HOME ?= $(abspath target)/criterion-pyxbuf
 
@@ -255,6 +256,25 @@ bench-ir: venv build $(GUNGRAUN_RUNNER)
 	    cargo bench -p pyxbuf-bench --bench pyxbuf -- '^copy/(memcpy|pyxbuf_to_device)/64MiB$$'
 	$(VPY) bench/ir_report.py --gungraun $(IR_DIR) --criterion $(IR_CRITERION)
 	$(VPY) bench/chart.py
+
+# The per-argument race (bench/args/, issue 28): one 1-D float32 argument in
+# each binding framework, pyxbuf's route beside the framework's own; the
+# frameworks' modules are built into .venv, Callgrind counts every case in one
+# valgrind run (client requests mark the loops), pyperf times them, and
+# race.py writes bench/results/args-<date>.md ending with the target lines.
+ARGS_DIR = $(abspath target)/bench-args
+ARGS_PY = PYTHONPATH=$(abspath $(BUILD))/bench-args
+bench-args: venv build
+	$(VPY) -c 'import pyperf' 2>/dev/null || $(VPY) -m pip install --quiet "pyperf>=2.10"
+	$(MATURIN_ENV) $(VENV)/bin/maturin develop --quiet --release -m bench/args/pyo3/Cargo.toml
+	rm -rf $(ARGS_DIR) && mkdir -p $(ARGS_DIR)/dumps
+	$(ARGS_PY) valgrind --tool=callgrind --callgrind-out-file=$(ARGS_DIR)/dumps/cg.%p \
+	    $(VPY) bench/args/race.py ir --dumps $(ARGS_DIR)/dumps 2>$(ARGS_DIR)/valgrind.log \
+	    || { tail -20 $(ARGS_DIR)/valgrind.log; exit 1; }
+	$(VPY) bench/args/race.py collect $(ARGS_DIR)/dumps --out $(ARGS_DIR)/ir.json
+	$(ARGS_PY) $(VPY) bench/args/race.py wall --out $(ARGS_DIR)/wall.json
+	$(VPY) bench/args/race.py report --ir $(ARGS_DIR)/ir.json --wall $(ARGS_DIR)/wall.json \
+	    --out bench/results/args-$$(date +%F).md
 
 bindings: venv libclang
 	PYO3_PYTHON=$(abspath $(VPY)) cargo run -p pyxbuf-sys --example regenerate

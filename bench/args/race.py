@@ -1,0 +1,255 @@
+"""The per-argument race (make bench-args): what one array argument costs in
+each binding framework, pyxbuf's route beside the framework's own.
+
+  race.py ir --dumps DIR       under valgrind --tool=callgrind: for each case,
+                               zero the counters, call the route LOOPS times
+                               from a Python loop, dump the counters labelled
+                               with the case (Callgrind's client requests)
+  race.py collect DIR --out F  the dumps' instruction counts, as JSON
+  race.py wall --out F         wall clock with pyperf (worker processes)
+  race.py report --ir F --wall F --out MD
+                               per-call and per-argument figures, the targets
+                               ("target <name> ratio=<x> goal=<op><y> met|missed",
+                               then "N met, M missed") into MD and stdout
+
+A route's argument cost is its call minus its framework's noop on the same
+input, so the Python loop, the call and the return value cancel out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from datetime import date
+from pathlib import Path
+
+# One thread: a BLAS or OpenMP pool spinning beside the loop would add its
+# instructions to Callgrind's counts (which cover every thread).
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import routes  # noqa: E402
+
+LOOPS = 2000
+
+
+# --------------------------------------------------------------------------
+# Instruction counts
+# --------------------------------------------------------------------------
+
+def run_ir(dumps: Path) -> None:
+    import _args_c as c
+
+    if not c.under_callgrind():
+        sys.exit("race.py ir: run me under valgrind --tool=callgrind (make bench-args does)")
+    r = range(LOOPS)
+    unsupported = {}
+    for case in routes.cases():
+        if case.why:
+            unsupported[case.label] = case.why
+            continue
+        for kind, fn in (("call", case.fn), ("noop", case.noop)):
+            obj = case.obj
+            for _ in range(20):  # warm: caches, the supported-flags cache
+                fn(obj)
+            c.ir_zero()
+            for _ in r:
+                fn(obj)
+            c.ir_dump(f"{kind}|{case.label}")
+    (dumps / "unsupported.json").write_text(json.dumps(unsupported, indent=1))
+
+
+def collect(dumps: Path) -> dict:
+    """{label: Ir per call} from Callgrind's dump files (one per ir_dump)."""
+    out = {"loops": LOOPS, "call": {}, "noop": {}}
+    for f in sorted(dumps.glob("cg.*")):
+        text = f.read_text(errors="replace")
+        trigger = re.search(r"^desc: Trigger: Client Request: (.*)$", text, re.M)
+        total = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
+        if not trigger or not total:
+            continue
+        kind, label = trigger.group(1).split("|", 1)
+        out[kind][label] = int(total.group(1)) / LOOPS
+    out["unsupported"] = json.loads((dumps / "unsupported.json").read_text())
+    return out
+
+
+# --------------------------------------------------------------------------
+# Wall clock
+# --------------------------------------------------------------------------
+
+def run_wall(out: Path) -> dict:
+    """Each case's call and noop as pyperf benchmarks; pyperf re-runs this
+    script as its workers (their argv carries --worker)."""
+    import pyperf
+
+    runner = pyperf.Runner(processes=4, values=5, warmups=1, loops=2000)
+    for case in routes.cases():
+        if case.why:
+            continue
+        runner.bench_func(f"call|{case.label}", case.fn, case.obj)
+        runner.bench_func(f"noop|{case.label}", case.noop, case.obj)
+
+
+def wall_figures(path: Path) -> dict:
+    import pyperf
+
+    suite = pyperf.BenchmarkSuite.load(str(path))
+    out = {"call": {}, "noop": {}}
+    for b in suite.get_benchmarks():
+        kind, label = b.get_name().split("|", 1)
+        out[kind][label] = b.median() * 1e9  # ns per call
+    return out
+
+
+# --------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------
+
+def argument_costs(fig: dict) -> dict:
+    return {k: v - fig["noop"][k] for k, v in fig["call"].items() if k in fig["noop"]}
+
+
+def targets(ir: dict) -> list[tuple[str, str, str, bool | None]]:
+    """[(name, ratio text, goal text, met or None when unmeasured)]."""
+    arg = argument_costs(ir)
+    rows = []
+
+    def ratio(name, ours, peer, goal, inp="numpy_f32"):
+        a, b = arg.get(f"{ours}/{inp}"), arg.get(f"{peer}/{inp}")
+        if a is None or b is None:
+            missing = ours if a is None else peer
+            rows.append((name, "n/a", f"<={goal:.2f}", None, f"{missing}/{inp} unmeasured"))
+            return
+        r = a / b
+        rows.append((name, f"{r:.3f}", f"<={goal:.2f}", r <= goal, f"{a:.0f} / {b:.0f} Ir"))
+
+    def adds(name, ours, budget, inp="numpy_f32"):
+        a, base = arg.get(f"{ours}/{inp}"), arg.get(f"c/pyxbuf_shared/{inp}")
+        if a is None or base is None:
+            rows.append((name, "n/a", f"<=+{budget}", None, f"{ours}/{inp} unmeasured"))
+            return
+        d = a - base
+        rows.append((name, f"{d:+.0f}", f"<=+{budget}", d <= budget,
+                     f"{a:.0f} - {base:.0f} Ir (C pyxbuf_get, shared)"))
+
+    ratio("1-pyo3-PyXBuffer-vs-PyBuffer", "pyo3/PyXBuffer", "pyo3/PyBuffer", 1.00)
+    ratio("1-pyo3-PyXBuffer1-vs-PyReadonlyArray1", "pyo3/PyXBuffer1", "pyo3/PyReadonlyArray1", 1.00)
+    ratio("1-cython-pyxbuf-vs-memoryview", "cython/pyxbuf", "cython/float[:]", 1.00)
+    ratio("1-nanobind-view-vs-ndarray", "nanobind/pyxbuf::view", "nanobind/nb::ndarray", 1.00)
+    ratio("1-pybind11-view-vs-array_t", "pybind11/pyxbuf::view", "pybind11/py::array_t", 1.00)
+    ratio("2-PyXBuffer-vs-PyBuffer", "pyo3/PyXBuffer", "pyo3/PyBuffer", 0.85)
+    ratio("2-PyXBuffer1-vs-PyReadonlyArray1", "pyo3/PyXBuffer1", "pyo3/PyReadonlyArray1", 0.85)
+    adds("3-cython-adds", "cython/pyxbuf", 60)
+    adds("3-nanobind-adds", "nanobind/pyxbuf::view", 60)
+    adds("3-pybind11-adds", "pybind11/pyxbuf::view", 60)
+    adds("3-pyo3-adds", "pyo3/PyXBuffer", 200)
+    ratio("4-torch-view-vs-nb::ndarray", "nanobind/pyxbuf::view", "nanobind/nb::ndarray", 0.50,
+          inp="torch_f32")
+    return rows
+
+
+def versions() -> str:
+    out = [f"Python {platform.python_version()}"]
+    for name in ("numpy", "ml_dtypes", "torch", "Cython", "nanobind", "pybind11", "pyperf"):
+        try:
+            mod = __import__(name)
+            out.append(f"{name} {getattr(mod, '__version__', '?')}")
+        except ImportError:
+            out.append(f"{name} absent")
+    return ", ".join(out)
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
+
+
+def report(ir: dict, wall: dict | None, out: Path) -> int:
+    arg_ir = argument_costs(ir)
+    arg_wall = argument_costs(wall) if wall else {}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    lines = [f"# Per-argument race, {date.today()} (make bench-args)", "",
+             f"Commit {commit}; {machine()}.", f"{versions()}.", "",
+             "One 1-D array argument per call, from a Python loop; *argument* = the call minus "
+             "its framework's `noop` on the same input. Instruction counts (Callgrind, "
+             f"{ir['loops']} calls per figure) are the target basis; wall clock (pyperf median, "
+             "4 processes x 5 values x 2000 loops) is the record.", "",
+             "| route | input | call Ir | argument Ir | call ns | argument ns |",
+             "|---|---|---|---|---|---|"]
+    labels = sorted(set(ir["call"]) | set(ir["unsupported"]),
+                    key=lambda s: (s.split("/")[-1], s))
+    for label in labels:
+        fw_route, inp = label.rsplit("/", 1)
+        if label in ir["unsupported"]:
+            lines.append(f"| {fw_route} | {inp} | unsupported: {ir['unsupported'][label]} | | | |")
+            continue
+        w_call = f"{wall['call'][label]:.1f}" if wall and label in wall["call"] else "-"
+        w_arg = f"{arg_wall[label]:.1f}" if label in arg_wall else "-"
+        lines.append(f"| {fw_route} | {inp} | {ir['call'][label]:.0f} | {arg_ir[label]:.0f} | "
+                     f"{w_call} | {w_arg} |")
+    lines += ["", "## Targets (instruction counts, argument cost)", "", "```"]
+    met = missed = unmeasured = 0
+    for name, r, goal, ok, basis in targets(ir):
+        verdict = "met" if ok else ("missed" if ok is False else "unmeasured")
+        met += ok is True
+        missed += ok is False
+        unmeasured += ok is None
+        lines.append(f"target {name} ratio={r} goal={goal} {verdict}  # {basis}")
+    tail = f"{met} met, {missed} missed"
+    if unmeasured:
+        tail += f", {unmeasured} unmeasured"
+    lines += [tail, "```", ""]
+    text = "\n".join(lines)
+    out.write_text(text)
+    print(text[text.index("## Targets"):])
+    return 0
+
+
+def main() -> int:
+    if "--worker" in sys.argv:  # a pyperf worker of `wall`
+        run_wall(Path())
+        return 0
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("ir")
+    s.add_argument("--dumps", type=Path, required=True)
+    s = sub.add_parser("collect")
+    s.add_argument("dumps", type=Path)
+    s.add_argument("--out", type=Path, required=True)
+    s = sub.add_parser("wall")
+    s.add_argument("--out", type=Path, required=True)
+    s = sub.add_parser("report")
+    s.add_argument("--ir", type=Path, required=True)
+    s.add_argument("--wall", type=Path)
+    s.add_argument("--out", type=Path, required=True)
+    a = p.parse_args()
+    if a.cmd == "ir":
+        run_ir(a.dumps)
+    elif a.cmd == "collect":
+        a.out.write_text(json.dumps(collect(a.dumps), indent=1))
+    elif a.cmd == "wall":
+        sys.argv = [sys.argv[0], "-o", str(a.out), "--quiet"]
+        run_wall(a.out)
+    else:
+        ir = json.loads(a.ir.read_text())
+        wall = wall_figures(a.wall) if a.wall and a.wall.exists() else None
+        return report(ir, wall, a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

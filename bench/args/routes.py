@@ -1,0 +1,134 @@
+"""The per-argument race's routes and inputs (make bench-args).
+
+A route is one way of writing "take one 1-D float32 array, return its
+length" in one binding framework; each framework also has a `noop` taking one
+object and returning 0. A route's *argument cost* is its call's cost minus its
+framework's `noop`, on the same input. Modules that did not build or import
+are reported as unsupported with the reason, never left out silently.
+"""
+
+from __future__ import annotations
+
+import array
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+# (framework, route, module, function): the route's label is "framework/route".
+ROUTES = [
+    ("c", "classic", "_args_c", "classic"),
+    ("c", "pyxbuf", "_args_c", "pyxbuf"),
+    ("c", "pyxbuf_shared", "_args_c", "pyxbuf_shared"),
+    ("pyo3", "PyXBuffer", "_args_pyo3", "pyxbuf"),
+    ("pyo3", "PyXBuffer1", "_args_pyo3", "pyxbuf1"),
+    ("pyo3", "PyBuffer", "_args_pyo3", "pybuffer"),
+    ("pyo3", "PyReadonlyArray1", "_args_pyo3", "numpy"),
+    ("pyo3", "dlpark", "_args_pyo3", "dlpark"),
+    ("cython", "float[:]", "_args_cython", "memview"),
+    ("cython", "pyxbuf", "_args_cython", "pyxbuf"),
+    ("nanobind", "nb::ndarray", "_args_nanobind", "ndarray"),
+    ("nanobind", "pyxbuf::view", "_args_nanobind", "pyxbuf"),
+    ("pybind11", "py::array_t", "_args_pybind11", "array_t"),
+    ("pybind11", "pyxbuf::view", "_args_pybind11", "pyxbuf"),
+]
+
+# bfloat16 where a framework can say it: (framework, route, module, function).
+BF16_ROUTES = [
+    ("c", "pyxbuf", "_args_c", "pyxbuf_bf16"),
+    ("pyo3", "PyXBuffer", "_args_pyo3", "pyxbuf_bf16"),
+]
+
+FRAMEWORK_MODULE = {"c": "_args_c", "pyo3": "_args_pyo3", "cython": "_args_cython",
+                    "nanobind": "_args_nanobind", "pybind11": "_args_pybind11"}
+
+N_ITEMS = 1000
+
+
+def _numpy_f32():
+    import numpy as np
+    return np.arange(N_ITEMS, dtype=np.float32)
+
+
+def _memoryview_f32():
+    return memoryview(array.array("f", range(N_ITEMS)))
+
+
+def _torch_f32():
+    import torch
+    return torch.arange(N_ITEMS, dtype=torch.float32)
+
+
+def _bf16():
+    import ml_dtypes
+    import numpy as np
+    return np.arange(N_ITEMS, dtype=ml_dtypes.bfloat16)
+
+
+INPUTS: dict[str, Callable[[], object]] = {
+    "numpy_f32": _numpy_f32,
+    "memoryview_f32": _memoryview_f32,
+    "torch_f32": _torch_f32,
+    "numpy_bf16": _bf16,
+}
+
+
+@dataclass
+class Case:
+    framework: str
+    route: str
+    input: str
+    fn: Callable | None = None
+    noop: Callable | None = None
+    obj: object = None
+    why: str = ""  # non-empty: unsupported, and why
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"{self.framework}/{self.route}/{self.input}"
+
+
+def _module(name: str, errors: dict[str, str]):
+    if name in errors:
+        return None
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        errors[name] = f"module {name} not built or not importable ({e})"
+        return None
+
+
+def cases() -> list[Case]:
+    """Every (route, input) pair, each either runnable (fn, noop, obj set and
+    one call succeeded) or unsupported with the reason."""
+    errors: dict[str, str] = {}
+    objs: dict[str, object] = {}
+    for name, make in INPUTS.items():
+        try:
+            objs[name] = make()
+        except ImportError as e:
+            objs[name] = None
+            errors[f"input:{name}"] = f"{name}: {e}"
+    out = []
+    for inp in INPUTS:
+        routes = BF16_ROUTES if inp == "numpy_bf16" else ROUTES
+        for fw, route, mod_name, fn_name in routes:
+            case = Case(fw, route, inp)
+            out.append(case)
+            if objs[inp] is None:
+                case.why = f"input unavailable here: {errors[f'input:{inp}']}"
+                continue
+            mod = _module(mod_name, errors)
+            if mod is None:
+                case.why = errors[mod_name]
+                continue
+            case.fn, case.noop, case.obj = getattr(mod, fn_name), mod.noop, objs[inp]
+            try:
+                n = case.fn(case.obj)
+            except Exception as e:  # the framework cannot take this input
+                case.why = f"refused: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
+                case.fn = None
+                continue
+            if n != N_ITEMS:
+                raise AssertionError(f"{case.label} returned {n}, not {N_ITEMS}")
+    return out
