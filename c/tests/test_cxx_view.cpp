@@ -219,6 +219,63 @@ CXX_TEST(format_checks) {
     CHECK(!pyxbuf::detail::format_matches<float>("not a format"));
 }
 
+CXX_TEST(bfloat16_custom_format) {
+    using bf = pyxbuf::bfloat16;
+    // Format matching: the custom type by any alternative, native order, one item.
+    CHECK(pyxbuf::detail::format_matches<bf>("[ml_dtypes$bfloat16]"));
+    CHECK(pyxbuf::detail::format_matches<bf>("=[ml_dtypes$bfloat16]"));
+    CHECK(pyxbuf::detail::format_matches<bf>("[jax$bf16;ml_dtypes$bfloat16]"));
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    CHECK(pyxbuf::detail::format_matches<bf>("<[ml_dtypes$bfloat16]"));
+    CHECK(!pyxbuf::detail::format_matches<bf>(">[ml_dtypes$bfloat16]"));
+#endif
+    CHECK(!pyxbuf::detail::format_matches<bf>("[ml_dtypes$bfloat1]"));
+    CHECK(!pyxbuf::detail::format_matches<bf>("[ml_dtypes$bfloat16x]"));
+    CHECK(!pyxbuf::detail::format_matches<bf>("[ml_dtypes$float16]"));
+    CHECK(!pyxbuf::detail::format_matches<bf>("2[ml_dtypes$bfloat16]"));
+    CHECK(!pyxbuf::detail::format_matches<bf>("[ml_dtypes$bfloat16][ml_dtypes$bfloat16]"));
+    CHECK(!pyxbuf::detail::format_matches<bf>("e"));
+    CHECK(!pyxbuf::detail::format_matches<bf>("H"));
+    CHECK(!pyxbuf::detail::format_matches<std::uint16_t>("[ml_dtypes$bfloat16]"));
+    // Conversions: exact widening, round to nearest even, NaN kept.
+    CHECK(bf{0x3fc0}.to_float() == 1.5f);
+    CHECK(static_cast<float>(bf{0xc000}) == -2.0f);
+    CHECK_EQ(bf::from_float(1.5f).bits, 0x3fc0);
+    CHECK_EQ(bf::from_float(1.0f + 1.0f / 256).bits, 0x3f80);      // a tie: to even
+    CHECK_EQ(bf::from_float(1.0f + 3.0f / 256).bits, 0x3f82);      // a tie: to even, up
+    CHECK_EQ(bf::from_float(1.0f + 1.0f / 128 + 1.0f / 4096).bits, 0x3f81);
+    const float nan = bf::from_float(__builtin_nanf("")).to_float();
+    CHECK(nan != nan);
+    // A view over an exporter of bfloat16 items, read and written.
+    PyObject *e = exporter("[ml_dtypes$bfloat16]", 3, 0);
+    CHECK(e != nullptr);
+    const Py_ssize_t before = Py_REFCNT(e);
+    {
+        auto w = pyxbuf::view<bf>::get(e);
+        CHECK_EQ(w.itemsize(), 2);
+        CHECK_EQ(w.size(), 3);
+        CHECK(std::strcmp(w.format(), "[ml_dtypes$bfloat16]") == 0);
+        w(0) = bf::from_float(1.5f);
+        w(1) = bf::from_float(-2.0f);
+        w(2) = bf::from_float(4.25f);
+    }
+    {
+        auto v = pyxbuf::view<const bf>::get(e);
+        float total = 0;
+        for (bf x : v) total += x.to_float();
+        CHECK(total == 3.75f);
+        std::string msg = THROWN(pyxbuf::view<const std::uint16_t>::get(e));
+        CHECK_CONTAINS(msg, "'[ml_dtypes$bfloat16]'");
+        CHECK_CONTAINS(msg, "expected 'H'");
+    }
+    PyObject *h = exporter("e", 2, 0); // IEEE half: two bytes, another type
+    CHECK(h != nullptr);
+    CHECK_CONTAINS(THROWN(pyxbuf::view<const bf>::get(h)), "expected '[ml_dtypes$bfloat16]' (2-byte items)");
+    CHECK_EQ(Py_REFCNT(e), before);
+    Py_XDECREF(h);
+    Py_XDECREF(e);
+}
+
 CXX_TEST(format_mismatch_throws_naming_both_and_releases) {
     PyObject *a = eval("bytearray(struct.pack('2d', 1.0, 2.0))");
     PyObject *d = a ? PyMemoryView_FromObject(a) : nullptr;
