@@ -338,6 +338,21 @@ private:
 
     static int request(int flags) { return writable ? (flags | PyBUF_WRITABLE) : flags; }
 
+public:
+    // The request of a view<T> argument of a nanobind or pybind11 function
+    // (pyxbuf_nanobind.hpp, pyxbuf_pybind11.hpp), what pyxbuf's Rust
+    // PyXBuffer asks by default: strides and a format (PyBUF_RECORDS_RO), and
+    // for view<const T> a shared borrow (PYXBUF_BORROW_SHARED: nobody writes
+    // while it lives), for view<T> writable memory with an exclusive borrow
+    // (PyBUF_WRITABLE, added by every acquisition of a view<T>, and
+    // PYXBUF_BORROW_EXCLUSIVE: only this view reads or writes). The borrow is
+    // asked for, not required: a producer that ignores the bits gives a view
+    // without a grant (read grants()). Host memory only (no PYXBUF_DEVICE).
+    static constexpr int argument_flags =
+        PyBUF_RECORDS_RO | (writable ? PYXBUF_BORROW_EXCLUSIVE : PYXBUF_BORROW_SHARED);
+
+private:
+
     // Acquire; nullopt with a Python exception set on failure (nothing held).
     static std::optional<view> acquire(PyObject *obj, int flags, bool with_stream,
                                        int64_t stream) {
@@ -355,7 +370,8 @@ private:
         if (!detail::format_matches<value_type>(b.format)) {
             const char *have = b.format != nullptr ? b.format : "B";
             PyErr_Format(PyExc_BufferError,
-                         "pyxbuf::view: the buffer's format is '%s', expected '%s' (%zd-byte items)",
+                         "pyxbuf::view: the buffer's format is '%s', expected '%s' (%zd-byte "
+                         "items); pass an array of that item type (convert it first)",
                          have, detail::item_traits<value_type>::format,
                          static_cast<Py_ssize_t>(sizeof(value_type)));
             return std::nullopt;
@@ -365,12 +381,15 @@ private:
         const bool flat_bytes = b.format == nullptr && b.shape == nullptr;
         const Py_ssize_t item = flat_bytes ? 1 : b.itemsize;
         if (item != static_cast<Py_ssize_t>(sizeof(value_type))) {
-            PyErr_Format(PyExc_BufferError, "pyxbuf::view: itemsize %zd, expected %zd",
+            PyErr_Format(PyExc_BufferError,
+                         "pyxbuf::view: itemsize %zd, expected %zd; pass an array of that item type",
                          item, static_cast<Py_ssize_t>(sizeof(value_type)));
             return std::nullopt;
         }
         if (writable && b.readonly) {
-            PyErr_SetString(PyExc_BufferError, "pyxbuf::view: read-only memory for a writable view");
+            PyErr_SetString(PyExc_BufferError,
+                            "pyxbuf::view: read-only memory for a writable view; pass writable "
+                            "memory, or read it through a view of const items");
             return std::nullopt;
         }
         const int nd = b.ndim;
@@ -584,6 +603,35 @@ public:
         return iterator(nullptr, shape(), strides(), 0, size());
     }
 };
+
+namespace detail {
+
+// What an argument caster made of an object (pyxbuf_nanobind.hpp,
+// pyxbuf_pybind11.hpp). Needs the GIL.
+enum class argument_status {
+    acquired,     // `out` holds the view
+    not_an_array, // pyxbuf_get raised TypeError (no buffer protocol it knows),
+                  // now cleared: another overload may take the object
+    refused       // an array pyxbuf could not hand out as view<T> (format,
+                  // read-only, a borrow conflict, device memory ...): the
+                  // Python exception (BufferError as a rule) is left set
+};
+
+template <class T>
+argument_status load_argument(PyObject *obj, view<T> &out) {
+    auto v = view<T>::try_get(obj, view<T>::argument_flags);
+    if (v) {
+        out = std::move(*v);
+        return argument_status::acquired;
+    }
+    if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();
+        return argument_status::not_an_array;
+    }
+    return argument_status::refused;
+}
+
+} // namespace detail
 
 } // namespace pyxbuf
 
