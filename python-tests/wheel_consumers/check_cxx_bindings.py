@@ -2,9 +2,10 @@
 pyxbuf_pybind11.hpp), checked through two example extensions built by
 scikit-build-core against the release wheel in a fresh venv (make test-wheel):
 shapes and strides, read-only refusal, bfloat16, an exclusive argument refused
-when the same array is passed as a shared one too, pyxbuf's refusal reaching
-the caller, overloads, and release on every path (refcounts and live tracked
-borrows before and after). Both extensions bind the same functions
+when the same array is passed as a shared one too, NumPy, memoryview,
+array.array, pyxbuf.Exporter and a DLPack-only producer, pyxbuf's refusal
+reaching the caller, overloads, and release on every path (refcounts and live
+tracked borrows before and after). Both extensions bind the same functions
 (cxx_functions.hpp), so every test runs on both. Run with --noconftest."""
 
 import array
@@ -100,6 +101,41 @@ def test_other_producers(ext):
     # pyxbuf.Exporter grants enforced borrows itself: not tracked.
     assert ext.describe_shared(e)[4:] == ("native", (True, False, False))
     assert ext.describe_exclusive(e)[4:] == ("native", (False, True, False))
+
+
+class DLPackOnly:
+    """An array that speaks DLPack alone (no buffer slot): pyxbuf's bridge."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, **kwargs):
+        return self.a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+def test_dlpack_only_producer(ext):
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2]
+    d = DLPackOnly(a)
+    rcs = sys.getrefcount(a), sys.getrefcount(d)
+    shape, strides, itemsize, fmt, path, grants = ext.describe_shared(d)
+    assert (tuple(shape), tuple(strides), path, grants) == (a.shape, a.strides, "dlpack",
+                                                            (True, False, True))
+    assert ext.sum(d) == float(a.sum())
+    ext.scale(d, 2.0)
+    np.testing.assert_array_equal(a, np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2] * 2)
+    # One registry for every path: DLPack's exclusive borrow, NumPy's shared one.
+    with pytest.raises(BufferError, match="cannot grant a shared borrow of 'numpy.ndarray'.*"
+                       "overlaps an exclusive borrow"):
+        ext.add_into(d, a)
+    r = np.ones(3, np.float32)
+    r.setflags(write=False)
+    with pytest.raises(BufferError, match="DLPack buffer of 'DLPackOnly' refused the request "
+                       "WRITABLE.*read-only"):
+        ext.scale(DLPackOnly(r), 2.0)
+    assert (sys.getrefcount(a), sys.getrefcount(d)) == rcs
 
 
 def test_exclusive_argument_asks_for_exclusive_grant(ext):
