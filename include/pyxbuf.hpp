@@ -57,6 +57,7 @@
 #include <initializer_list>
 #include <iterator>
 #include <memory>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -617,13 +618,24 @@ enum class argument_status {
                   // Python exception (BufferError as a rule) is left set
 };
 
+// Never throws (nanobind's from_python is noexcept): running out of memory
+// is a refusal with MemoryError set.
 template <class T>
-argument_status load_argument(PyObject *obj, view<T> &out) {
-    auto v = view<T>::try_get(obj, view<T>::argument_flags);
-    if (v) {
-        out = std::move(*v);
-        return argument_status::acquired;
+argument_status load_argument(PyObject *obj, view<T> &out) noexcept {
+#if PYXBUF_HPP_EXCEPTIONS
+    try {
+#endif
+        auto v = view<T>::try_get(obj, view<T>::argument_flags);
+        if (v) {
+            out = std::move(*v);
+            return argument_status::acquired;
+        }
+#if PYXBUF_HPP_EXCEPTIONS
+    } catch (const std::bad_alloc &) {
+        PyErr_NoMemory();
+        return argument_status::refused;
     }
+#endif
     if (PyErr_ExceptionMatches(PyExc_TypeError)) {
         PyErr_Clear();
         return argument_status::not_an_array;

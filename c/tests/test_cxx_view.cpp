@@ -276,6 +276,53 @@ CXX_TEST(bfloat16_custom_format) {
     Py_XDECREF(e);
 }
 
+CXX_TEST(argument_casters_request_and_classify) {
+    // What pyxbuf_nanobind.hpp and pyxbuf_pybind11.hpp ask for and decide.
+    CHECK_EQ(pyxbuf::view<const float>::argument_flags, PyBUF_RECORDS_RO | PYXBUF_BORROW_SHARED);
+    CHECK_EQ(pyxbuf::view<float>::argument_flags, PyBUF_RECORDS_RO | PYXBUF_BORROW_EXCLUSIVE);
+    using st = pyxbuf::detail::argument_status;
+    PyObject *e = exporter("f", 4, 0);
+    CHECK(e != nullptr);
+    const Py_ssize_t before = Py_REFCNT(e);
+    {
+        pyxbuf::view<float> out;
+        CHECK(pyxbuf::detail::load_argument(e, out) == st::acquired);
+        CHECK(out.valid() && !out.readonly());
+        CHECK(out.grants().exclusive && !out.grants().tracked);
+        // The same memory as a shared argument: refused, BufferError left set.
+        pyxbuf::view<const float> x;
+        CHECK(pyxbuf::detail::load_argument(e, x) == st::refused);
+        CHECK(!x.valid());
+        CHECK(PyErr_ExceptionMatches(PyExc_BufferError));
+        CHECK_CONTAINS(pyxbuf::detail::take_python_error().second, "exclusive borrow is live");
+    }
+    CHECK_EQ(Py_REFCNT(e), before);
+    {
+        pyxbuf::view<const float> a, b;
+        CHECK(pyxbuf::detail::load_argument(e, a) == st::acquired);
+        CHECK(pyxbuf::detail::load_argument(e, b) == st::acquired); // shared twice
+        CHECK(a.grants().shared && b.grants().shared);
+        pyxbuf::view<const double> d;
+        CHECK(pyxbuf::detail::load_argument(e, d) == st::refused); // format
+        CHECK_CONTAINS(pyxbuf::detail::take_python_error().second, "expected 'd'");
+    }
+    // Not an array at all: TypeError, cleared, so another overload may try.
+    PyObject *n = PyLong_FromLong(3);
+    pyxbuf::view<const float> v;
+    CHECK(pyxbuf::detail::load_argument(n, v) == st::not_an_array);
+    CHECK(!PyErr_Occurred());
+    CHECK(!v.valid());
+    Py_XDECREF(n);
+    // Read-only memory for a view<float>: refused.
+    PyObject *r = exporter("f", 2, 1);
+    pyxbuf::view<float> w;
+    CHECK(pyxbuf::detail::load_argument(r, w) == st::refused);
+    CHECK_CONTAINS(pyxbuf::detail::take_python_error().second, "read-only");
+    CHECK_EQ(Py_REFCNT(e), before);
+    Py_XDECREF(r);
+    Py_XDECREF(e);
+}
+
 CXX_TEST(format_mismatch_throws_naming_both_and_releases) {
     PyObject *a = eval("bytearray(struct.pack('2d', 1.0, 2.0))");
     PyObject *d = a ? PyMemoryView_FromObject(a) : nullptr;
