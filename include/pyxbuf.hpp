@@ -13,11 +13,17 @@
 //   if (auto s = v.try_span()) use(s->data(), s->size()); // C-contiguous only
 //
 // Types: T is one of int8_t..int64_t, uint8_t..uint64_t, float, double, bool,
-// std::complex<float>, std::complex<double>, optionally const. The view's
-// format must be one scalar of T's kind and size in native byte order ("f",
-// "=f", "<f" on a little-endian host, "Zd" for std::complex<double>, any
-// integer code of T's signedness and size: "i", "l", "=l", "q" ...). A view of
-// a non-const T requests PyBUF_WRITABLE; view<const T> reads only.
+// std::complex<float>, std::complex<double>, pyxbuf::bfloat16, optionally
+// const. The view's format must be one scalar of T's kind and size in native
+// byte order ("f", "=f", "<f" on a little-endian host, "Zd" for
+// std::complex<double>, any integer code of T's signedness and size: "i", "l",
+// "=l", "q" ...); for pyxbuf::bfloat16 the custom type "[ml_dtypes$bfloat16]"
+// (one of its alternatives, as "[jax$bf16;ml_dtypes$bfloat16]"), which is
+// what ml_dtypes' bfloat16 arrays and DLPack's kDLBfloat 16 get from pyxbuf. A
+// view of a non-const T requests PyBUF_WRITABLE; view<const T> reads only.
+// get() and try_get() request no borrow unless `flags` names one
+// (PYXBUF_BORROW_SHARED / PYXBUF_BORROW_EXCLUSIVE); the nanobind and pybind11
+// argument casters (pyxbuf_nanobind.hpp, pyxbuf_pybind11.hpp) do.
 //
 // Lifetime and threads, as for the C API: every call here -- get, try_get, the
 // destructor, move assignment (which releases what it held) -- needs the GIL
@@ -51,6 +57,7 @@
 #include <initializer_list>
 #include <iterator>
 #include <memory>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -77,6 +84,33 @@ public:
 private:
     std::string python_type_;
 };
+
+// One bfloat16 value as ml_dtypes, PyTorch and DLPack store it: the upper 16
+// bits of an IEEE 754 binary32 (sign, 8 exponent bits, 7 mantissa bits), in
+// native byte order. A plain two-byte value: every bit pattern is valid.
+struct bfloat16 {
+    std::uint16_t bits;
+
+    // The exact float (every bfloat16 is one).
+    float to_float() const noexcept {
+        const std::uint32_t u = static_cast<std::uint32_t>(bits) << 16;
+        float f;
+        std::memcpy(&f, &u, sizeof f);
+        return f;
+    }
+    explicit operator float() const noexcept { return to_float(); }
+    // The nearest bfloat16 (ties to even); a NaN stays a (quiet) NaN.
+    static bfloat16 from_float(float f) noexcept {
+        std::uint32_t u;
+        std::memcpy(&u, &f, sizeof u);
+        if ((u & 0x7fffffffu) > 0x7f800000u) // NaN: keep the sign, set the quiet bit
+            return bfloat16{static_cast<std::uint16_t>((u >> 16) | 0x0040u)};
+        u += 0x7fffu + ((u >> 16) & 1u);
+        return bfloat16{static_cast<std::uint16_t>(u >> 16)};
+    }
+};
+static_assert(sizeof(bfloat16) == 2 && std::is_trivially_copyable<bfloat16>::value,
+              "pyxbuf::bfloat16 is two plain bytes");
 
 namespace detail {
 
@@ -128,7 +162,7 @@ inline std::pair<std::string, std::string> take_python_error() {
 #endif
 
 // What a C++ item type expects of a format node.
-enum class kind { signed_int, unsigned_int, floating, boolean };
+enum class kind { signed_int, unsigned_int, floating, boolean, custom };
 
 template <class U> struct item_traits;
 #define PYXBUF_HPP_ITEM(U, K, CODE, CPLX)                                      \
@@ -151,6 +185,14 @@ PYXBUF_HPP_ITEM(bool, boolean, "?", false)
 PYXBUF_HPP_ITEM(std::complex<float>, floating, "Zf", true)
 PYXBUF_HPP_ITEM(std::complex<double>, floating, "Zd", true)
 #undef PYXBUF_HPP_ITEM
+// A custom type of the custom-dtype proposal: `custom_id` is the "id$payload"
+// one of the format's alternatives must be.
+template <> struct item_traits<bfloat16> {
+    static constexpr kind k = kind::custom;
+    static constexpr bool complex = false;
+    static constexpr const char *format = "[ml_dtypes$bfloat16]";
+    static constexpr const char *custom_id = "ml_dtypes$bfloat16";
+};
 
 inline bool native_order(int32_t order) {
     const uint16_t probe = 1;
@@ -168,13 +210,49 @@ inline bool native_order(int32_t order) {
     }
 }
 
+// Is `id` one of the ';'-separated alternatives of a custom node?
+inline bool custom_alternative_is(const pyxbuf_format_node *n, const char *id) {
+    const std::size_t id_len = std::strlen(id);
+    const char *p = n->alternatives;
+    const char *end = p + (n->alternatives_len > 0 ? n->alternatives_len : 0);
+    while (p != nullptr && p < end) {
+        const char *semi = static_cast<const char *>(std::memchr(p, ';', static_cast<std::size_t>(end - p)));
+        const char *stop = semi != nullptr ? semi : end;
+        if (static_cast<std::size_t>(stop - p) == id_len && std::memcmp(p, id, id_len) == 0)
+            return true;
+        p = semi != nullptr ? semi + 1 : end;
+    }
+    return false;
+}
+
+// One custom item whose alternatives name `id`: no repeat, no sub-array,
+// not complex, native byte order, of `size` bytes when the parser knows it.
+inline bool custom_format_matches(const pyxbuf_format &f, const char *id, std::size_t size) {
+    const pyxbuf_format_node *nodes = pyxbuf_format_nodes(&f);
+    if (f.nnodes < 2 || nodes[0].nchildren != 1 || nodes[0].first_child <= 0) return false;
+    const pyxbuf_format_node *n = nodes + nodes[0].first_child;
+    return n->kind == PYXBUF_FMT_CUSTOM && n->repeat == 1 && n->ndim == 0 &&
+           !(n->flags & (PYXBUF_FMTN_COMPLEX | PYXBUF_FMTN_POINTER)) &&
+           native_order(n->byte_order) &&
+           (f.itemsize == -1 || f.itemsize == static_cast<int64_t>(size)) &&
+           custom_alternative_is(n, id);
+}
+
+template <class U, class Tr = item_traits<U>>
+bool custom_matches(const pyxbuf_format &f, std::true_type) {
+    return custom_format_matches(f, Tr::custom_id, sizeof(U));
+}
+template <class U> bool custom_matches(const pyxbuf_format &, std::false_type) { return false; }
+
 // Does `format` (NULL = "B") describe one item of type U? Pure: no Python.
 template <class U> bool format_matches(const char *format) {
     using tr = item_traits<U>;
     pyxbuf_format f;
     if (pyxbuf_format_parse(format, &f, nullptr) != PYXBUF_OK) return false;
     bool ok = false;
-    if ((f.flags & PYXBUF_FMTF_SINGLE_SCALAR) && f.nnodes >= 2 &&
+    if (tr::k == kind::custom) {
+        ok = custom_matches<U>(f, std::integral_constant<bool, tr::k == kind::custom>());
+    } else if ((f.flags & PYXBUF_FMTF_SINGLE_SCALAR) && f.nnodes >= 2 &&
         f.itemsize == static_cast<int64_t>(sizeof(U))) {
         const pyxbuf_format_node *n = pyxbuf_format_nodes(&f) + 1;
         const bool cplx = (n->flags & PYXBUF_FMTN_COMPLEX) != 0;
@@ -187,6 +265,7 @@ template <class U> bool format_matches(const char *format) {
                                            c == 'Q' || c == 'N'; break;
         case kind::floating: code_ok = c == 'f' || c == 'd'; break;
         case kind::boolean: code_ok = c == '?'; break;
+        case kind::custom: break;
         }
         ok = n->kind == PYXBUF_FMT_SCALAR && code_ok && cplx == tr::complex &&
              !(n->flags & PYXBUF_FMTN_POINTER) &&
@@ -260,6 +339,21 @@ private:
 
     static int request(int flags) { return writable ? (flags | PyBUF_WRITABLE) : flags; }
 
+public:
+    // The request of a view<T> argument of a nanobind or pybind11 function
+    // (pyxbuf_nanobind.hpp, pyxbuf_pybind11.hpp), what pyxbuf's Rust
+    // PyXBuffer asks by default: strides and a format (PyBUF_RECORDS_RO), and
+    // for view<const T> a shared borrow (PYXBUF_BORROW_SHARED: nobody writes
+    // while it lives), for view<T> writable memory with an exclusive borrow
+    // (PyBUF_WRITABLE, added by every acquisition of a view<T>, and
+    // PYXBUF_BORROW_EXCLUSIVE: only this view reads or writes). The borrow is
+    // asked for, not required: a producer that ignores the bits gives a view
+    // without a grant (read grants()). Host memory only (no PYXBUF_DEVICE).
+    static constexpr int argument_flags =
+        PyBUF_RECORDS_RO | (writable ? PYXBUF_BORROW_EXCLUSIVE : PYXBUF_BORROW_SHARED);
+
+private:
+
     // Acquire; nullopt with a Python exception set on failure (nothing held).
     static std::optional<view> acquire(PyObject *obj, int flags, bool with_stream,
                                        int64_t stream) {
@@ -277,7 +371,8 @@ private:
         if (!detail::format_matches<value_type>(b.format)) {
             const char *have = b.format != nullptr ? b.format : "B";
             PyErr_Format(PyExc_BufferError,
-                         "pyxbuf::view: the buffer's format is '%s', expected '%s' (%zd-byte items)",
+                         "pyxbuf::view: the buffer's format is '%s', expected '%s' (%zd-byte "
+                         "items); pass an array of that item type (convert it first)",
                          have, detail::item_traits<value_type>::format,
                          static_cast<Py_ssize_t>(sizeof(value_type)));
             return std::nullopt;
@@ -287,12 +382,15 @@ private:
         const bool flat_bytes = b.format == nullptr && b.shape == nullptr;
         const Py_ssize_t item = flat_bytes ? 1 : b.itemsize;
         if (item != static_cast<Py_ssize_t>(sizeof(value_type))) {
-            PyErr_Format(PyExc_BufferError, "pyxbuf::view: itemsize %zd, expected %zd",
+            PyErr_Format(PyExc_BufferError,
+                         "pyxbuf::view: itemsize %zd, expected %zd; pass an array of that item type",
                          item, static_cast<Py_ssize_t>(sizeof(value_type)));
             return std::nullopt;
         }
         if (writable && b.readonly) {
-            PyErr_SetString(PyExc_BufferError, "pyxbuf::view: read-only memory for a writable view");
+            PyErr_SetString(PyExc_BufferError,
+                            "pyxbuf::view: read-only memory for a writable view; pass writable "
+                            "memory, or read it through a view of const items");
             return std::nullopt;
         }
         const int nd = b.ndim;
@@ -506,6 +604,46 @@ public:
         return iterator(nullptr, shape(), strides(), 0, size());
     }
 };
+
+namespace detail {
+
+// What an argument caster made of an object (pyxbuf_nanobind.hpp,
+// pyxbuf_pybind11.hpp). Needs the GIL.
+enum class argument_status {
+    acquired,     // `out` holds the view
+    not_an_array, // pyxbuf_get raised TypeError (no buffer protocol it knows),
+                  // now cleared: another overload may take the object
+    refused       // an array pyxbuf could not hand out as view<T> (format,
+                  // read-only, a borrow conflict, device memory ...): the
+                  // Python exception (BufferError as a rule) is left set
+};
+
+// Never throws (nanobind's from_python is noexcept): running out of memory
+// is a refusal with MemoryError set.
+template <class T>
+argument_status load_argument(PyObject *obj, view<T> &out) noexcept {
+#if PYXBUF_HPP_EXCEPTIONS
+    try {
+#endif
+        auto v = view<T>::try_get(obj, view<T>::argument_flags);
+        if (v) {
+            out = std::move(*v);
+            return argument_status::acquired;
+        }
+#if PYXBUF_HPP_EXCEPTIONS
+    } catch (const std::bad_alloc &) {
+        PyErr_NoMemory();
+        return argument_status::refused;
+    }
+#endif
+    if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();
+        return argument_status::not_an_array;
+    }
+    return argument_status::refused;
+}
+
+} // namespace detail
 
 } // namespace pyxbuf
 

@@ -18,5 +18,7 @@ grep -q "^Libs: -L\${libdir} -lpyxbuf" "$pc"
 grep -q "^Version: " "$pc"
 # The C++17 header is installed beside pyxbuf.h and compiles from there.
 test -f "$prefix/include/pyxbuf.hpp"
+test -f "$prefix/include/pyxbuf_nanobind.hpp"
+test -f "$prefix/include/pyxbuf_pybind11.hpp"
 LD_LIBRARY_PATH=$prefix/lib:$prefix/lib64:${LD_LIBRARY_PATH:-} "$build/test-consumer/consumer_cxx"
 echo "install, find_package (shared and static), pkg-config file and pyxbuf.hpp: ok"

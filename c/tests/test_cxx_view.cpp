@@ -219,6 +219,110 @@ CXX_TEST(format_checks) {
     CHECK(!pyxbuf::detail::format_matches<float>("not a format"));
 }
 
+CXX_TEST(bfloat16_custom_format) {
+    using bf = pyxbuf::bfloat16;
+    // Format matching: the custom type by any alternative, native order, one item.
+    CHECK(pyxbuf::detail::format_matches<bf>("[ml_dtypes$bfloat16]"));
+    CHECK(pyxbuf::detail::format_matches<bf>("=[ml_dtypes$bfloat16]"));
+    CHECK(pyxbuf::detail::format_matches<bf>("[jax$bf16;ml_dtypes$bfloat16]"));
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    CHECK(pyxbuf::detail::format_matches<bf>("<[ml_dtypes$bfloat16]"));
+    CHECK(!pyxbuf::detail::format_matches<bf>(">[ml_dtypes$bfloat16]"));
+#endif
+    CHECK(!pyxbuf::detail::format_matches<bf>("[ml_dtypes$bfloat1]"));
+    CHECK(!pyxbuf::detail::format_matches<bf>("[ml_dtypes$bfloat16x]"));
+    CHECK(!pyxbuf::detail::format_matches<bf>("[ml_dtypes$float16]"));
+    CHECK(!pyxbuf::detail::format_matches<bf>("2[ml_dtypes$bfloat16]"));
+    CHECK(!pyxbuf::detail::format_matches<bf>("[ml_dtypes$bfloat16][ml_dtypes$bfloat16]"));
+    CHECK(!pyxbuf::detail::format_matches<bf>("e"));
+    CHECK(!pyxbuf::detail::format_matches<bf>("H"));
+    CHECK(!pyxbuf::detail::format_matches<std::uint16_t>("[ml_dtypes$bfloat16]"));
+    // Conversions: exact widening, round to nearest even, NaN kept.
+    CHECK(bf{0x3fc0}.to_float() == 1.5f);
+    CHECK(static_cast<float>(bf{0xc000}) == -2.0f);
+    CHECK_EQ(bf::from_float(1.5f).bits, 0x3fc0);
+    CHECK_EQ(bf::from_float(1.0f + 1.0f / 256).bits, 0x3f80);      // a tie: to even
+    CHECK_EQ(bf::from_float(1.0f + 3.0f / 256).bits, 0x3f82);      // a tie: to even, up
+    CHECK_EQ(bf::from_float(1.0f + 1.0f / 128 + 1.0f / 4096).bits, 0x3f81);
+    const float nan = bf::from_float(__builtin_nanf("")).to_float();
+    CHECK(nan != nan);
+    // A view over an exporter of bfloat16 items, read and written.
+    PyObject *e = exporter("[ml_dtypes$bfloat16]", 3, 0);
+    CHECK(e != nullptr);
+    const Py_ssize_t before = Py_REFCNT(e);
+    {
+        auto w = pyxbuf::view<bf>::get(e);
+        CHECK_EQ(w.itemsize(), 2);
+        CHECK_EQ(w.size(), 3);
+        CHECK(std::strcmp(w.format(), "[ml_dtypes$bfloat16]") == 0);
+        w(0) = bf::from_float(1.5f);
+        w(1) = bf::from_float(-2.0f);
+        w(2) = bf::from_float(4.25f);
+    }
+    {
+        auto v = pyxbuf::view<const bf>::get(e);
+        float total = 0;
+        for (bf x : v) total += x.to_float();
+        CHECK(total == 3.75f);
+        std::string msg = THROWN(pyxbuf::view<const std::uint16_t>::get(e));
+        CHECK_CONTAINS(msg, "'[ml_dtypes$bfloat16]'");
+        CHECK_CONTAINS(msg, "expected 'H'");
+    }
+    PyObject *h = exporter("e", 2, 0); // IEEE half: two bytes, another type
+    CHECK(h != nullptr);
+    CHECK_CONTAINS(THROWN(pyxbuf::view<const bf>::get(h)), "expected '[ml_dtypes$bfloat16]' (2-byte items)");
+    CHECK_EQ(Py_REFCNT(e), before);
+    Py_XDECREF(h);
+    Py_XDECREF(e);
+}
+
+CXX_TEST(argument_casters_request_and_classify) {
+    // What pyxbuf_nanobind.hpp and pyxbuf_pybind11.hpp ask for and decide.
+    CHECK_EQ(pyxbuf::view<const float>::argument_flags, PyBUF_RECORDS_RO | PYXBUF_BORROW_SHARED);
+    CHECK_EQ(pyxbuf::view<float>::argument_flags, PyBUF_RECORDS_RO | PYXBUF_BORROW_EXCLUSIVE);
+    using st = pyxbuf::detail::argument_status;
+    PyObject *e = exporter("f", 4, 0);
+    CHECK(e != nullptr);
+    const Py_ssize_t before = Py_REFCNT(e);
+    {
+        pyxbuf::view<float> out;
+        CHECK(pyxbuf::detail::load_argument(e, out) == st::acquired);
+        CHECK(out.valid() && !out.readonly());
+        CHECK(out.grants().exclusive && !out.grants().tracked);
+        // The same memory as a shared argument: refused, BufferError left set.
+        pyxbuf::view<const float> x;
+        CHECK(pyxbuf::detail::load_argument(e, x) == st::refused);
+        CHECK(!x.valid());
+        CHECK(PyErr_ExceptionMatches(PyExc_BufferError));
+        CHECK_CONTAINS(pyxbuf::detail::take_python_error().second, "exclusive borrow is live");
+    }
+    CHECK_EQ(Py_REFCNT(e), before);
+    {
+        pyxbuf::view<const float> a, b;
+        CHECK(pyxbuf::detail::load_argument(e, a) == st::acquired);
+        CHECK(pyxbuf::detail::load_argument(e, b) == st::acquired); // shared twice
+        CHECK(a.grants().shared && b.grants().shared);
+        pyxbuf::view<const double> d;
+        CHECK(pyxbuf::detail::load_argument(e, d) == st::refused); // format
+        CHECK_CONTAINS(pyxbuf::detail::take_python_error().second, "expected 'd'");
+    }
+    // Not an array at all: TypeError, cleared, so another overload may try.
+    PyObject *n = PyLong_FromLong(3);
+    pyxbuf::view<const float> v;
+    CHECK(pyxbuf::detail::load_argument(n, v) == st::not_an_array);
+    CHECK(!PyErr_Occurred());
+    CHECK(!v.valid());
+    Py_XDECREF(n);
+    // Read-only memory for a view<float>: refused.
+    PyObject *r = exporter("f", 2, 1);
+    pyxbuf::view<float> w;
+    CHECK(pyxbuf::detail::load_argument(r, w) == st::refused);
+    CHECK_CONTAINS(pyxbuf::detail::take_python_error().second, "read-only");
+    CHECK_EQ(Py_REFCNT(e), before);
+    Py_XDECREF(r);
+    Py_XDECREF(e);
+}
+
 CXX_TEST(format_mismatch_throws_naming_both_and_releases) {
     PyObject *a = eval("bytearray(struct.pack('2d', 1.0, 2.0))");
     PyObject *d = a ? PyMemoryView_FromObject(a) : nullptr;

@@ -1,6 +1,7 @@
 //! Puts libpyxbuf for C extension authors into the Python package, the way
-//! NumPy ships its headers: `python/pyxbuf/include/pyxbuf.h` (and the C++17
-//! `pyxbuf.hpp` beside it),
+//! NumPy ships its headers: `python/pyxbuf/include/pyxbuf.h` (and beside it
+//! the C++17 `pyxbuf.hpp` with its nanobind and pybind11 argument casters,
+//! `pyxbuf_nanobind.hpp` and `pyxbuf_pybind11.hpp`),
 //! `python/pyxbuf/lib/libpyxbuf.a` (the static library pyxbuf-sys just
 //! compiled for this interpreter: position-independent, every symbol hidden)
 //! and the version file of the CMake package in `python/pyxbuf/cmake/`.
@@ -59,7 +60,9 @@ fn main() {
     let include = dep_dir("DEP_PYXBUF_INCLUDE");
     let lib_dir = dep_dir("DEP_PYXBUF_LIB_DIR");
     copy(&include.join("pyxbuf.h"), &package.join("include"));
-    copy(&include.join("pyxbuf.hpp"), &package.join("include"));
+    for header in ["pyxbuf.hpp", "pyxbuf_nanobind.hpp", "pyxbuf_pybind11.hpp"] {
+        copy(&include.join(header), &package.join("include"));
+    }
     copy(&lib_dir.join("libpyxbuf.a"), &package.join("lib"));
 
     // CMake's SameMinorVersion rule, as the installed CMake package has it.

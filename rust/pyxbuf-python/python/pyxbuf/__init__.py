@@ -3,7 +3,9 @@ custom dtypes) for any array: NumPy, CuPy, PyTorch, JAX, ml_dtypes.
 
 The functions come from the compiled module ``pyxbuf.pyxbuf``. The package
 also ships libpyxbuf for C extension authors, as NumPy ships its headers:
-``get_include()`` holds ``pyxbuf.h`` (and ``pyxbuf.hpp``, its C++17 view),
+``get_include()`` holds ``pyxbuf.h`` (and ``pyxbuf.hpp``, its C++17 view,
+with the argument casters ``pyxbuf_nanobind.hpp`` and ``pyxbuf_pybind11.hpp``
+that let nanobind and pybind11 functions take ``pyxbuf::view<T>``),
 ``get_library_dir()`` the static,
 position-independent ``libpyxbuf.a`` built for this interpreter (link with
 ``-lpyxbuf`` and define ``PYXBUF_STATIC``), and ``get_cmake_dir()`` a CMake
@@ -56,8 +58,10 @@ def _shipped(sub: str, marker: str) -> str:
 
 
 def get_include() -> str:
-    """The directory holding ``pyxbuf.h`` and the header-only C++17
-    ``pyxbuf.hpp`` (pass it to ``include_dirs``)."""
+    """The directory holding ``pyxbuf.h``, the header-only C++17
+    ``pyxbuf.hpp`` and its nanobind and pybind11 argument casters
+    ``pyxbuf_nanobind.hpp`` and ``pyxbuf_pybind11.hpp`` (pass it to
+    ``include_dirs``; CMake's ``pyxbuf::pyxbuf`` target carries it)."""
     return _shipped("include", "pyxbuf.h")
 
 
