@@ -264,9 +264,17 @@ bench-ir: venv build $(GUNGRAUN_RUNNER)
 # valgrind run (client requests mark the loops), pyperf times them, and
 # race.py writes bench/results/args-<date>.md ending with the target lines.
 ARGS_DIR = $(abspath target)/bench-args
-ARGS_PY = PYTHONPATH=$(abspath $(BUILD))/bench-args
-bench-args: venv build
-	$(VPY) -c 'import pyperf' 2>/dev/null || $(VPY) -m pip install --quiet "pyperf>=2.10"
+ARGS_BUILD = build-args
+ARGS_PY = PYTHONPATH=$(abspath $(ARGS_BUILD))/bench-args
+ARGS_TOOLS = "pyperf>=2.10" "nanobind==3.1.*" "pybind11==3.1.*"
+bench-args: venv
+	$(VPY) -c 'import pyperf, nanobind, pybind11' 2>/dev/null || \
+	    $(VPY) -m pip install --quiet $(ARGS_TOOLS)
+	cmake -S . -B $(ARGS_BUILD) -DPython3_EXECUTABLE=$(abspath $(VPY)) \
+	    -DPython_EXECUTABLE=$(abspath $(VPY)) -DCMAKE_BUILD_TYPE=Release -DPYXBUF_BENCH_ARGS=ON \
+	    -Dnanobind_DIR="$$($(VPY) -m nanobind --cmake_dir)" \
+	    -Dpybind11_DIR="$$($(VPY) -m pybind11 --cmakedir)" >/dev/null
+	cmake --build $(ARGS_BUILD) -j $(JOBS) --target _args_c _args_nanobind _args_pybind11
 	$(MATURIN_ENV) $(VENV)/bin/maturin develop --quiet --release -m bench/args/pyo3/Cargo.toml
 	rm -rf $(ARGS_DIR) && mkdir -p $(ARGS_DIR)/dumps
 	$(ARGS_PY) valgrind --tool=callgrind --callgrind-out-file=$(ARGS_DIR)/dumps/cg.%p \
@@ -465,7 +473,7 @@ test-matrix: pythons
 	PYXBUF_PYTHONS=$(PYTHONS) JOBS=$(JOBS) tools/test-matrix.sh $(PYTHON_SPECS)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(VALGRIND_BUILD) $(TSAN_BUILD) target build-Release build-MinSizeRel
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(VALGRIND_BUILD) $(TSAN_BUILD) $(ARGS_BUILD) target build-Release build-MinSizeRel
 
 distclean: clean
 	rm -rf $(VENV)

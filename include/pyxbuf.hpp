@@ -247,6 +247,9 @@ template <class U> bool custom_matches(const pyxbuf_format &, std::false_type) {
 // Does `format` (NULL = "B") describe one item of type U? Pure: no Python.
 template <class U> bool format_matches(const char *format) {
     using tr = item_traits<U>;
+    // U's own code ("f", "Zd", "[ml_dtypes$bfloat16]"), the common answer,
+    // without the parser; every other spelling goes through it.
+    if (std::strcmp(format != nullptr ? format : "B", tr::format) == 0) return true;
     pyxbuf_format f;
     if (pyxbuf_format_parse(format, &f, nullptr) != PYXBUF_OK) return false;
     bool ok = false;
@@ -327,7 +330,12 @@ private:
     struct storage {
         pyxbuf_view v{};
         bool acquired = false;
-        std::vector<Py_ssize_t> dims; // shape then strides (bytes), always filled
+        // Shape and strides (bytes): the producer's own arrays when it gave
+        // both (no copy), else `dims` (shape then strides) synthesized for a
+        // request without them.
+        const Py_ssize_t *shape = nullptr;
+        const Py_ssize_t *strides = nullptr;
+        std::vector<Py_ssize_t> dims;
         Py_ssize_t size = 1;
         ~storage() {
             if (acquired) pyxbuf_release(&v);
@@ -394,19 +402,24 @@ private:
             return std::nullopt;
         }
         const int nd = b.ndim;
-        s->dims.assign(2 * static_cast<std::size_t>(nd), 0);
-        for (int k = 0; k < nd; k++) {
-            // No ND: one flat run of len bytes (shape NULL).
-            s->dims[static_cast<std::size_t>(k)] =
-                b.shape != nullptr ? b.shape[k] : b.len / item;
-            s->size *= s->dims[static_cast<std::size_t>(k)];
+        if (b.shape != nullptr && b.strides != nullptr) {
+            s->shape = b.shape;
+            s->strides = b.strides;
+        } else {
+            s->dims.assign(2 * static_cast<std::size_t>(nd), 0);
+            Py_ssize_t stride = item;
+            for (int k = nd - 1; k >= 0; k--) {
+                const std::size_t i = static_cast<std::size_t>(k);
+                // No ND: one flat run of len bytes (shape NULL).
+                s->dims[i] = b.shape != nullptr ? b.shape[k] : b.len / item;
+                s->dims[i + static_cast<std::size_t>(nd)] =
+                    b.strides != nullptr ? b.strides[k] : stride;
+                stride *= s->dims[i];
+            }
+            s->shape = s->dims.data();
+            s->strides = s->dims.data() + nd;
         }
-        Py_ssize_t stride = item;
-        for (int k = nd - 1; k >= 0; k--) {
-            const std::size_t i = static_cast<std::size_t>(nd + k);
-            s->dims[i] = b.strides != nullptr ? b.strides[k] : stride;
-            stride *= s->dims[static_cast<std::size_t>(k)];
-        }
+        for (int k = 0; k < nd; k++) s->size *= s->shape[k];
         return view(std::move(s));
     }
 
@@ -461,10 +474,10 @@ public:
 
     int ndim() const noexcept { return s_->v.base.ndim; }
     // Items per dimension; always present (computed when the producer gave none).
-    const Py_ssize_t *shape() const noexcept { return s_->dims.data(); }
+    const Py_ssize_t *shape() const noexcept { return s_->shape; }
     // Byte strides per dimension; always present (C order when none were given).
     const Py_ssize_t *strides() const noexcept {
-        return s_->dims.data() + s_->v.base.ndim;
+        return s_->strides;
     }
     Py_ssize_t shape(int dim) const noexcept { return shape()[dim]; }
     Py_ssize_t stride(int dim) const noexcept { return strides()[dim]; }
