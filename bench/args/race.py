@@ -7,6 +7,7 @@ each binding framework, pyxbuf's route beside the framework's own.
                                with the case (Callgrind's client requests)
   race.py collect DIR --out F  the dumps' instruction counts, as JSON
   race.py wall --out F         wall clock with pyperf (worker processes)
+  race.py wall-table F         the wall-clock figures alone, as Markdown
   race.py report --ir F --wall F --out MD
                                per-call and per-argument figures, the targets
                                ("target <name> ratio=<x> goal=<op><y> met|missed",
@@ -88,7 +89,8 @@ def run_wall(out: Path) -> dict:
     script as its workers (their argv carries --worker)."""
     import pyperf
 
-    runner = pyperf.Runner(processes=4, values=5, warmups=1, loops=2000)
+    runner = pyperf.Runner(processes=int(os.environ.get("ARGS_PROCESSES", "4")), values=5,
+                           warmups=1, loops=2000)
     for case in routes.cases():
         if case.why:
             continue
@@ -219,6 +221,16 @@ def report(ir: dict, wall: dict | None, out: Path) -> int:
     return 0
 
 
+def wall_table(wall: dict) -> str:
+    """The wall-clock figures alone (a machine without valgrind)."""
+    arg = argument_costs(wall)
+    rows = ["| route | input | call ns | argument ns |", "|---|---|---|---|"]
+    for label in sorted(wall["call"], key=lambda s: (s.split("/")[-1], s)):
+        fw_route, inp = label.rsplit("/", 1)
+        rows.append(f"| {fw_route} | {inp} | {wall['call'][label]:.1f} | {arg[label]:.1f} |")
+    return "\n".join(rows)
+
+
 def main() -> int:
     if "--worker" in sys.argv:  # a pyperf worker of `wall`
         run_wall(Path())
@@ -232,6 +244,8 @@ def main() -> int:
     s.add_argument("--out", type=Path, required=True)
     s = sub.add_parser("wall")
     s.add_argument("--out", type=Path, required=True)
+    s = sub.add_parser("wall-table")
+    s.add_argument("wall", type=Path)
     s = sub.add_parser("report")
     s.add_argument("--ir", type=Path, required=True)
     s.add_argument("--wall", type=Path)
@@ -242,8 +256,11 @@ def main() -> int:
     elif a.cmd == "collect":
         a.out.write_text(json.dumps(collect(a.dumps), indent=1))
     elif a.cmd == "wall":
-        sys.argv = [sys.argv[0], "-o", str(a.out), "--quiet"]
+        sys.argv = [sys.argv[0], "-o", str(a.out), "--quiet",
+                    "--inherit-environ=ARGS_ONLY,OPENBLAS_NUM_THREADS,OMP_NUM_THREADS"]
         run_wall(a.out)
+    elif a.cmd == "wall-table":
+        print(wall_table(wall_figures(a.wall)))
     else:
         ir = json.loads(a.ir.read_text())
         wall = wall_figures(a.wall) if a.wall and a.wall.exists() else None

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import array
 import importlib
+import os
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -100,21 +102,25 @@ def _module(name: str, errors: dict[str, str]):
 
 def cases() -> list[Case]:
     """Every (route, input) pair, each either runnable (fn, noop, obj set and
-    one call succeeded) or unsupported with the reason."""
+    one call succeeded) or unsupported with the reason. ARGS_ONLY, a regular
+    expression, keeps the labels it finds (e.g. "torch|numpy_f32")."""
+    only = re.compile(os.environ.get("ARGS_ONLY", ""))
     errors: dict[str, str] = {}
     objs: dict[str, object] = {}
-    for name, make in INPUTS.items():
-        try:
-            objs[name] = make()
-        except ImportError as e:
-            objs[name] = None
-            errors[f"input:{name}"] = f"{name}: {e}"
     out = []
     for inp in INPUTS:
         routes = BF16_ROUTES if inp == "numpy_bf16" else ROUTES
         for fw, route, mod_name, fn_name in routes:
             case = Case(fw, route, inp)
+            if not only.search(case.label):
+                continue
             out.append(case)
+            if inp not in objs:  # made on first use: importing PyTorch is slow
+                try:
+                    objs[inp] = INPUTS[inp]()
+                except ImportError as e:
+                    objs[inp] = None
+                    errors[f"input:{inp}"] = f"{inp}: {e}"
             if objs[inp] is None:
                 case.why = f"input unavailable here: {errors[f'input:{inp}']}"
                 continue
