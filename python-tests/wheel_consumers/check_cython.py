@@ -6,10 +6,14 @@ ml_dtypes bfloat16, PyTorch CPU tensors (skipped where PyTorch is not
 installed: make test-wheel does not install it) and arrays on a device the
 consumer emulates, with grants. Refcounts before and after each failure
 show that nothing leaks; pyxbuf.live_borrows() (shared by every copy of
-libpyxbuf in the process) shows that every grant is given back."""
+libpyxbuf in the process) shows that every grant is given back. Last,
+c_api.pxd is compiled against pyxbuf.h with every function, field and
+constant used, so that a declaration drifting from the header fails here."""
 
 import os
 import pathlib
+import re
+import subprocess
 import sys
 import zipfile
 
@@ -187,3 +191,92 @@ def test_pytorch_cpu_tensor_through_the_c_exchange_table():
     with pytest.raises(BufferError, match="cannot grant an exclusive borrow"):
         cy.scale_into(t[0], t[0], 2.0)
     assert sys.getrefcount(t) == before and pyxbuf.live_borrows() == 0
+
+
+# ---------------------------------------------------------------------------
+# c_api.pxd against pyxbuf.h: Cython trusts its declarations, so a field or a
+# parameter type that drifts from the header would compile into wrong code.
+# The C compiler checks them when every function is assigned to a pointer of
+# its declared type, every field's address to a pointer of its declared type
+# and every constant is used (-Werror: a mismatch is an error).
+# ---------------------------------------------------------------------------
+
+
+def c_api_declarations(pxd_text):
+    """(functions, fields by struct, constants) of c_api.pxd, as written
+    there: one declaration a line, continuations indented further."""
+    logical, depth = [], 0
+    for line in pxd_text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if depth > 0:
+            logical[-1] = (logical[-1][0], logical[-1][1] + " " + line.strip())
+        else:
+            logical.append((len(line) - len(line.lstrip()), line.strip()))
+        depth += line.count("(") - line.count(")")
+    functions, structs, constants = [], {}, []
+    block = None
+    for indent, text in logical:
+        if indent <= 4:
+            block = None
+        if indent == 4 and (m := re.match(r"ctypedef struct (\w+):$", text)):
+            block = structs.setdefault(m.group(1), [])
+        elif indent == 4 and text == "enum:":
+            block = constants
+        elif indent == 8 and block is constants:
+            constants.append(text)
+        elif indent == 8 and block is not None:
+            block.append(text)
+        elif indent == 4 and (m := re.match(r"const char \*(PYXBUF_\w+)$", text)):
+            constants.append(m.group(1))
+        elif indent == 4 and re.search(r"\bpyxbuf_\w+\(", text):
+            functions.append(text)
+    return functions, structs, constants
+
+
+def declaration_check_source(pxd_text):
+    functions, structs, constants = c_api_declarations(pxd_text)
+    out = ["# cython: language_level=3", "from pyxbuf.c_api cimport *",
+           "from cpython.object cimport PyObject, PyTypeObject", "", "def check():"]
+    for k, decl in enumerate(functions):
+        ret, name, rest = re.match(r"(.*?[\s*])(pyxbuf_\w+)\((.*)$", decl).groups()
+        out += [f"    cdef {ret.strip()} (*f{k})({rest}", f"    f{k} = {name}"]
+    for sname, fields in structs.items():
+        out.append(f"    cdef {sname} s_{sname}")
+        for k, field in enumerate(fields):
+            var = f"p_{sname}_{k}"
+            if fp := re.match(r"(.*?)\(\*(\w+)\)(.*)$", field):
+                out += [f"    cdef {fp.group(1)}(*{var}){fp.group(3)}", f"    {var} = s_{sname}.{fp.group(2)}"]
+                continue
+            ctype, stars, name, dims = re.match(r"(.*?)\s*(\**)(\w+)(\[\d+\])?$", field).groups()
+            element = "[0]" if dims else ""
+            out.append(f"    cdef {ctype} {stars}*{var} = &s_{sname}.{name}{element}")
+    out += [f"    print({c})" for c in constants]
+    return "\n".join(out) + "\n", len(functions), sum(len(f) for f in structs.values()), len(constants)
+
+
+def test_c_api_pxd_matches_pyxbuf_h(tmp_path):
+    package = pathlib.Path(pyxbuf.__file__).parent
+    pxd = (package / "c_api.pxd").read_text()
+    header = (pathlib.Path(pyxbuf.get_include()) / "pyxbuf.h").read_text()
+    in_header = set(re.findall(r"^PYXBUF_API [^;(]*?\b(pyxbuf_\w+)\(", header, re.M))
+    source, nfunctions, nfields, nconstants = declaration_check_source(pxd)
+    in_pxd = set(re.findall(r"= (pyxbuf_\w+)$", source, re.M))
+    assert in_header and in_pxd == in_header, (in_header - in_pxd, in_pxd - in_header)
+    # Every constant of the header but its include guard and export macro.
+    macros = set(re.findall(r"^#define (PYXBUF_[A-Z0-9_]+)", header, re.M)) - {"PYXBUF_H", "PYXBUF_API"}
+    declared = set(re.findall(r"print\((PYXBUF_\w+)\)", source))
+    assert declared == macros, (macros - declared, declared - macros)
+    assert nfunctions == len(in_header) and nconstants == len(macros) and nfields > 100
+    (tmp_path / "declcheck.pyx").write_text(source)
+    setup = (
+        "import pyxbuf\nfrom Cython.Build import cythonize\nfrom setuptools import Extension, setup\n"
+        "setup(name='declcheck', ext_modules=cythonize([Extension('declcheck', ['declcheck.pyx'], "
+        "include_dirs=[pyxbuf.get_include()], extra_compile_args=['-Werror=incompatible-pointer-types', "
+        "'-Werror=int-conversion', '-Werror=implicit-function-declaration'])], quiet=True))\n"
+    )
+    (tmp_path / "setup.py").write_text(setup)
+    done = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    errors = [line for line in (done.stdout + done.stderr).splitlines() if "error" in line.lower()]
+    assert done.returncode == 0, "c_api.pxd disagrees with pyxbuf.h:\n" + "\n".join(errors[:20])
