@@ -71,12 +71,16 @@ def test_xview_exports_its_view_to_python_too():
     m = memoryview(v)
     assert (m.shape, m.strides, m.format, m.readonly) == ((3, 2), (16, 8), "f", True)
     assert m.tolist() == a.tolist()
+    with pytest.raises(BufferError, match="already holds .* make a new XView"):
+        v.__init__(a)  # one XView, one acquisition
     m.release()
     v.release()
     v.release()  # a second call does nothing
     with pytest.raises(BufferError, match="was released .* acquire the array again"):
         memoryview(v)
     assert not v.held and pyxbuf.live_borrows() == 0
+    with pytest.raises(BufferError, match=r"holds no view \(it was made by XView.__new__\)"):
+        memoryview(cy.XView.__new__(cy.XView))
 
 
 def test_bfloat16_from_ml_dtypes():

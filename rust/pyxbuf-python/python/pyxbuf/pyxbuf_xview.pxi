@@ -10,6 +10,15 @@
 #         m = v                     # cdef const float[:, :] m: zero copy
 #         ...
 #
+# The same, cheapest (no Python argument parsing, no __exit__ lookup):
+#
+#     cdef XView v = XView.get(obj, PyBUF_RECORDS_RO | PYXBUF_BORROW_SHARED)
+#     try:
+#         m = v
+#         ...
+#     finally:
+#         v.release()
+#
 # What it does:
 #   - XView(obj, flags) acquires with pyxbuf_get(obj, flags | PyBUF_STRIDES |
 #     PyBUF_FORMAT) (a typed memoryview needs shape, strides and format):
@@ -50,7 +59,22 @@ cdef class XView:
     cdef Py_ssize_t exports
     cdef const char *export_format
 
-    def __cinit__(self, obj, int32_t flags=PyBUF_RECORDS_RO | PYXBUF_BORROW_SHARED):
+    def __init__(self, obj, int32_t flags=PyBUF_RECORDS_RO | PYXBUF_BORROW_SHARED):
+        self._acquire(obj, flags)
+
+    @staticmethod
+    cdef XView get(object obj, int32_t flags):
+        """XView(obj, flags) without Python's argument parsing: the cheapest
+        way to make one from Cython (`cdef XView v = XView.get(obj, flags)`)."""
+        cdef XView v = XView.__new__(XView)
+        v._acquire(obj, flags)
+        return v
+
+    cdef int _acquire(self, object obj, int32_t flags) except -1:
+        if self.acquired or self.closing:
+            raise BufferError(
+                "XView: this XView already holds (or held) a view; make a new XView for "
+                "another acquisition")
         self.flags_asked = flags | PyBUF_STRIDES | PyBUF_FORMAT
         pyxbuf_get(obj, &self.view, self.flags_asked)
         self.acquired = True
@@ -58,6 +82,7 @@ cdef class XView:
             self.export_format = self.view.base.format
         else:
             self.export_format = b"B"
+        return 0
 
     def __dealloc__(self):
         if self.acquired:
@@ -88,6 +113,10 @@ cdef class XView:
         return &self.view
 
     cdef int _check_held(self, str what) except -1:
+        if not self.acquired and not self.closing:
+            raise BufferError(
+                f"XView.{what}: this XView holds no view (it was made by XView.__new__); "
+                "make one with XView(obj, flags) or XView.get(obj, flags)")
         if self.closing:
             raise BufferError(
                 f"XView.{what}: this XView was released (its with block ended or release() "
@@ -189,20 +218,27 @@ cdef class XView:
         return (<bytes>pyxbuf_path_name(self.view.path)).decode("ascii")
 
     def __getbuffer__(self, Py_buffer *buffer, int flags):
-        self._check_held("a typed memoryview")
-        pyxbuf_require_host(&self.view, "XView as a typed memoryview")
+        if self.closing or not self.acquired:
+            self._check_held("a typed memoryview")
+        if not pyxbuf_view_is_host(&self.view):
+            pyxbuf_require_host(&self.view, "XView as a typed memoryview")
         if flags & PyBUF_WRITABLE and not self.flags_asked & PyBUF_WRITABLE:
             raise BufferError(
                 "XView: a writable typed memoryview (such as float[:]) was asked of an XView "
                 f"acquired read-only (flags 0x{self.flags_asked:x}); declare the memoryview "
                 "const (const float[:]) or acquire the XView with PyBUF_WRITABLE")
-        for order, bits in ((b"C", PyBUF_C_CONTIGUOUS), (b"F", PyBUF_F_CONTIGUOUS),
-                            (b"A", PyBUF_ANY_CONTIGUOUS)):
-            if flags & bits == bits and not PyBuffer_IsContiguous(&self.view.base, order[0]):
-                raise BufferError(
-                    f"XView: a {order.decode()}-contiguous typed memoryview was asked, but the "
-                    f"array (shape {self.shape}, strides {self.strides}) is not; declare it "
-                    "strided (float[:, :]) or copy the array to a contiguous one first")
+        cdef char order = 0
+        if flags & PyBUF_C_CONTIGUOUS == PyBUF_C_CONTIGUOUS:
+            order = b"C"
+        elif flags & PyBUF_F_CONTIGUOUS == PyBUF_F_CONTIGUOUS:
+            order = b"F"
+        elif flags & PyBUF_ANY_CONTIGUOUS == PyBUF_ANY_CONTIGUOUS:
+            order = b"A"
+        if order != 0 and not PyBuffer_IsContiguous(&self.view.base, order):
+            raise BufferError(
+                f"XView: a {chr(order)}-contiguous typed memoryview was asked, but the "
+                f"array (shape {self.shape}, strides {self.strides}) is not; declare it "
+                "strided (float[:, :]) or copy the array to a contiguous one first")
         buffer.buf = self.view.base.buf
         buffer.obj = self
         buffer.len = self.view.base.len
