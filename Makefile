@@ -47,7 +47,7 @@ help:
 	@echo '  test-rust             cargo fmt --check, clippy -D warnings, cargo test --workspace'
 	@echo '  test-pymodules        the pytest suites of the pyxbuf module and rust/examples/sum'
 	@echo '  test-packaged-crates  the crates as cargo package makes them, tested unpacked'
-	@echo '  test-wheel            the release wheel in a fresh venv, C, nanobind and pybind11 extensions on it'
+	@echo '  test-wheel            the release wheel in a fresh venv; C, Cython, nanobind, pybind11 extensions on it'
 	@echo '  test-readme           every code block of README.md run as written'
 	@echo '  bench-smoke           every benchmark once, untimed'
 	@echo 'Hardening:'
@@ -174,11 +174,11 @@ test-wheel: venv
 	cp -r python-tests/wheel_consumers $(WHEEL_TEST)/src
 	cd $(WHEEL_TEST) && export PYTHONPATH= && \
 	    venv/bin/python -m pip install --quiet dist/pyxbuf-*.whl numpy ml_dtypes "setuptools>=70.1" \
-	        scikit-build-core pytest "nanobind==3.1.*" "pybind11==3.1.*" && \
+	        scikit-build-core "Cython>=3.3" pytest "nanobind==3.1.*" "pybind11==3.1.*" && \
 	    CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) venv/bin/python -m pip install --quiet --no-build-isolation \
-	        src/setuptools src/cmake src/nanobind src/pybind11 && \
+	        src/setuptools src/cmake src/cython src/nanobind src/pybind11 && \
 	    PYXBUF_WHEEL=$$(ls dist/pyxbuf-*.whl) venv/bin/python -m pytest -q --noconftest \
-	        -p no:cacheprovider src/check_consumers.py src/check_cxx_bindings.py
+	        -p no:cacheprovider src/check_consumers.py src/check_cython.py src/check_cxx_bindings.py
 
 # The `pyxbuf` Python module and the example crate, built into the venv.
 pymodules: venv

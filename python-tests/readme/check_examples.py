@@ -9,6 +9,8 @@ garbage) fails here, whatever its own doctest says.
   into build/ (imported from there in a child process: same module name).
 - myext_rs: README's PyO3 extension (maturin develop), taking
   PyXBuffer<f32> and PyXBuffer1<f32, Exclusive> arguments.
+- cyext: README's Cython extension (pip install --no-build-isolation
+  ./cyext), a typed memoryview through XView.
 """
 
 import pathlib
@@ -97,3 +99,20 @@ def test_rust_scale_takes_an_exclusive_borrow():
     del held
     scale(a, 2.0)
     assert a.tolist() == [2.0] * 4
+
+
+def test_cython_total_reads_any_strides_and_gives_the_grant_back():
+    import cyext
+
+    assert "site-packages" in cyext.__file__, cyext.__file__
+    a = np.arange(12, dtype=np.float32)
+    assert cyext.total(a) == 66.0
+    assert cyext.total(a[::-3]) == 11 + 8 + 5 + 2  # strided, read in place
+    assert cyext.total(pyxbuf.exporter([3], "f")) == 0.0  # the native path
+    with pytest.raises(ValueError, match="Buffer dtype mismatch"):
+        cyext.total(np.zeros(3))
+    with pytest.raises(ValueError, match="Buffer has wrong number of dimensions"):
+        cyext.total(np.zeros((2, 2), np.float32))
+    with pytest.raises(TypeError):
+        cyext.total([1.0, 2.0])  # no buffer at all
+    assert pyxbuf.live_borrows() == 0  # every shared grant was given back

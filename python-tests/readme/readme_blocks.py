@@ -112,7 +112,10 @@ def parse(markdown: str) -> list[Block]:
             j = i + 1
             closing = re.compile(r"^ {0,3}" + re.escape(fence[0]) + "{" + str(len(fence)) + r",}\s*$")
             while j < len(lines) and not closing.match(lines[j]):
-                body.append(lines[j][indent:] if lines[j][:indent].isspace() else lines[j].lstrip())
+                # The fence's own indent comes off each line (a line indented
+                # less loses what it has); a fence at column 0 takes nothing.
+                line_j = lines[j]
+                body.append(line_j[indent:] if indent == 0 or line_j[:indent].isspace() else line_j.lstrip())
                 j += 1
             if j == len(lines):
                 raise ReadmeError(f"line {i + 1}: a code block that is never closed")

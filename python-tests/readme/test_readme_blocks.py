@@ -33,6 +33,13 @@ def test_a_longer_fence_holds_a_shorter_one():
     assert b.lang == "md" and "not a block" in b.text
 
 
+def test_a_block_keeps_its_indentation_beyond_the_fences():
+    md = "```cython\ndef f():\n    return 1\n```\n\n  ```sh\n  if true; then\n      echo hi\n  fi\n  ```\n"
+    a, b = rb.parse(md)
+    assert a.text == "def f():\n    return 1\n"
+    assert b.text == "if true; then\n    echo hi\nfi\n"
+
+
 def test_directives_file_and_skip():
     md = (
         "<!-- readme-test: file ext/lib.rs -->\n```rust\nfn main() {}\n```\n"

@@ -324,7 +324,9 @@ def test_the_stub_has_nothing_the_module_lacks():
     assert set(stub_functions()) == set(runtime_callables())
 
 
-@pytest.mark.parametrize("name", ["get_include", "get_library_dir", "get_cmake_dir"])
+@pytest.mark.parametrize(
+    "name", ["get_include", "get_library_dir", "get_cmake_dir", "get_cython_include"]
+)
 def test_package_functions_have_signatures(name):
     assert str(inspect.signature(getattr(pyxbuf, name))) == "() -> str"
 

@@ -9,7 +9,10 @@ that let nanobind and pybind11 functions take ``pyxbuf::view<T>``),
 ``get_library_dir()`` the static,
 position-independent ``libpyxbuf.a`` built for this interpreter (link with
 ``-lpyxbuf`` and define ``PYXBUF_STATIC``), and ``get_cmake_dir()`` a CMake
-package for ``find_package(pyxbuf CONFIG)``.
+package for ``find_package(pyxbuf CONFIG)``. Cython extensions
+``from pyxbuf cimport ...`` the declarations of ``pyxbuf.h`` (``__init__.pxd``
+and ``c_api.pxd`` here) and include ``pyxbuf_xview.pxi`` (the ``XView`` guard
+over typed memoryviews) from ``get_cython_include()``.
 """
 
 from pathlib import Path as _Path
@@ -65,6 +68,12 @@ def get_include() -> str:
     return _shipped("include", "pyxbuf.h")
 
 
+def get_cython_include() -> str:
+    """The directory holding ``pyxbuf_xview.pxi`` (pass it to
+    ``cythonize(include_path=...)``; ``from pyxbuf cimport`` needs no path)."""
+    return _shipped(".", "pyxbuf_xview.pxi")
+
+
 def get_library_dir() -> str:
     """The directory holding the static ``libpyxbuf.a`` for this interpreter
     (``library_dirs``; link ``libraries=["pyxbuf"]`` and define ``PYXBUF_STATIC``)."""
@@ -104,6 +113,7 @@ __all__ = [
     "exporter",
     "from_dlpack",
     "get_cmake_dir",
+    "get_cython_include",
     "get_include",
     "get_library_dir",
     "inspect",

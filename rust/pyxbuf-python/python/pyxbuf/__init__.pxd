@@ -1,0 +1,64 @@
+# cython: language_level=3
+# pyxbuf/__init__.pxd -- `from pyxbuf cimport ...` for Cython extensions.
+#
+# Everything of pyxbuf.h (declared in pyxbuf/c_api.pxd) and a few inline
+# helpers. The typed-memoryview guard, a cdef class, has to be compiled into
+# the extension that uses it, so it ships as an include file:
+#
+#     from pyxbuf cimport *
+#     include "pyxbuf_xview.pxi"         # cdef class XView
+#
+#     def total(obj):
+#         cdef double s = 0
+#         cdef Py_ssize_t i
+#         cdef const float[:] m
+#         with XView(obj, PyBUF_RECORDS_RO | PYXBUF_BORROW_SHARED) as v:
+#             m = v                      # zero copy, no second acquisition
+#             for i in range(m.shape[0]):
+#                 s += m[i]
+#         return s
+#
+# setup.py: Extension(..., include_dirs=[pyxbuf.get_include()],
+# library_dirs=[pyxbuf.get_library_dir()], libraries=["pyxbuf"],
+# define_macros=[("PYXBUF_STATIC", None)]) and
+# cythonize(..., include_path=[pyxbuf.get_cython_include()]).
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND, \
+    PyBUF_STRIDES, PyBUF_C_CONTIGUOUS, PyBUF_F_CONTIGUOUS, PyBUF_ANY_CONTIGUOUS, \
+    PyBUF_INDIRECT, PyBUF_RECORDS, PyBUF_RECORDS_RO, PyBUF_FULL, PyBUF_FULL_RO
+from libc.stdint cimport int32_t, int64_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+
+from pyxbuf.c_api cimport *
+
+
+cdef inline float pyxbuf_bfloat16_to_float(uint16_t bits) noexcept nogil:
+    """One bfloat16 item (ml_dtypes' "[ml_dtypes$bfloat16]": the high half of
+    a float32) as a float."""
+    cdef uint32_t wide = (<uint32_t>bits) << 16
+    cdef float out
+    memcpy(&out, &wide, sizeof(float))
+    return out
+
+
+cdef inline str pyxbuf_view_format(const pyxbuf_view *view):
+    """The view's format string ("B" when the producer gave none)."""
+    if view.base.format == NULL:
+        return "B"
+    return (<bytes>view.base.format).decode("utf-8", "replace")
+
+
+cdef inline int pyxbuf_require_host(const pyxbuf_view *view, str what) except -1:
+    """BufferError unless the view's memory is host memory: `what` names the
+    caller in the message."""
+    if pyxbuf_view_is_host(view):
+        return 0
+    cdef pyxbuf_device dev
+    cdef char name[64]
+    if pyxbuf_view_device(view, &dev, NULL) == 0 and pyxbuf_device_format(&dev, name, 64) > 0:
+        where = (<bytes>name).decode("ascii", "replace")
+    else:
+        where = (<bytes>view.device).decode("utf-8", "replace")
+    raise BufferError(
+        f"{what}: needs host memory, but the array lives on device '{where}'; "
+        "copy it to the host first (pyxbuf.to_device(obj, 'cpu') or pyxbuf_copy_to_host)")
