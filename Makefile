@@ -266,15 +266,16 @@ bench-ir: venv build $(GUNGRAUN_RUNNER)
 ARGS_DIR = $(abspath target)/bench-args
 ARGS_BUILD = build-args
 ARGS_PY = PYTHONPATH=$(abspath $(ARGS_BUILD))/bench-args
-ARGS_TOOLS = "pyperf>=2.10" "nanobind==3.1.*" "pybind11==3.1.*"
+ARGS_TOOLS = "pyperf>=2.10" "nanobind==3.1.*" "pybind11==3.1.*" "Cython>=3.3"
 bench-args: venv
-	$(VPY) -c 'import pyperf, nanobind, pybind11' 2>/dev/null || \
+	$(VPY) -c 'import pyperf, nanobind, pybind11, Cython' 2>/dev/null || \
 	    $(VPY) -m pip install --quiet $(ARGS_TOOLS)
 	cmake -S . -B $(ARGS_BUILD) -DPython3_EXECUTABLE=$(abspath $(VPY)) \
 	    -DPython_EXECUTABLE=$(abspath $(VPY)) -DCMAKE_BUILD_TYPE=Release -DPYXBUF_BENCH_ARGS=ON \
 	    -Dnanobind_DIR="$$($(VPY) -m nanobind --cmake_dir)" \
 	    -Dpybind11_DIR="$$($(VPY) -m pybind11 --cmakedir)" >/dev/null
-	cmake --build $(ARGS_BUILD) -j $(JOBS) --target _args_c _args_nanobind _args_pybind11
+	cmake --build $(ARGS_BUILD) -j $(JOBS) --target _args_c _args_owner _args_nanobind \
+	    _args_pybind11 _args_cython
 	$(MATURIN_ENV) $(VENV)/bin/maturin develop --quiet --release -m bench/args/pyo3/Cargo.toml
 	rm -rf $(ARGS_DIR) && mkdir -p $(ARGS_DIR)/dumps
 	$(ARGS_PY) valgrind --tool=callgrind --callgrind-out-file=$(ARGS_DIR)/dumps/cg.%p \

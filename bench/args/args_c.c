@@ -12,7 +12,14 @@
  *
  * ir_zero() and ir_dump(label) are Callgrind's client requests (no-ops
  * outside valgrind): the driver zeroes the counters, runs one loop and dumps
- * them under the loop's label, all in one valgrind run. */
+ * them under the loop's label, all in one valgrind run.
+ *
+ * Built twice: as _args_c, and as _args_owner (ARGS_MODULE), whose
+ * take_registry() the driver calls first. The process-wide borrow registry
+ * belongs to the first copy of pyxbuf that asks for it; every other copy
+ * reaches it through its table. In a real process that is most extensions
+ * (the pyxbuf module, or another extension, came first), so the race makes
+ * every measured module such a copy, the C floor included. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -115,7 +122,16 @@ static PyObject *under_callgrind(PyObject *mod, PyObject *unused) {
 #endif
 }
 
+/* This copy's registry becomes the process's (see the top). */
+static PyObject *take_registry(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    if (pyxbuf_shared_api_get() == NULL) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"take_registry", take_registry, METH_NOARGS,
+     "take_registry()\n--\n\nInstall this copy's borrow registry as the process's."},
     {"noop", noop, METH_O, "noop(x, /)\n--\n\nTake x, return 0: the call alone."},
     {"classic", classic, METH_O,
      "classic(x, /)\n--\n\nLength of a 1-D float32 array via PyObject_GetBuffer."},
@@ -131,7 +147,15 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_args_c", NULL, 0, methods,
+#ifndef ARGS_MODULE
+#define ARGS_MODULE _args_c
+#endif
+#define ARGS_STR2(x) #x
+#define ARGS_STR(x) ARGS_STR2(x)
+#define ARGS_CAT2(a, b) a##b
+#define ARGS_CAT(a, b) ARGS_CAT2(a, b)
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, ARGS_STR(ARGS_MODULE), NULL, 0, methods,
                                     NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__args_c(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC ARGS_CAT(PyInit_, ARGS_MODULE)(void) { return PyModule_Create(&module); }
