@@ -28,6 +28,7 @@ ROUTES = [
     ("pyo3", "dlpark", "_args_pyo3", "dlpark"),
     ("cython", "float[:]", "_args_cython", "memview"),
     ("cython", "pyxbuf", "_args_cython", "pyxbuf"),
+    ("cython", "XView", "_args_cython", "xview"),
     ("nanobind", "nb::ndarray", "_args_nanobind", "ndarray"),
     ("nanobind", "pyxbuf::view", "_args_nanobind", "pyxbuf"),
     ("pybind11", "py::array_t", "_args_pybind11", "array_t"),
