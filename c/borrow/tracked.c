@@ -5,6 +5,7 @@
 
 #include "borrow/registry.h"
 
+#include <stddef.h>
 #include <stdio.h>
 
 static PYXBUF_COLD int refuse_writable_shared(PyObject *obj) {
@@ -88,7 +89,9 @@ static PYXBUF_COLD int tracked_grant_slow(PyObject *obj, const pyxbuf_borrow_key
 }
 
 /* The registry's grant: inline when the installed table is this copy's own
- * (no call through the table, no message buffer), else through the table. */
+ * (no call through the table, no message buffer); else one call through the
+ * table another copy installed (most extensions' case), with a one-byte
+ * message buffer: only a refusal, rare, goes the slow way for its reason. */
 static inline int tracked_grant(PyObject *obj, const pyxbuf_borrow_key *key, int32_t exclusive,
                                 int64_t *token) {
     const pyxbuf_shared_api *installed = PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__installed_shared_api);
@@ -97,6 +100,13 @@ static inline int tracked_grant(PyObject *obj, const pyxbuf_borrow_key *key, int
         int rc = registry_acquire_locked(key, exclusive, token, NULL, 0);
         registry_unlock();
         if (PYXBUF_LIKELY(rc == 0)) return 0;
+    } else if (installed != NULL &&
+               installed->size >= offsetof(pyxbuf_shared_api, borrow_acquire_key) + sizeof(void *) &&
+               installed->borrow_acquire_key != NULL) {
+        char brief[1]; /* a writer bounded by why_cap leaves it alone or truncates */
+        if (PYXBUF_LIKELY(installed->borrow_acquire_key(key, exclusive, token, brief,
+                                                        sizeof brief) == 0))
+            return 0;
     }
     return tracked_grant_slow(obj, key, exclusive, token);
 }
