@@ -48,6 +48,7 @@
 
 #include "pyxbuf.h"
 
+#include <atomic>
 #include <complex>
 #include <cstddef>
 #include <cstdint>
@@ -317,6 +318,57 @@ struct grants_type {
     bool tracked;   // PYXBUF_EXT_TRACKED: cooperative, not enforced
 };
 
+namespace detail {
+
+// The heap block a view holds: the pyxbuf_view at one address for the whole
+// acquisition (the C struct may point into itself, so it never moves).
+struct view_storage {
+    pyxbuf_view v; // written by pyxbuf_get before anything reads it
+    bool acquired = false;
+    // Shape and strides (bytes): the producer's own arrays when it gave both
+    // (no copy), else `dims` (shape then strides) synthesized for a request
+    // without them.
+    const Py_ssize_t *shape = nullptr;
+    const Py_ssize_t *strides = nullptr;
+    std::vector<Py_ssize_t> dims;
+    Py_ssize_t size = 1;
+
+    // Release (needs the GIL) and forget the layout.
+    void clear() noexcept {
+        if (acquired) {
+            acquired = false;
+            pyxbuf_release(&v);
+        }
+        shape = strides = nullptr;
+        dims.clear();
+        size = 1;
+    }
+    ~view_storage() { clear(); }
+};
+
+// One released block kept for the next view, so that a view argument costs
+// no malloc/free pair per call (each extension compiling this header has its
+// own). Atomic: under free-threaded CPython views come and go on several
+// threads at once.
+inline std::atomic<view_storage *> spare_view_storage{nullptr};
+
+inline view_storage *take_view_storage() noexcept {
+    view_storage *s = spare_view_storage.exchange(nullptr, std::memory_order_acquire);
+    return s != nullptr ? s : new (std::nothrow) view_storage; // v left unwritten
+}
+
+struct view_storage_deleter {
+    void operator()(view_storage *s) const noexcept {
+        s->clear();
+        view_storage *none = nullptr;
+        if (!spare_view_storage.compare_exchange_strong(none, s, std::memory_order_release,
+                                                        std::memory_order_relaxed))
+            delete s;
+    }
+};
+
+} // namespace detail
+
 template <class T> class view {
     static_assert(!std::is_volatile<T>::value, "pyxbuf::view<volatile T> is not supported");
 
@@ -326,24 +378,11 @@ public:
     static constexpr bool writable = !std::is_const<T>::value;
 
 private:
-    // Heap-held so that the pyxbuf_view never moves while acquired.
-    struct storage {
-        pyxbuf_view v{};
-        bool acquired = false;
-        // Shape and strides (bytes): the producer's own arrays when it gave
-        // both (no copy), else `dims` (shape then strides) synthesized for a
-        // request without them.
-        const Py_ssize_t *shape = nullptr;
-        const Py_ssize_t *strides = nullptr;
-        std::vector<Py_ssize_t> dims;
-        Py_ssize_t size = 1;
-        ~storage() {
-            if (acquired) pyxbuf_release(&v);
-        }
-    };
-    std::unique_ptr<storage> s_;
+    // Heap-held (detail::view_storage) so that the pyxbuf_view never moves.
+    using storage_ptr = std::unique_ptr<detail::view_storage, detail::view_storage_deleter>;
+    storage_ptr s_;
 
-    explicit view(std::unique_ptr<storage> s) noexcept : s_(std::move(s)) {}
+    explicit view(storage_ptr s) noexcept : s_(std::move(s)) {}
 
     static int request(int flags) { return writable ? (flags | PyBUF_WRITABLE) : flags; }
 
@@ -365,7 +404,7 @@ private:
     // Acquire; nullopt with a Python exception set on failure (nothing held).
     static std::optional<view> acquire(PyObject *obj, int flags, bool with_stream,
                                        int64_t stream) {
-        std::unique_ptr<storage> s(new (std::nothrow) storage());
+        storage_ptr s(detail::take_view_storage());
         if (!s) {
             PyErr_NoMemory();
             return std::nullopt;
@@ -374,7 +413,7 @@ private:
         int rc = with_stream ? pyxbuf_get_stream(obj, &s->v, f, stream)
                              : pyxbuf_get(obj, &s->v, f);
         if (rc != 0) return std::nullopt;
-        s->acquired = true; // released by ~storage from here on, on every path
+        s->acquired = true; // released by the deleter from here on, on every path
         const Py_buffer &b = s->v.base;
         if (!detail::format_matches<value_type>(b.format)) {
             const char *have = b.format != nullptr ? b.format : "B";
@@ -438,7 +477,7 @@ public:
     view &operator=(view &&) noexcept = default;
     view(const view &) = delete;
     view &operator=(const view &) = delete;
-    ~view() = default; // releases exactly once, through storage
+    ~view() = default; // releases exactly once, through the storage deleter
 
     // Non-throwing acquisition: nullopt with the Python exception set.
     static std::optional<view> try_get(PyObject *obj, int flags = PyBUF_RECORDS_RO) {
