@@ -245,12 +245,19 @@ bool custom_matches(const pyxbuf_format &f, std::true_type) {
 }
 template <class U> bool custom_matches(const pyxbuf_format &, std::false_type) { return false; }
 
+// Is `format` exactly U's own code ("f", "Zd", "[ml_dtypes$bfloat16]")? The
+// common answer, inline and without the parser.
+template <class U> inline bool format_is_own_code(const char *format) noexcept {
+    const char *own = item_traits<U>::format;
+    if (format == nullptr) format = "B";
+    while (*own != '\0' && *format == *own) ++format, ++own;
+    return *own == '\0' && *format == '\0';
+}
+
 // Does `format` (NULL = "B") describe one item of type U? Pure: no Python.
-template <class U> bool format_matches(const char *format) {
+// Every spelling but U's own code goes through the parser.
+template <class U> bool format_matches_parsed(const char *format) {
     using tr = item_traits<U>;
-    // U's own code ("f", "Zd", "[ml_dtypes$bfloat16]"), the common answer,
-    // without the parser; every other spelling goes through it.
-    if (std::strcmp(format != nullptr ? format : "B", tr::format) == 0) return true;
     pyxbuf_format f;
     if (pyxbuf_format_parse(format, &f, nullptr) != PYXBUF_OK) return false;
     bool ok = false;
@@ -277,6 +284,11 @@ template <class U> bool format_matches(const char *format) {
     }
     pyxbuf_format_clear(&f);
     return ok;
+}
+
+// Does `format` (NULL = "B") describe one item of type U?
+template <class U> bool format_matches(const char *format) {
+    return format_is_own_code<U>(format) || format_matches_parsed<U>(format);
 }
 
 } // namespace detail
