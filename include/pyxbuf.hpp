@@ -28,8 +28,10 @@
 // Lifetime and threads, as for the C API: every call here -- get, try_get, the
 // destructor, move assignment (which releases what it held) -- needs the GIL
 // (an attached thread state). Element access reads memory only and needs no
-// GIL while the view is held. A view belongs to one thread at a time. The
-// pyxbuf_view lives in a heap block the view owns, at a fixed address for the
+// GIL while the view is held. A view belongs to one thread at a time. In a
+// module that declares per-interpreter GIL support, define
+// PYXBUF_HPP_CONCURRENT before including this header (see spare_view_storage).
+// The pyxbuf_view lives in a heap block the view owns, at a fixed address for the
 // whole acquisition (the C struct may point into itself, so it is never
 // relocated): moving a view moves the pointer, the moved-from view holds
 // nothing and its destructor does nothing. On a view that holds nothing
@@ -360,22 +362,48 @@ struct view_storage {
 
 // One released block kept for the next view, so that a view argument costs
 // no malloc/free pair per call (each extension compiling this header has its
-// own). Atomic: under free-threaded CPython views come and go on several
-// threads at once.
+// own). Views are made and released with the GIL held. Where one GIL
+// serializes every thread that runs this module, the slot is a plain pointer
+// (a locked exchange costs ~20 ns that no instruction count shows: measured
+// by make bench-args's wall clock). Under free-threaded CPython it is atomic,
+// and so it must be for a module that declares per-interpreter GIL support
+// (Py_MOD_PER_INTERPRETER_GIL_SUPPORTED: its interpreters run at once):
+// define PYXBUF_HPP_CONCURRENT before including this header there.
+#if defined(Py_GIL_DISABLED) || defined(PYXBUF_HPP_CONCURRENT)
 inline std::atomic<view_storage *> spare_view_storage{nullptr};
 
+inline view_storage *take_spare_view_storage() noexcept {
+    return spare_view_storage.exchange(nullptr, std::memory_order_acquire);
+}
+inline bool keep_spare_view_storage(view_storage *s) noexcept {
+    view_storage *none = nullptr;
+    return spare_view_storage.compare_exchange_strong(none, s, std::memory_order_release,
+                                                      std::memory_order_relaxed);
+}
+#else
+inline view_storage *spare_view_storage = nullptr;
+
+inline view_storage *take_spare_view_storage() noexcept {
+    view_storage *s = spare_view_storage;
+    spare_view_storage = nullptr;
+    return s;
+}
+inline bool keep_spare_view_storage(view_storage *s) noexcept {
+    if (spare_view_storage != nullptr) return false;
+    spare_view_storage = s;
+    return true;
+}
+#endif
+
 inline view_storage *take_view_storage() noexcept {
-    view_storage *s = spare_view_storage.exchange(nullptr, std::memory_order_acquire);
+    view_storage *s = take_spare_view_storage();
     return s != nullptr ? s : new (std::nothrow) view_storage; // v left unwritten
 }
 
 struct view_storage_deleter {
     void operator()(view_storage *s) const noexcept {
         s->clear();
-        view_storage *none = nullptr;
-        if (!spare_view_storage.compare_exchange_strong(none, s, std::memory_order_release,
-                                                        std::memory_order_relaxed))
-            delete s;
+        if (!keep_spare_view_storage(s)) delete s;
     }
 };
 

@@ -112,11 +112,43 @@ def wall_figures(path: Path) -> dict:
     import pyperf
 
     suite = pyperf.BenchmarkSuite.load(str(path))
-    out = {"call": {}, "noop": {}}
+    out = {"call": {}, "noop": {}, "var_of_mean": {}}
     for b in suite.get_benchmarks():
         kind, label = b.get_name().split("|", 1)
         out[kind][label] = b.median() * 1e9  # ns per call
+        n = b.get_nvalue()
+        out["var_of_mean"][b.get_name()] = (b.stdev() * 1e9) ** 2 / n if n > 1 else 0.0
     return out
+
+
+# (framework, pyxbuf's route, the framework's native argument)
+WALL_PAIRS = [
+    ("pyo3", "PyXBuffer", "PyBuffer"),
+    ("pyo3", "PyXBuffer1", "PyReadonlyArray1"),
+    ("cython", "pyxbuf", "float[:]"),
+    ("nanobind", "pyxbuf::view", "nb::ndarray"),
+    ("pybind11", "pyxbuf::view", "py::array_t"),
+]
+
+
+def wall_agreement(wall: dict) -> list[str]:
+    """Issue 28's wall-clock rule: no pyxbuf route slower than its framework's
+    native argument beyond the measurement's spread, here two standard errors
+    of the difference of the two argument costs (each a call minus a noop:
+    four benchmarks' variances of the mean, summed)."""
+    arg = argument_costs(wall)
+    lines = []
+    for inp in ("numpy_f32", "memoryview_f32"):
+        for fw, ours, theirs in WALL_PAIRS:
+            a, b = f"{fw}/{ours}/{inp}", f"{fw}/{theirs}/{inp}"
+            if a not in arg or b not in arg:
+                continue
+            spread = 2 * sum(wall["var_of_mean"].get(f"{k}|{lbl}", 0.0)
+                             for k in ("call", "noop") for lbl in (a, b)) ** 0.5
+            verdict = "agrees" if arg[a] <= arg[b] + spread else "slower"
+            lines.append(f"wall {fw} {ours} {arg[a]:.1f} ns vs {theirs} {arg[b]:.1f} ns "
+                         f"on {inp} (spread {spread:.1f} ns): {verdict}")
+    return lines
 
 
 # --------------------------------------------------------------------------
@@ -225,6 +257,9 @@ def report(ir: dict, wall: dict | None, out: Path) -> int:
     if unmeasured:
         tail += f", {unmeasured} unmeasured"
     lines += [tail, "```", ""]
+    if wall:
+        lines += ["## Wall clock against each framework's own argument (pyperf)", "", "```"]
+        lines += wall_agreement(wall) + ["```", ""]
     text = "\n".join(lines)
     out.write_text(text)
     print(text[text.index("## Targets"):])
