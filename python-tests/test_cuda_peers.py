@@ -14,21 +14,15 @@ import pytest
 
 import _pyxbuf_testext as t
 from cai_producers import CAI
+from dlpack_only import DLPackOnly  # the producer's DLPack alone: no C table, no CAI
+from test_cai import needs_cuda
 
 CUDA, CUDA_HOST, CUDA_MANAGED = t.PYXBUF_DL_CUDA, t.PYXBUF_DL_CUDA_HOST, 13
 DEVICE_VIEW = t.PyBUF_RECORDS_RO | t.PYXBUF_DEVICE
 RO = t.PyBUF_RECORDS_RO
 
 
-def _cuda_ok():
-    try:
-        t.exporter("B", (1,), device=(CUDA, 0))
-        return True
-    except Exception:  # no driver, no device
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _cuda_ok(), reason="no CUDA driver or device here")
+pytestmark = needs_cuda
 
 
 @pytest.fixture
@@ -42,20 +36,6 @@ def torch():
     if not torch.cuda.is_available():
         pytest.skip("PyTorch has no CUDA here")
     return torch
-
-
-class DLPackOnly:
-    """The producer's __dlpack__ and __dlpack_device__ alone: no C exchange
-    table, no CAI, so pyxbuf takes the Python DLPack path."""
-
-    def __init__(self, obj):
-        self.obj = obj
-
-    def __dlpack__(self, **kw):
-        return self.obj.__dlpack__(**kw)
-
-    def __dlpack_device__(self):
-        return self.obj.__dlpack_device__()
 
 
 def cai_only(obj):

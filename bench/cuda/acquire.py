@@ -13,6 +13,7 @@ import sys
 import time
 
 import _pyxbuf_testext as t
+from dlpack_only import DLPackOnly  # python-tests/, on PYTHONPATH (run-on-gpu.sh)
 
 DEVICE_VIEW = t.PyBUF_RECORDS_RO | t.PYXBUF_DEVICE
 N = 20_000
@@ -38,17 +39,6 @@ def empty_loop(n):
     f = id
     for _ in range(n):
         f(None)
-
-
-class DLPackOnly:
-    def __init__(self, obj):
-        self.obj = obj
-
-    def __dlpack__(self, **kw):
-        return self.obj.__dlpack__(**kw)
-
-    def __dlpack_device__(self):
-        return self.obj.__dlpack_device__()
 
 
 def main():
