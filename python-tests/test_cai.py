@@ -470,6 +470,19 @@ def test_bad_dicts_are_refused_with_the_cause_named(case):
     assert "'CAI'" in str(info.value)  # the producer's type
 
 
+def test_a_host_pointer_names_each_backend_asked_once():
+    # CUDA's backend serves cuda, cuda_host and cuda_managed; it used to be
+    # asked, and its reason repeated, once per device type (three times).
+    e, ptr = upload(np.arange(4, dtype="<f4"))
+    c = CAI(e, shape=(4,), typestr="<f4", data=(HOST_ARRAY.ctypes.data, False), version=3)
+    with pytest.raises(BufferError) as info:
+        t.bridge_view(c)
+    message = str(info.value)
+    assert message.count("cuda: ") == 1, message
+    assert message.count("pyxbuf.emulated: ") == 1, message
+    assert message.endswith("or __array_interface__)"), message  # the advice is not cut off
+
+
 def test_not_a_dict():
     class NotDict:
         __cuda_array_interface__ = [("shape", (4,))]

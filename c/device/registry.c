@@ -54,11 +54,22 @@ int pyxbuf__backend_find_pointer(const void *ptr, pyxbuf_device *device, pyxbuf_
     order[n++] = PYXBUF_DL_CUDA;
     for (int32_t t = 1; t < PYXBUF__MAX_DEVICE_TYPES; t++)
         if (t != PYXBUF_DL_CUDA && t != PYXBUF_DL_CPU) order[n++] = t;
+    /* One backend may serve several device types (CUDA's serves cuda,
+     * cuda_host and cuda_managed): it is asked, and named in the message,
+     * once. */
+    pyxbuf_backend asked[PYXBUF__MAX_DEVICE_TYPES];
+    int32_t nasked = 0;
     for (int32_t i = 0; i < n; i++) {
         pyxbuf_error why;
-        if (pyxbuf_backend_get(order[i], backend, NULL) < 0) continue;
+        if (pyxbuf_backend_get(order[i], backend, NULL) < 0 || backend->pointer_query == NULL)
+            continue;
+        int seen = 0;
+        for (int32_t k = 0; k < nasked && !seen; k++)
+            seen = asked[k].pointer_query == backend->pointer_query && asked[k].ctx == backend->ctx;
+        if (seen) continue;
+        asked[nasked++] = *backend;
         if (backend->pointer_query(backend->ctx, ptr, device, &why) == 0) return 0;
-        int w = snprintf(tried + used, sizeof tried - used, "%s%s: %.120s", used ? "; " : "",
+        int w = snprintf(tried + used, sizeof tried - used, "%s%s: %.200s", used ? "; " : "",
                          backend->name ? backend->name : "?", why.message);
         if (w > 0 && (size_t)w < sizeof tried - used) used += (size_t)w;
     }
