@@ -96,6 +96,7 @@ fn get_ptr_takes_partial_indices() {
     });
 }
 
+#[cfg(feature = "ndarray")] // as_array/as_array_mut: the default feature
 #[test]
 fn ndarray_views_strided_and_backwards() {
     Python::attach(|py| {
@@ -131,6 +132,7 @@ fn ndarray_views_strided_and_backwards() {
     });
 }
 
+#[cfg(feature = "ndarray")] // as_array/as_array_mut: the default feature
 #[test]
 fn ndarray_mut_views_need_exclusive_and_no_aliasing() {
     Python::attach(|py| {

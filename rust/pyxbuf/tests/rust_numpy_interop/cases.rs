@@ -132,7 +132,7 @@ pub fn interleaved(py: Python<'_>) {
     let mut rw = imag_a
         .try_readwrite()
         .expect("imag under pyxbuf exclusive of real");
-    ex.as_array_mut().unwrap()[[0]] = 1.0; // strided: through ndarray
+    *ex.iter_mut().unwrap().next().unwrap() = 1.0; // strided: in logical order
     rw.as_array_mut()[0] = 2.0;
     drop((ex, rw));
     // and the other way round.
