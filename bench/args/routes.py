@@ -13,7 +13,7 @@ import array
 import importlib
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 # (framework, route, module, function): the route's label is "framework/route".
@@ -40,9 +40,6 @@ BF16_ROUTES = [
     ("c", "pyxbuf", "_args_c", "pyxbuf_bf16"),
     ("pyo3", "PyXBuffer", "_args_pyo3", "pyxbuf_bf16"),
 ]
-
-FRAMEWORK_MODULE = {"c": "_args_c", "pyo3": "_args_pyo3", "cython": "_args_cython",
-                    "nanobind": "_args_nanobind", "pybind11": "_args_pybind11"}
 
 N_ITEMS = 1000
 
@@ -84,7 +81,6 @@ class Case:
     noop: Callable | None = None
     obj: object = None
     why: str = ""  # non-empty: unsupported, and why
-    extra: dict = field(default_factory=dict)
 
     @property
     def label(self) -> str:

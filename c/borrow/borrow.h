@@ -5,6 +5,8 @@
 
 #include "device/device.h"
 
+#include <stddef.h>
+
 /* A consistent copy of a counter another thread may be changing (counter.c). */
 void pyxbuf__borrow_counts(const pyxbuf_borrow_counter *counter, pyxbuf_borrow_counter *out);
 
@@ -37,10 +39,17 @@ static inline uint64_t pyxbuf__magnitude(Py_ssize_t x) {
 }
 
 int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags);
-/* registry.c: the shared table's grant of `key`, by range alone when the table
- * was installed by a copy older than version 2. */
-int pyxbuf__shared_acquire_key(const pyxbuf_shared_api *api, const pyxbuf_borrow_key *key,
-                               int32_t exclusive, int64_t *token, char *why, size_t why_cap);
+/* The shared table's grant of `key`, by range alone when the table was
+ * installed by a copy older than version 2. Inline: a copy that does not own
+ * the registry calls it on every tracked acquisition. */
+static inline int pyxbuf__shared_acquire_key(const pyxbuf_shared_api *api,
+                                             const pyxbuf_borrow_key *key, int32_t exclusive,
+                                             int64_t *token, char *why, size_t why_cap) {
+    if (api->size >= offsetof(pyxbuf_shared_api, borrow_acquire_key) + sizeof(void *) &&
+        api->borrow_acquire_key != NULL)
+        return api->borrow_acquire_key(key, exclusive, token, why, why_cap);
+    return api->borrow_acquire(&key->range, exclusive, token, why, why_cap);
+}
 void pyxbuf__tracked_release(pyxbuf_view *view);
 
 #endif

@@ -130,13 +130,3 @@ const pyxbuf_shared_api *pyxbuf_shared_api_get(void) {
     PYXBUF__FT_STORE_RELEASE(&pyxbuf__installed_shared_api, api);
     return api;
 }
-
-/* A table installed by a copy of pyxbuf older than version 2 compares
- * whole ranges only. */
-int pyxbuf__shared_acquire_key(const pyxbuf_shared_api *api, const pyxbuf_borrow_key *key,
-                               int32_t exclusive, int64_t *token, char *why, size_t why_cap) {
-    if (api->size >= offsetof(pyxbuf_shared_api, borrow_acquire_key) + sizeof(void *) &&
-        api->borrow_acquire_key != NULL)
-        return api->borrow_acquire_key(key, exclusive, token, why, why_cap);
-    return api->borrow_acquire(&key->range, exclusive, token, why, why_cap);
-}

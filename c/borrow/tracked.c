@@ -5,7 +5,6 @@
 
 #include "borrow/registry.h"
 
-#include <stddef.h>
 #include <stdio.h>
 
 static PYXBUF_COLD int refuse_writable_shared(PyObject *obj) {
@@ -100,12 +99,10 @@ static inline int tracked_grant(PyObject *obj, const pyxbuf_borrow_key *key, int
         int rc = registry_acquire_locked(key, exclusive, token, NULL, 0);
         registry_unlock();
         if (PYXBUF_LIKELY(rc == 0)) return 0;
-    } else if (installed != NULL &&
-               installed->size >= offsetof(pyxbuf_shared_api, borrow_acquire_key) + sizeof(void *) &&
-               installed->borrow_acquire_key != NULL) {
+    } else if (installed != NULL) {
         char brief[1]; /* a writer bounded by why_cap leaves it alone or truncates */
-        if (PYXBUF_LIKELY(installed->borrow_acquire_key(key, exclusive, token, brief,
-                                                        sizeof brief) == 0))
+        if (PYXBUF_LIKELY(pyxbuf__shared_acquire_key(installed, key, exclusive, token, brief,
+                                                     sizeof brief) == 0))
             return 0;
     }
     return tracked_grant_slow(obj, key, exclusive, token);

@@ -10,6 +10,17 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyxbuf::{PyXBuffer, PyXBuffer1};
 
+/// The length of a 1-D shape: the check every route without a
+/// dimensionality in its type makes itself.
+fn one_dimension(shape: &[usize]) -> PyResult<usize> {
+    match shape {
+        [n] => Ok(*n),
+        s => Err(PyTypeError::new_err(format!(
+            "expected 1-D, found shape {s:?}"
+        ))),
+    }
+}
+
 /// The call alone.
 #[pyfunction]
 fn noop(x: &Bound<'_, PyAny>) -> usize {
@@ -21,12 +32,7 @@ fn noop(x: &Bound<'_, PyAny>) -> usize {
 /// one-dimension check is the function's, as for `PyBuffer`.
 #[pyfunction(name = "pyxbuf")]
 fn by_pyxbuf(x: PyXBuffer<'_, f32>) -> PyResult<usize> {
-    match x.shape() {
-        [n] => Ok(*n),
-        s => Err(PyTypeError::new_err(format!(
-            "expected 1-D, found shape {s:?}"
-        ))),
-    }
+    one_dimension(x.shape())
 }
 
 /// pyxbuf with the dimensionality in the type (as `PyReadonlyArray1`).
@@ -38,23 +44,13 @@ fn by_pyxbuf1(x: PyXBuffer1<'_, f32>) -> usize {
 /// PyO3's own buffer argument (no borrow, format checked, no ndim check).
 #[pyfunction(name = "pybuffer")]
 fn by_pybuffer(x: PyBuffer<f32>) -> PyResult<usize> {
-    match x.shape() {
-        [n] => Ok(*n),
-        s => Err(PyTypeError::new_err(format!(
-            "expected 1-D, found shape {s:?}"
-        ))),
-    }
+    one_dimension(x.shape())
 }
 
 /// bfloat16, which neither `PyBuffer` nor rust-numpy can say.
 #[pyfunction(name = "pyxbuf_bf16")]
 fn by_pyxbuf_bf16(x: PyXBuffer<'_, half::bf16>) -> PyResult<usize> {
-    match x.shape() {
-        [n] => Ok(*n),
-        s => Err(PyTypeError::new_err(format!(
-            "expected 1-D, found shape {s:?}"
-        ))),
-    }
+    one_dimension(x.shape())
 }
 
 /// rust-numpy's read-only 1-D array (NumPy arrays only; its borrow checker).
