@@ -201,6 +201,7 @@ PYXBUF_API int pyxbuf_check_supports(PyObject *obj, int32_t flags);
 #define PYXBUF_PATH_CAI 4             /* __cuda_array_interface__ */
 #define PYXBUF_PATH_CLASSIC 5         /* classic buffer protocol */
 #define PYXBUF_PATH_ARRAY_INTERFACE 6 /* NumPy __array_interface__ */
+#define PYXBUF_PATH_NUMPY 7           /* a NumPy array's struct: its classic view, read */
 
 /* Dimensions a bridge can describe without allocating. */
 #define PYXBUF_INLINE_NDIM 8

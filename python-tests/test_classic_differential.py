@@ -143,6 +143,20 @@ def producers_numpy():
         arr.flags.writeable = False
         out.append((name, arr))
     out += [("np-datetime", np.zeros(3, "M8[s]")), ("np-object", np.array([1, None]))]
+    # Where the NumPy struct route (c/bridges/numpy_array.h) reads and where
+    # it leaves the array to NumPy's export.
+    for dt in ("q", "Q", "l", "L", "g", "G", "h", "H", "I", "e"):
+        out.append((f"np-code-{dt}", np.arange(6).astype(dt)))
+    out += [("np-unaligned", np.frombuffer(bytes(25), np.float32, 6, offset=1)),
+            ("np-unaligned-2d", np.frombuffer(bytes(49), "<f8", 6, offset=1).reshape(2, 3)),
+            ("np-9d", np.zeros((1, 2) * 4 + (3,), np.float32)),
+            ("np-8d", np.zeros((2,) * 8, np.int16)),
+            ("np-size1-dims", np.zeros((3, 1, 4), np.float32)[:, :, ::2]),
+            ("np-size1-odd-strides", np.lib.stride_tricks.as_strided(
+                np.zeros(12, np.float32), (3, 1, 4), (16, 7, 4))),
+            ("np-F-and-C", np.zeros((1, 5), np.float64)[:, ::1]),
+            ("np-subclass", np.arange(6.0).view(np.recarray)),
+            ("np-memmap-like", np.arange(6.0).view(type("Sub", (np.ndarray,), {})))]
     return out
 
 
@@ -282,7 +296,7 @@ def test_every_classic_producer_and_request_agrees():
 
 
 # Structured inputs: NumPy and _testbuffer layouts drawn by hypothesis.
-_DTYPES = ("u1", "i2", "<i4", ">i4", "f4", "f8", "c8", "?")
+_DTYPES = ("u1", "i2", "<i4", ">i4", "f4", "f8", "c8", "?", "e", "g", "q", "l", "c16", ">f8")
 
 
 @st.composite
@@ -325,7 +339,8 @@ def test_classic_buffer_is_tried_before_the_bridges():
     bridges only when there is none or it cannot describe the object; never
     after a read-only refusal of a writable request."""
     f32 = np.zeros((2, 3), np.float32)  # has a classic buffer and __dlpack__
-    assert t.inspect(f32, t.PyBUF_RECORDS_RO)["path"] == "classic"
+    assert t.inspect(f32, t.PyBUF_RECORDS_RO)["path"] == "numpy"  # its classic view, read
+    assert t.inspect(memoryview(f32), t.PyBUF_RECORDS_RO)["path"] == "classic"
     assert t.inspect(DLPackOnly(f32), t.PyBUF_RECORDS_RO)["path"] == "dlpack"
     bf16 = np.zeros((2, 3), ml_dtypes.bfloat16)  # classic: "cannot include dtype"
     assert t.inspect(bf16, t.PyBUF_RECORDS_RO)["path"] == "array-interface"

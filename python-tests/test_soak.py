@@ -82,10 +82,13 @@ SOAK = [
     ("native-host", lambda: t.exporter("f", (256,)), RO, "native"),
     ("native-device", lambda: t.to_device(f32(), DEV0), DEVICE_VIEW, "native"),
     ("native-shared-borrow", lambda: t.exporter("f", (256,)), SHARED, "native"),
-    ("classic-numpy", f32, RO, "classic"),
-    ("classic-numpy-strided", lambda: f32(1024).reshape(32, 32)[::2, ::3], RO, "classic"),
+    ("numpy", f32, RO, "numpy"),
+    ("numpy-strided", lambda: f32(1024).reshape(32, 32)[::2, ::3], RO, "numpy"),
+    ("numpy-tracked-exclusive", f32, EXCLUSIVE, "numpy"),
     ("classic-bytes", lambda: bytes(range(256)), RO, "classic"),
-    ("classic-tracked-exclusive", f32, EXCLUSIVE, "classic"),
+    ("classic-memoryview-strided", lambda: memoryview(f32(1024).reshape(32, 32))[::2], RO,
+     "classic"),
+    ("classic-tracked-exclusive", lambda: bytearray(range(256)), EXCLUSIVE, "classic"),
     ("dlpack", lambda: t.DLPackProducer(f32()), RO, "dlpack"),
     ("dlpack-legacy", lambda: t.DLPackProducer(f32(), versioned=False), RO, "dlpack"),
     ("dlpack-device", lambda: t.DLPackProducer(t.to_device(f32(), DEV0)), DEVICE_VIEW,
@@ -174,17 +177,17 @@ def orphan_native_borrowed():
 
 def orphan_numpy():
     a = values(100, np.int64)
-    return Case(t.acquire(a, RO), a.tobytes(), "classic", alive=weakref.ref(a))
+    return Case(t.acquire(a, RO), a.tobytes(), "numpy", alive=weakref.ref(a))
 
 
 def orphan_numpy_strided():
     a = values(400, np.float64).reshape(20, 20)[::-3, 1::2]  # the base dies with the slice
-    return Case(t.acquire(a, RO), a.tobytes(), "classic", alive=weakref.ref(a))
+    return Case(t.acquire(a, RO), a.tobytes(), "numpy", alive=weakref.ref(a))
 
 
 def orphan_numpy_tracked():
     a = values(32, np.int32)
-    return Case(t.acquire(a, EXCLUSIVE), a.tobytes(), "classic", alive=weakref.ref(a))
+    return Case(t.acquire(a, EXCLUSIVE), a.tobytes(), "numpy", alive=weakref.ref(a))
 
 
 def orphan_bytes():

@@ -302,6 +302,12 @@ static inline int get_classic_fast(PyObject *obj, pyxbuf_view *view, int32_t fla
     PyTypeObject *tp = Py_TYPE(obj);
     if (PYXBUF_UNLIKELY((flags & ~FAST_PATH_FLAGS) != 0 || !cached_classic_fast(tp))) return 0;
     pyxbuf__view_clear_extended(view, flags);
+    if (tp == PYXBUF__FT_LOAD_RELAXED(&pyxbuf__numpy_ndarray) &&
+        pyxbuf__numpy_array_read(obj, view, flags & PYXBUF_CLASSIC_FLAGS)) {
+        /* (The route leaves a writable request on read-only memory to NumPy.) */
+        view->state = PYXBUF__STATE_ACQUIRED;
+        return track_if_asked(obj, view, flags) == 0 ? 1 : -2;
+    }
     view->path = PYXBUF_PATH_CLASSIC;
     /* PyObject_GetBuffer is this call after the checks made above (the cache
      * entry says the slot exists). */
@@ -351,8 +357,15 @@ static PYXBUF_COLD int get_view_slow(PyObject *obj, pyxbuf_view *view, int32_t f
     } else if (PYXBUF_LIKELY(Py_TYPE(obj)->tp_as_buffer != NULL &&
                              Py_TYPE(obj)->tp_as_buffer->bf_getbuffer != NULL)) {
         /* (PyObject_CheckBuffer, without the call.) The classic buffer
-         * answers most CPU arrays. */
-        rc = acquire_classic(obj, view, flags);
+         * answers most CPU arrays; NumPy's, read from the array struct when
+         * the route applies, as on the fast path. */
+        if (PYXBUF_UNLIKELY(strcmp(Py_TYPE(obj)->tp_name, "numpy.ndarray") == 0))
+            pyxbuf__numpy_array_discover(Py_TYPE(obj));
+        if (Py_TYPE(obj) == PYXBUF__FT_LOAD_RELAXED(&pyxbuf__numpy_ndarray) &&
+            pyxbuf__numpy_array_read(obj, view, flags & PYXBUF_CLASSIC_FLAGS))
+            rc = 0;
+        else
+            rc = acquire_classic(obj, view, flags);
         if (PYXBUF_UNLIKELY(rc < 0))
             rc = after_classic_failed(obj, view, flags, stream, rc) == 1 ? 0 : -1;
     } else {
@@ -454,10 +467,16 @@ void pyxbuf_release(pyxbuf_view *view) {
         return;
     }
     view->state = PYXBUF__STATE_RELEASED;
-    if (PYXBUF_LIKELY(view->path == PYXBUF_PATH_CLASSIC))
+    if (PYXBUF_LIKELY(view->path == PYXBUF_PATH_CLASSIC)) {
         PyBuffer_Release(&view->base); /* a tail call outside PYXBUF_DEBUG */
-    else
+    } else if (PYXBUF_LIKELY(view->path == PYXBUF_PATH_NUMPY)) {
+        /* PyBuffer_Release's work for a type without bf_releasebuffer. */
+        PyObject *array = view->base.obj;
+        view->base.obj = NULL;
+        Py_DECREF(array);
+    } else {
         release_by_bridge(view);
+    }
 #ifdef PYXBUF_DEBUG
     clear_released(view); /* a use after release finds NULLs */
 #endif
@@ -477,6 +496,7 @@ const char *pyxbuf_path_name(int32_t path) {
     case PYXBUF_PATH_CAI: return "cuda-array-interface";
     case PYXBUF_PATH_CLASSIC: return "classic";
     case PYXBUF_PATH_ARRAY_INTERFACE: return "array-interface";
+    case PYXBUF_PATH_NUMPY: return "numpy";
     default: return "none";
     }
 }

@@ -8,6 +8,7 @@
 #include "base/type_cache.h"
 #include "borrow/borrow.h"
 #include "bridges/bridges.h"
+#include "bridges/numpy_array.h"
 
 #define BORROW_FLAGS (PYXBUF_BORROW_SHARED | PYXBUF_BORROW_EXCLUSIVE)
 

@@ -114,7 +114,7 @@ static void read_numpy(PyObject *a) {
         TCHECK(0);
         return;
     }
-    TCHECK(v.path == PYXBUF_PATH_CLASSIC && v.base.ndim == 2 && v.base.shape[0] == 6 &&
+    TCHECK(v.path == PYXBUF_PATH_NUMPY && v.base.ndim == 2 && v.base.shape[0] == 6 &&
            v.base.shape[1] == 8 && v.base.itemsize == 8);
     const Py_ssize_t at[2] = {1, 2};
     const double *item = pyxbuf_view_item_ptr(&v, at);

@@ -67,7 +67,7 @@ def test_abi_checked_at_import(consumer):
 def test_float32_from_numpy(consumer):
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     got = consumer.describe(a)
-    assert got == {"sum": 66.0, "format": "f", "shape": (3, 4), "itemsize": 4, "path": "classic"}
+    assert got == {"sum": 66.0, "format": "f", "shape": (3, 4), "itemsize": 4, "path": "numpy"}
 
 
 def test_bfloat16_from_ml_dtypes(consumer):

@@ -72,7 +72,7 @@ def test_shapes_and_strides(ext, make):
     a = make(base)
     shape, strides, itemsize, fmt, path, grants = ext.describe_shared(a)
     assert tuple(shape) == a.shape and tuple(strides) == a.strides
-    assert (itemsize, fmt, path) == (4, "f", "classic")
+    assert (itemsize, fmt, path) == (4, "f", "numpy")
     # view<const float>: a shared borrow, from pyxbuf's registry for NumPy.
     assert grants == (True, False, True)
     assert ext.sum(a) == float(a.sum())

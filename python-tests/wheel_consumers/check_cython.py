@@ -57,7 +57,7 @@ def test_shapes_and_strides_of_float32(layout):
     a = STRIDED[layout](np.arange(42, dtype=np.float32).reshape(6, 7))
     got = cy.describe(a)
     assert (got["shape"], got["strides"]) == (a.shape, a.strides)
-    assert (got["format"], got["itemsize"], got["path"], got["device"]) == ("f", 4, "classic", None)
+    assert (got["format"], got["itemsize"], got["path"], got["device"]) == ("f", 4, "numpy", None)
     # NumPy knows no grants: pyxbuf's registry gives a tracked shared one.
     assert got["ext_flags"] == SHARED_TRACKED and got["readonly"]
     assert cy.total(a) == float(a.sum(dtype=np.float64))

@@ -29,7 +29,7 @@ DEFAULT_FLAGS = pyxbuf.PyBUF_RECORDS_RO | pyxbuf.PYXBUF_DEVICE
 def test_inspect_numpy():
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     info = pyxbuf.inspect(a)
-    assert info["path"] == "classic"
+    assert info["path"] == "numpy"
     assert info["device"] == "cpu" and info["device_identifier"] is None
     assert (info["device_type"], info["device_id"]) == (1, 0)  # DLPack's kDLCPU
     assert info["format"] == "f" and info["itemsize"] == 4

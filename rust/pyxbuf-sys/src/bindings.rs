@@ -40,6 +40,7 @@ pub const PYXBUF_PATH_DLPACK: i32 = 3;
 pub const PYXBUF_PATH_CAI: i32 = 4;
 pub const PYXBUF_PATH_CLASSIC: i32 = 5;
 pub const PYXBUF_PATH_ARRAY_INTERFACE: i32 = 6;
+pub const PYXBUF_PATH_NUMPY: i32 = 7;
 pub const PYXBUF_INLINE_NDIM: usize = 8;
 pub const PYXBUF_MAX_NDIM: usize = 64;
 pub const PYXBUF_SHARED_MODULE: &::std::ffi::CStr = c"_pyxbuf_shared";

@@ -23,7 +23,7 @@ fn float32_2d_array() {
         assert!(buf.is_c_contiguous() && !buf.is_fortran_contiguous());
         assert_eq!(buf.format().to_str().unwrap(), "f");
         assert_eq!(buf.device(), Device::Cpu);
-        assert_eq!(buf.path(), Path::Classic);
+        assert_eq!(buf.path(), Path::Numpy);
         assert!(buf.device_ptr().is_none());
         // NumPy knows nothing of borrows: pyxbuf's registry tracks a shared one.
         let g = buf.grants();

@@ -86,6 +86,7 @@ cdef extern from "pyxbuf.h":
         PYXBUF_PATH_CAI
         PYXBUF_PATH_CLASSIC
         PYXBUF_PATH_ARRAY_INTERFACE
+        PYXBUF_PATH_NUMPY
         PYXBUF_INLINE_NDIM
         PYXBUF_MAX_NDIM
 

@@ -122,6 +122,10 @@ pub enum Path {
     Classic,
     /// NumPy's `__array_interface__` (ml_dtypes arrays).
     ArrayInterface,
+    /// A NumPy array's struct, read directly: the view NumPy's classic
+    /// buffer would give, without its export (exact `numpy.ndarray`s of
+    /// built-in numeric dtypes).
+    Numpy,
     /// A path this version of the crate does not know.
     Other(i32),
 }
@@ -135,6 +139,7 @@ impl Path {
             sys::PYXBUF_PATH_CAI => Path::CudaArrayInterface,
             sys::PYXBUF_PATH_CLASSIC => Path::Classic,
             sys::PYXBUF_PATH_ARRAY_INTERFACE => Path::ArrayInterface,
+            sys::PYXBUF_PATH_NUMPY => Path::Numpy,
             other => Path::Other(other),
         }
     }

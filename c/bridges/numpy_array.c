@@ -1,0 +1,81 @@
+/* numpy_array.c -- turning on the NumPy struct route (numpy_array.h): the
+ * check that the type named numpy.ndarray is NumPy's, of a C ABI whose array
+ * struct the route reads, and the table of the codes it writes. */
+
+#include "bridges/numpy_array.h"
+
+#include <string.h>
+
+PyTypeObject *pyxbuf__numpy_ndarray;
+
+/* NumPy's type numbers (numpy/ndarraytypes.h) to the codes its classic export
+ * writes for native, aligned arrays (buffer.c, _buffer_format_string). */
+const pyxbuf__numpy_code pyxbuf__numpy_codes[PYXBUF__NUMPY_NCODES] = {
+    [0] = {"?", 1},                             /* NPY_BOOL */
+    [1] = {"b", 1},                             /* NPY_BYTE */
+    [2] = {"B", 1},                             /* NPY_UBYTE */
+    [3] = {"h", sizeof(short)},                 /* NPY_SHORT */
+    [4] = {"H", sizeof(unsigned short)},        /* NPY_USHORT */
+    [5] = {"i", sizeof(int)},                   /* NPY_INT */
+    [6] = {"I", sizeof(unsigned int)},          /* NPY_UINT */
+    [7] = {"l", sizeof(long)},                  /* NPY_LONG */
+    [8] = {"L", sizeof(unsigned long)},         /* NPY_ULONG */
+    [9] = {"q", sizeof(long long)},             /* NPY_LONGLONG */
+    [10] = {"Q", sizeof(unsigned long long)},   /* NPY_ULONGLONG */
+    [11] = {"f", sizeof(float)},                /* NPY_FLOAT */
+    [12] = {"d", sizeof(double)},               /* NPY_DOUBLE */
+    [13] = {"g", sizeof(long double)},          /* NPY_LONGDOUBLE */
+    [14] = {"Zf", 2 * sizeof(float)},           /* NPY_CFLOAT */
+    [15] = {"Zd", 2 * sizeof(double)},          /* NPY_CDOUBLE */
+    [16] = {"Zg", 2 * sizeof(long double)},     /* NPY_CLONGDOUBLE */
+    [23] = {"e", 2},                            /* NPY_HALF */
+};
+
+/* NumPy's C ABI version this route knows the array struct of
+ * (NPY_ABI_VERSION in numpy/_core/setup_common.py and numpyconfig.h). */
+#define NUMPY_ABI_2 0x02000000u
+
+/* NumPy's C ABI version, from the C API table its extension module exports
+ * (slot 0 is PyArray_GetNDArrayCVersion), or 0 when it cannot be read. */
+static unsigned int numpy_abi_version(PyObject *module) {
+    PyObject *capsule = PyObject_GetAttrString(module, "_ARRAY_API");
+    if (capsule == NULL || !PyCapsule_CheckExact(capsule)) {
+        Py_XDECREF(capsule);
+        return 0;
+    }
+    void **api = (void **)PyCapsule_GetPointer(capsule, PyCapsule_GetName(capsule));
+    Py_DECREF(capsule); /* the table lives as long as NumPy's module */
+    if (api == NULL || api[0] == NULL) return 0;
+    unsigned int (*version)(void) = (unsigned int (*)(void))(uintptr_t)api[0];
+    return version();
+}
+
+/* 1 when `type` is the ndarray of a NumPy whose array struct the route
+ * reads, else 0; never an error. */
+static int is_readable_ndarray(PyTypeObject *type) {
+    if (strcmp(type->tp_name, "numpy.ndarray") != 0 ||
+        (type->tp_flags & Py_TPFLAGS_HEAPTYPE) != 0 || type->tp_as_buffer == NULL ||
+        type->tp_as_buffer->bf_getbuffer == NULL || type->tp_as_buffer->bf_releasebuffer != NULL)
+        return 0;
+    /* Only NumPy 2's module has this name; importing it is a lookup in
+     * sys.modules, as an array of the type exists. */
+    PyObject *module = PyImport_ImportModule("numpy._core._multiarray_umath");
+    if (module == NULL) return 0;
+    PyObject *ndarray = PyObject_GetAttrString(module, "ndarray");
+    int same = ndarray == (PyObject *)type;
+    Py_XDECREF(ndarray);
+    int known = same && numpy_abi_version(module) == NUMPY_ABI_2;
+    Py_DECREF(module);
+    return known;
+}
+
+void pyxbuf__numpy_array_discover(PyTypeObject *type) {
+    static int checked; /* a type named numpy.ndarray was checked: one answer */
+    if (PYXBUF__FT_LOAD_ACQUIRE(&checked)) return;
+    PyObject *exc = PyErr_GetRaisedException(); /* a caller's pending error survives */
+    int readable = is_readable_ndarray(type);
+    PyErr_Clear();
+    PyErr_SetRaisedException(exc);
+    if (readable) PYXBUF__FT_STORE_RELEASE(&pyxbuf__numpy_ndarray, (PyTypeObject *)Py_NewRef(type));
+    PYXBUF__FT_STORE_RELEASE(&checked, 1);
+}

@@ -1,0 +1,177 @@
+/* numpy_array.h -- NumPy arrays read from their struct (PYXBUF_PATH_NUMPY):
+ * the view NumPy's classic export would hand back, field for field, without
+ * calling it.
+ *
+ * Why: NumPy's bf_getbuffer rebuilds a format string and a shape/strides
+ * record for every export and files it in a per-array list (numpy/_core/src/
+ * multiarray/buffer.c, _buffer_get_info): about 500 instructions, half of an
+ * array argument's whole cost. Everything that record says is in the array's
+ * struct, whose leading members NumPy's C API publishes (PyArrayObject_fields
+ * in numpy/ndarraytypes.h: data, nd, dimensions, strides, base, descr, flags;
+ * the same in NumPy 1.x and 2.x) and which rust-numpy and Cython read
+ * directly too.
+ *
+ * What this route reads, and what it leaves to NumPy's export (return 0, and
+ * the classic path runs as before, with NumPy's own errors and warnings):
+ * - exactly numpy.ndarray (not a subclass: a subclass may export otherwise),
+ *   once numpy_array.c has checked the type and NumPy's C ABI version (2.x);
+ * - a built-in numeric dtype (bool, integers, floats, complex, half, long
+ *   double) in native byte order and aligned ('|' for one-byte types):
+ *   NumPy's export then writes the bare struct code, as the table below;
+ *   other byte orders and unaligned arrays get a prefix ("=f", ">f");
+ * - up to PYXBUF_INLINE_NDIM dimensions (the view's own storage: NumPy may
+ *   swap its dimensions array when Python code sets `a.shape`);
+ * - a request NumPy would grant: its contiguity checks pass, and a writable
+ *   one finds the array writeable without NPY_ARRAY_WARN_ON_WRITE (NumPy's
+ *   export warns and clears that flag, which only it should do).
+ * As NumPy's export does: readonly when not writeable or warn-on-write;
+ * contiguous arrays get the strides their contiguity implies (NumPy
+ * normalizes the strides of length-1 dimensions); no shape or strides at
+ * ndim 0; a new reference to the array, and nothing else to release (NumPy's
+ * type has no bf_releasebuffer, which the check requires, so release is
+ * PyBuffer_Release's decref, as for the classic path). */
+#ifndef PYXBUF_BRIDGES_NUMPY_ARRAY_H
+#define PYXBUF_BRIDGES_NUMPY_ARRAY_H
+
+#include "view/view.h"
+
+/* The leading members of NumPy's PyArrayObject_fields and PyArray_Descr
+ * (numpy/ndarraytypes.h), as far as this route reads them. */
+typedef struct pyxbuf__numpy_array {
+    PyObject_HEAD
+    char *data;
+    int nd;
+    Py_ssize_t *dimensions; /* npy_intp */
+    Py_ssize_t *strides;
+    PyObject *base;
+    PyObject *descr;
+    int flags;
+} pyxbuf__numpy_array;
+
+typedef struct pyxbuf__numpy_descr {
+    PyObject_HEAD
+    PyTypeObject *typeobj;
+    char kind, type, byteorder, former_flags; /* NumPy 1.x: `flags` */
+    int type_num;
+} pyxbuf__numpy_descr;
+
+/* NumPy's array flags (numpy/ndarraytypes.h). */
+#define PYXBUF__NPY_C_CONTIGUOUS 0x0001
+#define PYXBUF__NPY_F_CONTIGUOUS 0x0002
+#define PYXBUF__NPY_ALIGNED 0x0100
+#define PYXBUF__NPY_WRITEABLE 0x0400
+#define PYXBUF__NPY_WARN_ON_WRITE ((int)(1u << 31))
+
+/* numpy.ndarray once numpy_array.c has checked it (a strong reference kept
+ * for the process), else NULL: the route is off. */
+extern PYXBUF_HIDDEN PyTypeObject *pyxbuf__numpy_ndarray;
+
+/* numpy_array.c: if `type` is numpy.ndarray and the route may read it (the
+ * checks above), turn the route on; otherwise leave it off for good. Called
+ * on the slow path for any type, the first time one named numpy.ndarray is
+ * seen; no error escapes (a failed check is an answer). */
+void pyxbuf__numpy_array_discover(PyTypeObject *type);
+
+/* The struct code and item size of each built-in dtype NumPy exports with a
+ * bare code, indexed by type_num (NPY_BOOL 0 ... NPY_CLONGDOUBLE 16, NPY_HALF
+ * 23); NULL: not this route. NPY_LONG is 'l', as NumPy writes it for native
+ * aligned arrays. */
+typedef struct pyxbuf__numpy_code {
+    const char *format;
+    Py_ssize_t itemsize;
+} pyxbuf__numpy_code;
+
+#define PYXBUF__NUMPY_NCODES 24
+extern PYXBUF_HIDDEN const pyxbuf__numpy_code pyxbuf__numpy_codes[PYXBUF__NUMPY_NCODES];
+
+/* 1 when NumPy would refuse the request `flags` on an array with NumPy flags
+ * `af` (array_getbuffer's checks, in its order), else 0. */
+static inline int pyxbuf__numpy_refuses(int af, int flags) {
+    if ((flags & PyBUF_C_CONTIGUOUS) == PyBUF_C_CONTIGUOUS && !(af & PYXBUF__NPY_C_CONTIGUOUS))
+        return 1;
+    if ((flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS && !(af & PYXBUF__NPY_F_CONTIGUOUS))
+        return 1;
+    if ((flags & PyBUF_ANY_CONTIGUOUS) == PyBUF_ANY_CONTIGUOUS &&
+        !(af & (PYXBUF__NPY_C_CONTIGUOUS | PYXBUF__NPY_F_CONTIGUOUS)))
+        return 1;
+    if ((flags & PyBUF_STRIDES) != PyBUF_STRIDES && !(af & PYXBUF__NPY_C_CONTIGUOUS)) return 1;
+    if ((flags & PyBUF_WRITABLE) &&
+        (af & (PYXBUF__NPY_WRITEABLE | PYXBUF__NPY_WARN_ON_WRITE)) != PYXBUF__NPY_WRITEABLE)
+        return 1;
+    return 0;
+}
+
+/* Shape and strides into the view's inline storage, with NumPy's stride
+ * normalization for contiguous arrays; the item count. */
+static PYXBUF_ALWAYS_INLINE Py_ssize_t pyxbuf__numpy_dims(const pyxbuf__numpy_array *a, int af,
+                                                          int flags, Py_ssize_t itemsize,
+                                                          Py_ssize_t *shape, Py_ssize_t *strides) {
+    int nd = a->nd;
+    Py_ssize_t count = 1;
+    int f_asked = (flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS;
+    if ((af & PYXBUF__NPY_C_CONTIGUOUS) && !(f_asked && (af & PYXBUF__NPY_F_CONTIGUOUS))) {
+        for (int k = nd - 1; k >= 0; k--) {
+            shape[k] = a->dimensions[k];
+            strides[k] = itemsize * count;
+            count *= shape[k];
+        }
+    } else if (af & PYXBUF__NPY_F_CONTIGUOUS) {
+        for (int k = 0; k < nd; k++) {
+            shape[k] = a->dimensions[k];
+            strides[k] = itemsize * count;
+            count *= shape[k];
+        }
+    } else {
+        for (int k = 0; k < nd; k++) {
+            shape[k] = a->dimensions[k];
+            strides[k] = a->strides[k];
+            count *= shape[k];
+        }
+    }
+    return count;
+}
+
+/* The view of `obj`, an exact numpy.ndarray, for the classic request
+ * `flags`: 1 filled (base.obj a new reference, path NUMPY; the extended
+ * fields are the caller's), 0 not this route (nothing done). */
+static PYXBUF_ALWAYS_INLINE int pyxbuf__numpy_array_read(PyObject *obj, pyxbuf_view *view,
+                                                         int flags) {
+    const pyxbuf__numpy_array *a = (const pyxbuf__numpy_array *)obj;
+    int rc = 0;
+    /* NumPy's export reads the array under its critical section (setting
+     * `a.shape` swaps the dimensions); so does this. */
+    Py_BEGIN_CRITICAL_SECTION(obj);
+    const pyxbuf__numpy_descr *d = (const pyxbuf__numpy_descr *)a->descr;
+    unsigned type_num = (unsigned)d->type_num;
+    int af = a->flags;
+    int nd = a->nd;
+    const pyxbuf__numpy_code *code = &pyxbuf__numpy_codes[type_num < PYXBUF__NUMPY_NCODES ? type_num : 0];
+    if (PYXBUF_LIKELY(type_num < PYXBUF__NUMPY_NCODES && code->format != NULL &&
+                      (unsigned)nd <= PYXBUF_INLINE_NDIM &&
+                      (d->byteorder == '|' ||
+                       (d->byteorder == '=' && (af & PYXBUF__NPY_ALIGNED))) &&
+                      !pyxbuf__numpy_refuses(af, flags))) {
+        Py_buffer *b = &view->base;
+        Py_ssize_t *shape = view->inline_dims, *strides = view->inline_dims + PYXBUF_INLINE_NDIM;
+        Py_ssize_t count = pyxbuf__numpy_dims(a, af, flags, code->itemsize, shape, strides);
+        b->buf = a->data;
+        b->obj = Py_NewRef(obj);
+        b->len = count * code->itemsize;
+        b->itemsize = code->itemsize;
+        b->readonly = (af & (PYXBUF__NPY_WRITEABLE | PYXBUF__NPY_WARN_ON_WRITE)) !=
+                      PYXBUF__NPY_WRITEABLE;
+        b->format = (flags & PyBUF_FORMAT) == PyBUF_FORMAT ? (char *)code->format : NULL;
+        int nd_asked = (flags & PyBUF_ND) == PyBUF_ND;
+        b->ndim = nd_asked ? nd : 0;
+        b->shape = nd_asked && nd > 0 ? shape : NULL;
+        b->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES && nd > 0 ? strides : NULL;
+        b->suboffsets = NULL;
+        b->internal = NULL;
+        view->path = PYXBUF_PATH_NUMPY;
+        rc = 1;
+    }
+    Py_END_CRITICAL_SECTION();
+    return rc;
+}
+
+#endif
