@@ -269,11 +269,18 @@ bench-ir: venv build $(GUNGRAUN_RUNNER)
 # race.py writes bench/results/args-<date>.md ending with the target lines.
 ARGS_DIR = $(abspath target)/bench-args
 ARGS_BUILD = build-args
-ARGS_PY = PYTHONPATH=$(abspath $(ARGS_BUILD))/bench-args
+# ARGS_TORCH=1: PyTorch (CPU use of PyPI's wheel, ~5 GB with its CUDA
+# libraries) installed once into $(ARGS_TORCH_DIR), outside the venv, and
+# put on the race's path, so the torch_f32 input (target 4) is measured.
+ARGS_TORCH ?=
+ARGS_TORCH_DIR ?= $(HOME)/.cache/pyxbuf/bench-torch
+ARGS_PY = PYTHONPATH=$(abspath $(ARGS_BUILD))/bench-args$(if $(ARGS_TORCH),:$(ARGS_TORCH_DIR))
 ARGS_TOOLS = "pyperf>=2.10" "nanobind==3.1.*" "pybind11==3.1.*" "Cython>=3.3"
 bench-args: venv
 	$(VPY) -c 'import pyperf, nanobind, pybind11, Cython' 2>/dev/null || \
 	    $(VPY) -m pip install --quiet $(ARGS_TOOLS)
+	$(if $(ARGS_TORCH),PYTHONPATH=$(ARGS_TORCH_DIR) $(VPY) -c 'import torch' 2>/dev/null || \
+	    PYTHONPATH= $(VPY) -m pip install --quiet --target $(ARGS_TORCH_DIR) torch)
 	cmake -S . -B $(ARGS_BUILD) -DPython3_EXECUTABLE=$(abspath $(VPY)) \
 	    -DPython_EXECUTABLE=$(abspath $(VPY)) -DCMAKE_BUILD_TYPE=Release -DPYXBUF_BENCH_ARGS=ON \
 	    -Dnanobind_DIR="$$($(VPY) -m nanobind --cmake_dir)" \

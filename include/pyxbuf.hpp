@@ -74,6 +74,14 @@
 #define PYXBUF_HPP_EXCEPTIONS 0
 #endif
 
+// What a view argument runs on every call (release, the storage's recycling):
+// inlined where the compiler's size heuristics would leave a chain of calls.
+#if defined(__GNUC__) || defined(__clang__)
+#define PYXBUF_HPP_INLINE inline __attribute__((always_inline))
+#else
+#define PYXBUF_HPP_INLINE inline
+#endif
+
 namespace pyxbuf {
 
 // A Python exception turned into a C++ one.
@@ -252,6 +260,8 @@ template <class U> bool custom_matches(const pyxbuf_format &, std::false_type) {
 template <class U> inline bool format_is_own_code(const char *format) noexcept {
     const char *own = item_traits<U>::format;
     if (format == nullptr) format = "B";
+    if (own[0] != '\0' && own[1] == '\0') // one character, the common case: two loads
+        return format[0] == own[0] && format[1] == '\0';
     while (*own != '\0' && *format == *own) ++format, ++own;
     return *own == '\0' && *format == '\0';
 }
@@ -338,26 +348,12 @@ namespace detail {
 // acquisition (the C struct may point into itself, so it never moves).
 struct view_storage {
     pyxbuf_view v; // written by pyxbuf_get before anything reads it
-    bool acquired = false;
     // Shape and strides (bytes): the producer's own arrays when it gave both
     // (no copy), else `dims` (shape then strides) synthesized for a request
-    // without them.
+    // without them. Set by every acquisition.
     const Py_ssize_t *shape = nullptr;
     const Py_ssize_t *strides = nullptr;
     std::vector<Py_ssize_t> dims;
-    Py_ssize_t size = 1;
-
-    // Release (needs the GIL) and forget the layout.
-    void clear() noexcept {
-        if (acquired) {
-            acquired = false;
-            pyxbuf_release(&v);
-        }
-        shape = strides = nullptr;
-        dims.clear();
-        size = 1;
-    }
-    ~view_storage() { clear(); }
 };
 
 // One released block kept for the next view, so that a view argument costs
@@ -400,12 +396,38 @@ inline view_storage *take_view_storage() noexcept {
     return s != nullptr ? s : new (std::nothrow) view_storage; // v left unwritten
 }
 
+// A block that holds no acquired view: kept for the next one, or freed.
+PYXBUF_HPP_INLINE void recycle_view_storage(view_storage *s) noexcept {
+    if (!keep_spare_view_storage(s)) delete s;
+}
+
+// The owner of a block whose view is acquired (storage_ptr holds no other):
+// release (needs the GIL), then recycle.
 struct view_storage_deleter {
-    void operator()(view_storage *s) const noexcept {
-        s->clear();
-        if (!keep_spare_view_storage(s)) delete s;
+    PYXBUF_HPP_INLINE void operator()(view_storage *s) const noexcept {
+        pyxbuf_release(&s->v);
+        recycle_view_storage(s);
     }
 };
+
+} // namespace detail
+
+template <class T> class view;
+
+namespace detail {
+
+// What an argument caster made of an object (pyxbuf_nanobind.hpp,
+// pyxbuf_pybind11.hpp). Needs the GIL.
+enum class argument_status {
+    acquired,     // `out` holds the view
+    not_an_array, // pyxbuf_get raised TypeError (no buffer protocol it knows),
+                  // now cleared: another overload may take the object
+    refused       // an array pyxbuf could not hand out as view<T> (format,
+                  // read-only, a borrow conflict, device memory ...): the
+                  // Python exception (BufferError as a rule) is left set
+};
+
+template <class T> argument_status load_argument(PyObject *obj, view<T> &out) noexcept;
 
 } // namespace detail
 
@@ -426,6 +448,9 @@ private:
 
     static int request(int flags) { return writable ? (flags | PyBUF_WRITABLE) : flags; }
 
+    // A binding library's argument loader acquires into its caster's view.
+    friend detail::argument_status detail::load_argument<T>(PyObject *obj, view &out) noexcept;
+
 public:
     // The request of a view<T> argument of a nanobind or pybind11 function
     // (pyxbuf_nanobind.hpp, pyxbuf_pybind11.hpp), what pyxbuf's Rust
@@ -444,16 +469,28 @@ private:
     // Acquire; nullopt with a Python exception set on failure (nothing held).
     static std::optional<view> acquire(PyObject *obj, int flags, bool with_stream,
                                        int64_t stream) {
-        storage_ptr s(detail::take_view_storage());
-        if (!s) {
+        storage_ptr s = acquire_storage(obj, flags, with_stream, stream);
+        if (!s) return std::nullopt;
+        return view(std::move(s));
+    }
+
+    // The acquisition itself: the held storage, or null with a Python
+    // exception set (what a function argument's loader stores directly).
+    static PYXBUF_HPP_INLINE storage_ptr acquire_storage(PyObject *obj, int flags,
+                                                         bool with_stream, int64_t stream) {
+        detail::view_storage *block = detail::take_view_storage();
+        if (block == nullptr) {
             PyErr_NoMemory();
-            return std::nullopt;
+            return nullptr;
         }
         int32_t f = static_cast<int32_t>(request(flags));
-        int rc = with_stream ? pyxbuf_get_stream(obj, &s->v, f, stream)
-                             : pyxbuf_get(obj, &s->v, f);
-        if (rc != 0) return std::nullopt;
-        s->acquired = true; // released by the deleter from here on, on every path
+        int rc = with_stream ? pyxbuf_get_stream(obj, &block->v, f, stream)
+                             : pyxbuf_get(obj, &block->v, f);
+        if (rc != 0) {
+            detail::recycle_view_storage(block); // nothing held
+            return nullptr;
+        }
+        storage_ptr s(block); // released by the deleter from here on, on every path
         const Py_buffer &b = s->v.base;
         if (!detail::format_matches<value_type>(b.format)) {
             const char *have = b.format != nullptr ? b.format : "B";
@@ -462,7 +499,7 @@ private:
                          "items); pass an array of that item type (convert it first)",
                          have, detail::item_traits<value_type>::format,
                          static_cast<Py_ssize_t>(sizeof(value_type)));
-            return std::nullopt;
+            return nullptr;
         }
         // Without PyBUF_FORMAT (format NULL: "B") a flat request (shape NULL)
         // is len unsigned bytes whatever itemsize the producer reports.
@@ -472,13 +509,13 @@ private:
             PyErr_Format(PyExc_BufferError,
                          "pyxbuf::view: itemsize %zd, expected %zd; pass an array of that item type",
                          item, static_cast<Py_ssize_t>(sizeof(value_type)));
-            return std::nullopt;
+            return nullptr;
         }
         if (writable && b.readonly) {
             PyErr_SetString(PyExc_BufferError,
                             "pyxbuf::view: read-only memory for a writable view; pass writable "
                             "memory, or read it through a view of const items");
-            return std::nullopt;
+            return nullptr;
         }
         const int nd = b.ndim;
         if (b.shape != nullptr && b.strides != nullptr) {
@@ -498,8 +535,7 @@ private:
             s->shape = s->dims.data();
             s->strides = s->dims.data() + nd;
         }
-        for (int k = 0; k < nd; k++) s->size *= s->shape[k];
-        return view(std::move(s));
+        return s;
     }
 
     char *base_ptr() const noexcept { return static_cast<char *>(s_->v.base.buf); }
@@ -560,8 +596,10 @@ public:
     }
     Py_ssize_t shape(int dim) const noexcept { return shape()[dim]; }
     Py_ssize_t stride(int dim) const noexcept { return strides()[dim]; }
-    // Number of items.
-    std::size_t size() const noexcept { return static_cast<std::size_t>(s_->size); }
+    // Number of items: the producer's len over the checked itemsize.
+    std::size_t size() const noexcept {
+        return static_cast<std::size_t>(s_->v.base.len) / sizeof(value_type);
+    }
     // sizeof(T): the producer's itemsize (a flat PyBUF_SIMPLE view: 1).
     Py_ssize_t itemsize() const noexcept { return static_cast<Py_ssize_t>(sizeof(T)); }
     Py_ssize_t nbytes() const noexcept { return s_->v.base.len; }
@@ -699,29 +737,15 @@ public:
 
 namespace detail {
 
-// What an argument caster made of an object (pyxbuf_nanobind.hpp,
-// pyxbuf_pybind11.hpp). Needs the GIL.
-enum class argument_status {
-    acquired,     // `out` holds the view
-    not_an_array, // pyxbuf_get raised TypeError (no buffer protocol it knows),
-                  // now cleared: another overload may take the object
-    refused       // an array pyxbuf could not hand out as view<T> (format,
-                  // read-only, a borrow conflict, device memory ...): the
-                  // Python exception (BufferError as a rule) is left set
-};
-
 // Never throws (nanobind's from_python is noexcept): running out of memory
 // is a refusal with MemoryError set.
 template <class T>
-argument_status load_argument(PyObject *obj, view<T> &out) noexcept {
+PYXBUF_HPP_INLINE argument_status load_argument(PyObject *obj, view<T> &out) noexcept {
 #if PYXBUF_HPP_EXCEPTIONS
     try {
 #endif
-        auto v = view<T>::try_get(obj, view<T>::argument_flags);
-        if (v) {
-            out = std::move(*v);
-            return argument_status::acquired;
-        }
+        out.s_ = view<T>::acquire_storage(obj, view<T>::argument_flags, false, 0);
+        if (out.s_) return argument_status::acquired;
 #if PYXBUF_HPP_EXCEPTIONS
     } catch (const std::bad_alloc &) {
         PyErr_NoMemory();
