@@ -438,34 +438,12 @@ static void clear_released(pyxbuf_view *view) {
 }
 #endif
 
-/* A TRACKED view: its registry entry first. A native producer's TRACKED
- * grant is its own (pyxbuf never tracks native views): its view holds no
- * registry token and no rust-numpy borrow (reset_view), so the same release
- * undoes nothing for it. Out of line so that the common release keeps no
- * register across its tail call. */
-static PYXBUF_NOINLINE void release_tracked(pyxbuf_view *view) {
-    pyxbuf__tracked_release(view); /* clears TRACKED */
-    pyxbuf_release(view);
-}
-
 /* Marks the view released before the producer's release runs (a finalizer
  * that reaches this view again finds it released), then releases. Only
  * `state` is cleared outside PYXBUF_DEBUG: every pyxbuf call checks it, and
  * the rest costs stores on the hot path; the header says the pointers are
  * stale after release. */
-void pyxbuf_release(pyxbuf_view *view) {
-    if (view == NULL || view->state != PYXBUF__STATE_ACQUIRED) {
-#ifdef PYXBUF_DEBUG
-        fprintf(stderr, "pyxbuf_release: view %p was not acquired or is already released\n",
-                (void *)view);
-        abort();
-#endif
-        return;
-    }
-    if (PYXBUF_UNLIKELY(view->ext_flags & PYXBUF_EXT_TRACKED)) {
-        release_tracked(view);
-        return;
-    }
+static PYXBUF_ALWAYS_INLINE void release_acquired(pyxbuf_view *view) {
     view->state = PYXBUF__STATE_RELEASED;
     if (PYXBUF_LIKELY(view->path == PYXBUF_PATH_CLASSIC)) {
         PyBuffer_Release(&view->base); /* a tail call outside PYXBUF_DEBUG */
@@ -480,6 +458,31 @@ void pyxbuf_release(pyxbuf_view *view) {
 #ifdef PYXBUF_DEBUG
     clear_released(view); /* a use after release finds NULLs */
 #endif
+}
+
+/* A TRACKED view: its registry entry first. A native producer's TRACKED
+ * grant is its own (pyxbuf never tracks native views): its view holds no
+ * registry token and no rust-numpy borrow (reset_view), so the same release
+ * undoes nothing for it. Out of line so that the common release keeps no
+ * register across its tail call. */
+static PYXBUF_NOINLINE void release_tracked(pyxbuf_view *view) {
+    pyxbuf__tracked_release(view); /* clears TRACKED */
+    release_acquired(view);
+}
+
+void pyxbuf_release(pyxbuf_view *view) {
+    if (view == NULL || view->state != PYXBUF__STATE_ACQUIRED) {
+#ifdef PYXBUF_DEBUG
+        fprintf(stderr, "pyxbuf_release: view %p was not acquired or is already released\n",
+                (void *)view);
+        abort();
+#endif
+        return;
+    }
+    if (PYXBUF_UNLIKELY(view->ext_flags & PYXBUF_EXT_TRACKED))
+        release_tracked(view);
+    else
+        release_acquired(view);
 }
 
 int pyxbuf_view_is_acquired(const pyxbuf_view *view) { return pyxbuf__view_acquired(view); }

@@ -24,6 +24,19 @@ int pyxbuf__rust_numpy_acquire(pyxbuf_view *view, int32_t exclusive);
  * copy's): tracked borrows then need no call into rust_numpy.c. */
 extern PYXBUF_HIDDEN int pyxbuf__rust_numpy_table_is_ours;
 void pyxbuf__rust_numpy_release(pyxbuf_view *view);
+/* The last type rust_numpy.c found not to be an ndarray, by (type, version
+ * tag): a tag is never reused, so a new type at a dead one's address cannot
+ * match, nor can a type and a tag written by two threads (each tag belongs to
+ * one type). Read inline so that a tracked borrow of, say, a memoryview
+ * makes no call to learn it needs no rust-numpy borrow. */
+extern PYXBUF_HIDDEN PyTypeObject *pyxbuf__rust_numpy_other_type;
+extern PYXBUF_HIDDEN unsigned int pyxbuf__rust_numpy_other_tag;
+static inline int pyxbuf__rust_numpy_known_other(PyObject *obj) {
+    PyTypeObject *tp = Py_TYPE(obj);
+    unsigned int tag = PYXBUF__FT_LOAD_RELAXED(&pyxbuf__rust_numpy_other_tag);
+    return tp == PYXBUF__FT_LOAD_RELAXED(&pyxbuf__rust_numpy_other_type) && tag != 0 &&
+           pyxbuf__type_tag(tp) == tag;
+}
 
 /* Borrow lattices (pyxbuf_borrow_key): gcd(0, x) = x. */
 static inline uint64_t pyxbuf__gcd(uint64_t a, uint64_t b) {

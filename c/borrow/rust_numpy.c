@@ -287,25 +287,23 @@ static int named_ndarray_in_mro(PyTypeObject *tp) {
     return 0;
 }
 
-/* The last type found not to be an array, by (type, version tag): a tag is
- * never reused, so a new type at a dead one's address cannot match, nor can
- * a type and a tag written by two threads (each tag belongs to one type). */
-static PyTypeObject *last_other_type;
-static unsigned int last_other_tag;
+/* The last type found not to be an array (borrow.h says why the pair names
+ * one type). */
+PyTypeObject *pyxbuf__rust_numpy_other_type;
+unsigned int pyxbuf__rust_numpy_other_tag;
 
 static PyObject *numpy_name;
 
 static void remember_other(PyTypeObject *tp, unsigned int tag) {
-    PYXBUF__FT_STORE_RELAXED(&last_other_type, tp);
-    PYXBUF__FT_STORE_RELAXED(&last_other_tag, tag);
+    PYXBUF__FT_STORE_RELAXED(&pyxbuf__rust_numpy_other_type, tp);
+    PYXBUF__FT_STORE_RELAXED(&pyxbuf__rust_numpy_other_tag, tag);
 }
 
 static int is_ndarray(PyObject *obj) {
     if (obj == NULL) return 0;
     PyTypeObject *tp = Py_TYPE(obj);
-    unsigned int tag = pyxbuf__type_tag(tp), other_tag = PYXBUF__FT_LOAD_RELAXED(&last_other_tag);
-    if (tp == PYXBUF__FT_LOAD_RELAXED(&last_other_type) && other_tag != 0 && tag == other_tag)
-        return 0;
+    unsigned int tag = pyxbuf__type_tag(tp);
+    if (pyxbuf__rust_numpy_known_other(obj)) return 0;
     PyObject *ndarray = PYXBUF__FT_LOAD_ACQUIRE(&ndarray_type);
     if (ndarray == NULL && !named_ndarray_in_mro(tp)) {
         remember_other(tp, tag);

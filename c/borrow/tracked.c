@@ -128,6 +128,7 @@ int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags) {
     if (PYXBUF_UNLIKELY(tracked_grant(obj, &key, exclusive, &token) < 0)) return -1;
     view->reserved[0] = 0;
     if (PYXBUF_UNLIKELY(!PYXBUF__FT_LOAD_RELAXED(&pyxbuf__rust_numpy_table_is_ours)) &&
+        view->base.obj != NULL && !pyxbuf__rust_numpy_known_other(view->base.obj) &&
         pyxbuf__rust_numpy_acquire(view, exclusive) < 0) {
         tracked_ungrant(token);
         return -1;

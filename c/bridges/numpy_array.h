@@ -87,6 +87,10 @@ extern PYXBUF_HIDDEN const pyxbuf__numpy_code pyxbuf__numpy_codes[PYXBUF__NUMPY_
 /* 1 when NumPy would refuse the request `flags` on an array with NumPy flags
  * `af` (array_getbuffer's checks, in its order), else 0. */
 static inline int pyxbuf__numpy_refuses(int af, int flags) {
+    /* The common request (strides, no contiguity demand, read-only) passes
+     * every check: one test. The contiguity bits beyond PyBUF_STRIDES are
+     * 0x20 (C), 0x40 (F) and 0x80 (any). */
+    if (PYXBUF_LIKELY((flags & (0xE0 | PyBUF_WRITABLE | PyBUF_STRIDES)) == PyBUF_STRIDES)) return 0;
     if ((flags & PyBUF_C_CONTIGUOUS) == PyBUF_C_CONTIGUOUS && !(af & PYXBUF__NPY_C_CONTIGUOUS))
         return 1;
     if ((flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS && !(af & PYXBUF__NPY_F_CONTIGUOUS))
