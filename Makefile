@@ -48,7 +48,7 @@ help:
 	@echo '  test-pymodules        the pytest suites of the pyxbuf module and rust/examples/sum'
 	@echo '  test-packaged-crates  the crates as cargo package makes them, tested unpacked'
 	@echo '  test-wheel            the release wheel in a fresh venv; C, Cython, nanobind, pybind11 extensions on it'
-	@echo '  test-readme           every code block of README.md and BINDINGS.md run as written'
+	@echo '  test-readme           every code block of README.md run as written'
 	@echo '  bench-smoke           every benchmark once, untimed'
 	@echo 'Hardening:'
 	@echo '  asan-build            build-asan/: everything C with ASan + UBSan'
@@ -190,12 +190,12 @@ test-pymodules: pymodules
 
 test: check-layers test-c test-rust test-python test-pymodules test-packaged-crates test-wheel test-readme bench-smoke
 
-# Every fenced block of README.md and BINDINGS.md run as it is written
+# Every fenced block of README.md run as it is written
 # (python-tests/readme/readme_blocks.py says how): doctests, the shell
 # commands, and the quick starts' C (setuptools), Rust (maturin), Cython
 # (setuptools) and C++ (nanobind, scikit-build-core) extensions built against
 # the wheel of `make test-wheel` in its venv, then
-# python-tests/readme/check_examples.py and check_bindings.py on what they do. `make test` runs
+# python-tests/readme/check_examples.py on what they do. `make test` runs
 # test-wheel first; alone, this rebuilds the wheel (make test-wheel) when it
 # is missing or older than a tracked source. Cargo's work is kept in
 # target/readme-cargo.
@@ -209,9 +209,6 @@ test-readme: venv
 	$(VPY) python-tests/readme/readme_blocks.py README.md --scratch $(README_SCRATCH) \
 	    --venv $(WHEEL_TEST)/venv --dist $(WHEEL_TEST)/dist --cargo-target $(abspath target/readme-cargo) \
 	    --lockfile Cargo.lock --check python-tests/readme/check_examples.py
-	$(VPY) python-tests/readme/readme_blocks.py BINDINGS.md --scratch $(README_SCRATCH)-bindings \
-	    --venv $(WHEEL_TEST)/venv --dist $(WHEEL_TEST)/dist --cargo-target $(abspath target/readme-cargo) \
-	    --lockfile Cargo.lock --check python-tests/readme/check_bindings.py
 
 # Every arrow of the C core points down (c/LAYERS, tools/check_layers.py):
 # the library's objects' symbols (nm) and its private includes.

@@ -138,7 +138,7 @@ def wall_agreement(wall: dict) -> list[str]:
     four benchmarks' variances of the mean, summed)."""
     arg = argument_costs(wall)
     lines = []
-    for inp in ("numpy_f32", "memoryview_f32"):
+    for inp in ("numpy_f32", "memoryview_f32", "torch_f32"):
         for fw, ours, theirs in WALL_PAIRS:
             a, b = f"{fw}/{ours}/{inp}", f"{fw}/{theirs}/{inp}"
             if a not in arg or b not in arg:

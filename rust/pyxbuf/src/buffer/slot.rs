@@ -1,6 +1,6 @@
 //! Where an acquired view lives: a [`ViewSlot`], storage that never moves
-//! while the view is held, taken from a small per-thread stock of spare
-//! slots and returned to it on release.
+//! while the view is held, taken from a small stock of spare slots and
+//! returned to it on release.
 //!
 //! Why not inline in the buffer: producers point a view's `shape` and
 //! `strides` into the view itself (CPython's `PyBuffer_FillInfo` at its own
@@ -10,7 +10,15 @@
 //! acquisition and drop of a `#[pyfunction]` argument, more than the rest of
 //! the Rust layer together (bench/analysis.md). A slot is one pointer to move,
 //! needs no rebasing of interior pointers, and in the steady state costs no
-//! allocation: a thread reuses the slots its last buffers released.
+//! allocation: the last buffers' slots are reused.
+//!
+//! Where the stock lives: with the GIL, one stock for the process, which the
+//! GIL guards; under free-threaded CPython (`Py_GIL_DISABLED`), one per
+//! thread. A thread-local costs a `__tls_get_addr` call in an extension
+//! module (a shared library) on every take and return: about 11
+//! instructions each and a dependent load chain, a third of what separated
+//! `PyXBuffer<f32>` from PyO3's `PyBuffer<f32>` on a memoryview in wall clock
+//! (bench/analysis.md).
 
 use std::cell::Cell;
 use std::ptr::NonNull;
@@ -27,7 +35,8 @@ pub(super) struct Slot {
 /// Spare slots per thread: enough for the buffers one call takes.
 const SPARES: usize = 4;
 
-/// A thread's spare slots. Dropped at thread exit, freeing them.
+/// Spare slots. A thread's stock (free-threaded builds) is dropped at thread
+/// exit, freeing them; the process's stock (GIL builds) lives until exit.
 struct Spares {
     count: Cell<usize>,
     slots: [Cell<Option<NonNull<Slot>>>; SPARES],
@@ -45,13 +54,50 @@ impl Drop for Spares {
     }
 }
 
+const fn empty_stock() -> Spares {
+    Spares {
+        count: Cell::new(0),
+        slots: [const { Cell::new(None) }; SPARES],
+    }
+}
+
+/// The process's stock, guarded by the GIL.
+#[cfg(not(Py_GIL_DISABLED))]
+struct GilGuarded(Spares);
+
+// SAFETY: the stock is touched only by `with_stock`, which only
+// `ViewSlot::take` and `ViewSlot::drop` call, and both run on a thread
+// attached to the interpreter: `take` from `PyXUntypedBuffer::acquire`,
+// which holds a `Python<'py>`; a slot is dropped by the buffer that owns it,
+// which is either `!Send` and bound to its `Python<'py>` (PyXUntypedBuffer,
+// PyXBuffer) or attaches first (`PyXBufferOwned::drop` inside
+// `Python::try_attach`, leaking the slot when it cannot). In a build with
+// the GIL one thread is attached at a time, so the GIL orders every access,
+// as a mutex would. (PyO3 refuses to load a module into a sub-interpreter,
+// the one way two threads of a GIL build run Python at once.)
+#[cfg(not(Py_GIL_DISABLED))]
+unsafe impl Sync for GilGuarded {}
+
+#[cfg(not(Py_GIL_DISABLED))]
+static STOCK: GilGuarded = GilGuarded(empty_stock());
+
+/// `f` on this thread's view of the stock; `None` when there is none (a
+/// thread's stock already dropped at its exit).
+#[cfg(not(Py_GIL_DISABLED))]
+#[inline(always)]
+fn with_stock<R>(f: impl FnOnce(&Spares) -> R) -> Option<R> {
+    Some(f(&STOCK.0))
+}
+
+#[cfg(Py_GIL_DISABLED)]
 thread_local! {
-    static STOCK: Spares = const {
-        Spares {
-            count: Cell::new(0),
-            slots: [const { Cell::new(None) }; SPARES],
-        }
-    };
+    static STOCK: Spares = const { empty_stock() };
+}
+
+#[cfg(Py_GIL_DISABLED)]
+#[inline(always)]
+fn with_stock<R>(f: impl FnOnce(&Spares) -> R) -> Option<R> {
+    STOCK.try_with(f).ok()
 }
 
 /// An owned slot: the unique owner of a `Slot` allocation, whose contents
@@ -77,20 +123,19 @@ fn alloc_fresh() -> NonNull<Slot> {
 }
 
 impl ViewSlot {
-    /// A slot from this thread's spares, or a fresh one.
+    /// A slot from the spares, or a fresh one. Only on an attached thread
+    /// (see `GilGuarded`).
     #[inline]
     pub(super) fn take() -> Self {
-        let spare = STOCK
-            .try_with(|s| {
-                let n = s.count.get();
-                if n == 0 {
-                    return None;
-                }
-                s.count.set(n - 1);
-                s.slots[n - 1].take()
-            })
-            .ok()
-            .flatten();
+        let spare = with_stock(|s| {
+            let n = s.count.get();
+            if n == 0 {
+                return None;
+            }
+            s.count.set(n - 1);
+            s.slots[n - 1].take()
+        })
+        .flatten();
         ViewSlot(spare.unwrap_or_else(alloc_fresh))
     }
 
@@ -116,23 +161,22 @@ impl ViewSlot {
 }
 
 impl Drop for ViewSlot {
-    /// Back to this thread's spares (freed when they are full, or when the
-    /// thread's stock is already gone at thread exit). The view in it must
-    /// have been released by its owner first.
+    /// Back to the spares (freed when they are full, or when a thread's
+    /// stock is already gone at its exit). The view in it must have been
+    /// released by its owner first, on an attached thread (see `GilGuarded`).
     #[inline]
     fn drop(&mut self) {
         let p = self.0;
-        let kept = STOCK
-            .try_with(|s| {
-                let n = s.count.get();
-                if n == SPARES {
-                    return false;
-                }
-                s.slots[n].set(Some(p));
-                s.count.set(n + 1);
-                true
-            })
-            .unwrap_or(false);
+        let kept = with_stock(|s| {
+            let n = s.count.get();
+            if n == SPARES {
+                return false;
+            }
+            s.slots[n].set(Some(p));
+            s.count.set(n + 1);
+            true
+        })
+        .unwrap_or(false);
         if !kept {
             // SAFETY: p came from Box (alloc_fresh) and nobody else owns it.
             drop(unsafe { Box::from_raw(p.as_ptr()) });
