@@ -291,7 +291,7 @@ bench-args: venv
 	    || { tail -20 $(ARGS_DIR)/valgrind.log; exit 1; }
 	$(VPY) bench/args/race.py collect $(ARGS_DIR)/dumps --out $(ARGS_DIR)/ir.json
 	$(ARGS_PY) $(VPY) bench/args/race.py wall --out $(ARGS_DIR)/wall.json
-	$(VPY) bench/args/race.py report --ir $(ARGS_DIR)/ir.json --wall $(ARGS_DIR)/wall.json \
+	$(ARGS_PY) $(VPY) bench/args/race.py report --ir $(ARGS_DIR)/ir.json --wall $(ARGS_DIR)/wall.json \
 	    --out bench/results/args-$$(date +%F).md
 
 bindings: venv libclang

@@ -253,7 +253,12 @@ typedef struct pyxbuf_view {
  *
  * A classic producer's view is what PyObject_GetBuffer of the running
  * interpreter returns for `flags & PYXBUF_CLASSIC_FLAGS`, on the first call
- * for a type and on every cached call after it. On Python 3.13+ a request that
+ * for a type and on every cached call after it. For an exact numpy.ndarray of
+ * a built-in numeric dtype (native byte order, aligned, at most
+ * PYXBUF_INLINE_NDIM dimensions) pyxbuf writes that same view from the array's
+ * struct without calling NumPy's export (path PYXBUF_PATH_NUMPY, shape and
+ * strides in the view's inline_dims); requests NumPy would refuse or warn
+ * about still reach NumPy. On Python 3.13+ a request that
  * is PyBUF_READ or PyBUF_WRITE alone (PYXBUF_* bits aside) raises SystemError,
  * as PyObject_GetBuffer does there; older versions pass PyBUF_READ on.
  *
