@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import _pyxbuf_testext as t
+from numpy_route import classic_path
 import pyxbuf
 from test_acquire import CLASSIC_REQUESTS, PRODUCERS
 
@@ -40,7 +41,7 @@ def test_module_sees_what_getbuffer_gives(name, factory, request_name):
         assert ours[field] == theirs[field], field
     assert ours["readonly"] == bool(theirs["readonly"])
     assert ours["format"] == (theirs["format"] or "B")
-    assert ours["path"] == "classic"
+    assert ours["path"] == classic_path(obj)
     assert ours["requested_flags"] == flags
     assert (ours["honoured_extended_flags"], ours["grant_flags"], ours["device"]) == (0, 0, "cpu")
 

@@ -292,22 +292,11 @@ static PYXBUF_COLD int classic_fast_failed(PyObject *obj, pyxbuf_view *view, int
     return track_if_asked(obj, view, flags) == 0 ? 1 : -2;
 }
 
-/* The common case in as few instructions as we can: a classic producer whose
- * type pyxbuf has seen, a request it can answer alone. 1 = acquired; 0 = not
- * this path (nothing done); -1 = the producer refused (view reset, exception
- * set: a bridge may still answer); -2 = failed for good (exception set).
- * `owner`, `bridge_data` and `borrow_token` are left as they were: only a
- * bridge's path or a TRACKED grant reads them, and those set them first. */
-static inline int get_classic_fast(PyObject *obj, pyxbuf_view *view, int32_t flags) {
-    PyTypeObject *tp = Py_TYPE(obj);
-    if (PYXBUF_UNLIKELY((flags & ~FAST_PATH_FLAGS) != 0 || !cached_classic_fast(tp))) return 0;
+/* The classic fast path's producer call and checks, for a type cached as a
+ * classic producer (or numpy.ndarray, when its struct route declines). */
+static PYXBUF_ALWAYS_INLINE int classic_fast_call(PyObject *obj, PyTypeObject *tp,
+                                                  pyxbuf_view *view, int32_t flags) {
     pyxbuf__view_clear_extended(view, flags);
-    if (tp == PYXBUF__FT_LOAD_RELAXED(&pyxbuf__numpy_ndarray) &&
-        pyxbuf__numpy_array_read(obj, view, flags & PYXBUF_CLASSIC_FLAGS)) {
-        /* (The route leaves a writable request on read-only memory to NumPy.) */
-        view->state = PYXBUF__STATE_ACQUIRED;
-        return track_if_asked(obj, view, flags) == 0 ? 1 : -2;
-    }
     view->path = PYXBUF_PATH_CLASSIC;
     /* PyObject_GetBuffer is this call after the checks made above (the cache
      * entry says the slot exists). */
@@ -322,6 +311,24 @@ static inline int get_classic_fast(PyObject *obj, pyxbuf_view *view, int32_t fla
     }
     view->state = PYXBUF__STATE_ACQUIRED;
     return 1;
+}
+
+/* get_classic_fast's answer for numpy.ndarray: its struct route applies. */
+#define NUMPY_ROUTE 2
+
+/* The common case in as few instructions as we can: a classic producer whose
+ * type pyxbuf has seen, a request it can answer alone. 1 = acquired; 0 = not
+ * this path (nothing done); NUMPY_ROUTE = NumPy's struct route instead
+ * (nothing done); -1 = the producer refused (view reset, exception set: a
+ * bridge may still answer); -2 = failed for good (exception set).
+ * `owner`, `bridge_data` and `borrow_token` are left as they were: only a
+ * bridge's path or a TRACKED grant reads them, and those set them first. */
+static inline int get_classic_fast(PyObject *obj, pyxbuf_view *view, int32_t flags) {
+    PyTypeObject *tp = Py_TYPE(obj);
+    if (PYXBUF_UNLIKELY((flags & ~FAST_PATH_FLAGS) != 0)) return 0;
+    int32_t route = cached_host_route(tp);
+    if (PYXBUF_UNLIKELY(route != CACHE_FAST)) return route == CACHE_NUMPY ? NUMPY_ROUTE : 0;
+    return classic_fast_call(obj, tp, view, flags);
 }
 
 /* Everything but the fast path, out of line so that the fast path saves no
@@ -399,6 +406,23 @@ static PYXBUF_NOINLINE int get_by_dlpack_c(PyObject *obj, pyxbuf_view *view, int
     return get_after_dlpack(obj, view, flags, stream, rc);
 }
 
+/* NumPy's struct route (bridges/numpy_array.h), for a type cached as
+ * numpy.ndarray and a request the fast path serves; out of line so that the
+ * classic fast path in get_view keeps its registers. Where the route declines
+ * (a dtype, layout or request it leaves to NumPy), NumPy's export as on the
+ * classic fast path. pyxbuf_get's answer. */
+static PYXBUF_NOINLINE int get_by_numpy(PyObject *obj, pyxbuf_view *view, int32_t flags,
+                                        int64_t stream) {
+    pyxbuf__view_clear_extended(view, flags);
+    if (PYXBUF_LIKELY(pyxbuf__numpy_array_read(obj, view, flags & PYXBUF_CLASSIC_FLAGS))) {
+        view->state = PYXBUF__STATE_ACQUIRED;
+        return track_if_asked(obj, view, flags);
+    }
+    int fast = classic_fast_call(obj, Py_TYPE(obj), view, flags);
+    if (PYXBUF_LIKELY(fast == 1)) return 0;
+    return get_view_slow(obj, view, flags, stream, fast);
+}
+
 /* The requests the DLPack C route serves: the fast path's, borrows aside
  * (they take get_view_slow, which tracks them). */
 #define DLPACK_C_ROUTE_FLAGS (FAST_PATH_FLAGS & ~BORROW_FLAGS)
@@ -408,6 +432,7 @@ static inline int get_view(PyObject *obj, pyxbuf_view *view, int32_t flags, int6
         return get_view_slow(obj, view, flags, stream, 0);
     int fast = get_classic_fast(obj, view, flags);
     if (PYXBUF_LIKELY(fast == 1)) return 0;
+    if (fast == NUMPY_ROUTE) return get_by_numpy(obj, view, flags, stream);
     if (fast == 0 && (flags & ~DLPACK_C_ROUTE_FLAGS) == 0) {
         const void *api = cached_dlpack_c(Py_TYPE(obj));
         if (api != NULL) return get_by_dlpack_c(obj, view, flags, stream, api);

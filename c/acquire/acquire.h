@@ -32,7 +32,10 @@ static inline int speaks_extended(int32_t supported) {
 #define SUPPORTED_CACHE_SIZE 256
 #define CACHE_FAST 0x40000000     /* above PYXBUF_SUPPORTED_FLAGS_MAX */
 #define CACHE_DLPACK_C 0x20000000 /* likewise */
-#define CACHE_ROUTES (CACHE_FAST | CACHE_DLPACK_C)
+/* numpy.ndarray once the NumPy struct route is on (bridges/numpy_array.h):
+ * a buffer slot too, but the route first (the sign bit, above the rest). */
+#define CACHE_NUMPY INT32_MIN
+#define CACHE_ROUTES (CACHE_FAST | CACHE_DLPACK_C | CACHE_NUMPY)
 /* data: CACHE_DLPACK_C's table (kept alive by the type's dict). */
 extern PYXBUF_HIDDEN pyxbuf__type_cache_entry pyxbuf__supported_cache[SUPPORTED_CACHE_SIZE];
 
@@ -57,14 +60,16 @@ static inline int cached_supported(PyTypeObject *type, int32_t *supported) {
     return 0;
 }
 
-/* The fast path's test: the type is cached as a classic producer with a
- * bf_getbuffer slot (see the comment on supported_cache). */
-static inline int cached_classic_fast(PyTypeObject *type) {
+/* The fast path's test, one cache lookup for two routes: CACHE_FAST when
+ * the type is cached as a classic producer with a bf_getbuffer slot,
+ * CACHE_NUMPY when it is numpy.ndarray with the struct route on, else 0. */
+static inline int32_t cached_host_route(PyTypeObject *type) {
     unsigned int tag = pyxbuf__type_tag(type);
     uint64_t key;
     const void *data;
-    return pyxbuf__type_cache_get(cache_entry(tag), type, &key, &data) &&
-           key == cache_key(tag, PYXBUF_CLASSIC_FLAGS | CACHE_FAST);
+    if (!pyxbuf__type_cache_get(cache_entry(tag), type, &key, &data)) return 0;
+    if (PYXBUF_LIKELY(key == cache_key(tag, PYXBUF_CLASSIC_FLAGS | CACHE_FAST))) return CACHE_FAST;
+    return key == cache_key(tag, PYXBUF_CLASSIC_FLAGS | CACHE_NUMPY) ? CACHE_NUMPY : 0;
 }
 
 /* The DLPack C route's table for the type, or NULL when it has no such
