@@ -51,7 +51,8 @@ static unsigned int numpy_abi_version(PyObject *module) {
 }
 
 /* 1 when `type` is the ndarray of a NumPy whose array struct the route
- * reads, else 0; never an error. */
+ * reads, 0 when it is not, -1 when it cannot tell yet (NumPy's module not
+ * importable now, as while NumPy itself imports); never an error. */
 static int is_readable_ndarray(PyTypeObject *type) {
     if (strcmp(type->tp_name, "numpy.ndarray") != 0 ||
         (type->tp_flags & Py_TPFLAGS_HEAPTYPE) != 0 || type->tp_as_buffer == NULL ||
@@ -60,7 +61,7 @@ static int is_readable_ndarray(PyTypeObject *type) {
     /* Only NumPy 2's module has this name; importing it is a lookup in
      * sys.modules, as an array of the type exists. */
     PyObject *module = PyImport_ImportModule("numpy._core._multiarray_umath");
-    if (module == NULL) return 0;
+    if (module == NULL) return PyErr_ExceptionMatches(PyExc_ModuleNotFoundError) ? 0 : -1;
     PyObject *ndarray = PyObject_GetAttrString(module, "ndarray");
     int same = ndarray == (PyObject *)type;
     Py_XDECREF(ndarray);
@@ -70,12 +71,15 @@ static int is_readable_ndarray(PyTypeObject *type) {
 }
 
 void pyxbuf__numpy_array_discover(PyTypeObject *type) {
-    static int checked; /* a type named numpy.ndarray was checked: one answer */
+    static int checked; /* a type named numpy.ndarray got its answer */
     if (PYXBUF__FT_LOAD_ACQUIRE(&checked)) return;
     PyObject *exc = PyErr_GetRaisedException(); /* a caller's pending error survives */
     int readable = is_readable_ndarray(type);
     PyErr_Clear();
     PyErr_SetRaisedException(exc);
+    if (readable < 0) return; /* asked again on the next type-cache miss */
+    /* Two threads of a free-threaded build may both get here: the same
+     * answer, and at worst one reference to a static type kept twice. */
     if (readable) PYXBUF__FT_STORE_RELEASE(&pyxbuf__numpy_ndarray, (PyTypeObject *)Py_NewRef(type));
     PYXBUF__FT_STORE_RELEASE(&checked, 1);
 }

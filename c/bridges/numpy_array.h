@@ -16,9 +16,10 @@
  * - exactly numpy.ndarray (not a subclass: a subclass may export otherwise),
  *   once numpy_array.c has checked the type and NumPy's C ABI version (2.x);
  * - a built-in numeric dtype (bool, integers, floats, complex, half, long
- *   double) in native byte order and aligned ('|' for one-byte types):
- *   NumPy's export then writes the bare struct code, as the table below;
- *   other byte orders and unaligned arrays get a prefix ("=f", ">f");
+ *   double) of the item size pyxbuf's table says, in native byte order and
+ *   aligned ('|' for one-byte types): NumPy's export then writes the bare
+ *   struct code, as the table below; other byte orders and unaligned arrays
+ *   get a prefix ("=f", ">f");
  * - up to PYXBUF_INLINE_NDIM dimensions (the view's own storage: NumPy may
  *   swap its dimensions array when Python code sets `a.shape`);
  * - a request NumPy would grant: its contiguity checks pass, and a writable
@@ -51,8 +52,10 @@ typedef struct pyxbuf__numpy_array {
 typedef struct pyxbuf__numpy_descr {
     PyObject_HEAD
     PyTypeObject *typeobj;
-    char kind, type, byteorder, former_flags; /* NumPy 1.x: `flags` */
+    char kind, type, byteorder, former_flags;
     int type_num;
+    uint64_t flags;     /* NumPy 2.x (the C ABI numpy_array.c checks) */
+    Py_ssize_t elsize;  /* npy_intp */
 } pyxbuf__numpy_descr;
 
 /* NumPy's array flags (numpy/ndarraytypes.h). */
@@ -150,10 +153,14 @@ static PYXBUF_ALWAYS_INLINE int pyxbuf__numpy_array_read(PyObject *obj, pyxbuf_v
     int af = a->flags;
     int nd = a->nd;
     const pyxbuf__numpy_code *code = &pyxbuf__numpy_codes[type_num < PYXBUF__NUMPY_NCODES ? type_num : 0];
+    /* The table's size is checked against NumPy's (long double differs
+     * between compilers); '|' is NumPy's order for one-byte types only (a
+     * descriptor unpickled with '|' on a wider one gets standard-size codes
+     * from NumPy's export). */
     if (PYXBUF_LIKELY(type_num < PYXBUF__NUMPY_NCODES && code->format != NULL &&
-                      (unsigned)nd <= PYXBUF_INLINE_NDIM &&
-                      (d->byteorder == '|' ||
-                       (d->byteorder == '=' && (af & PYXBUF__NPY_ALIGNED))) &&
+                      code->itemsize == d->elsize && (unsigned)nd <= PYXBUF_INLINE_NDIM &&
+                      (d->byteorder == '|' ? code->itemsize == 1
+                                           : d->byteorder == '=' && (af & PYXBUF__NPY_ALIGNED)) &&
                       !pyxbuf__numpy_refuses(af, flags))) {
         Py_buffer *b = &view->base;
         Py_ssize_t *shape = view->inline_dims, *strides = view->inline_dims + PYXBUF_INLINE_NDIM;
