@@ -139,6 +139,12 @@ test-rust: venv libclang
 PACKAGED = $(abspath target/packaged)
 CRATE_VERSION = $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 test-packaged-crates: venv libclang
+	# cargo package verifies pyxbuf against the packaged pyxbuf-sys unpacked
+	# under $$CARGO_HOME/registry/src/-<hash of its temporary registry>/, and
+	# reuses a copy unpacked there by an earlier run of the same checkout
+	# path, however stale: remove ours first (they are on no registry).
+	rm -rf $${CARGO_HOME:-$$HOME/.cargo}/registry/src/-*/pyxbuf-sys-$(CRATE_VERSION) \
+	    $${CARGO_HOME:-$$HOME/.cargo}/registry/src/-*/pyxbuf-$(CRATE_VERSION)
 	$(RUST_ENV) cargo package --quiet --allow-dirty -p pyxbuf-sys -p pyxbuf
 	rm -rf $(PACKAGED)/pyxbuf-sys-* $(PACKAGED)/pyxbuf-[0-9]* && mkdir -p $(PACKAGED)/.cargo
 	for c in pyxbuf-sys pyxbuf; do \
