@@ -366,9 +366,7 @@ static PYXBUF_COLD int get_view_slow(PyObject *obj, pyxbuf_view *view, int32_t f
         /* (PyObject_CheckBuffer, without the call.) The classic buffer
          * answers most CPU arrays; NumPy's, read from the array struct when
          * the route applies, as on the fast path. */
-        if (PYXBUF_UNLIKELY(strcmp(Py_TYPE(obj)->tp_name, "numpy.ndarray") == 0))
-            pyxbuf__numpy_array_discover(Py_TYPE(obj));
-        if (Py_TYPE(obj) == PYXBUF__FT_LOAD_RELAXED(&pyxbuf__numpy_ndarray) &&
+        if (pyxbuf__numpy_array_type(Py_TYPE(obj)) &&
             pyxbuf__numpy_array_read(obj, view, flags & PYXBUF_CLASSIC_FLAGS))
             rc = 0;
         else

@@ -6,7 +6,6 @@
 #include "acquire/acquire.h"
 
 #include <stdio.h>
-#include <string.h>
 
 /* The mask a supported-flags value stands for: 0 every classic flag, -1
  * PyBUF_SIMPLE only (the empty mask, as the proposal says: a SIMPLE-only type
@@ -70,9 +69,7 @@ static int32_t route_of(PyTypeObject *type, int32_t supported, const void **data
     if (supported != PYXBUF_CLASSIC_FLAGS) return 0;
     PyBufferProcs *pb = type->tp_as_buffer;
     if (pb != NULL && pb->bf_getbuffer != NULL) {
-        if (PYXBUF_UNLIKELY(strcmp(type->tp_name, "numpy.ndarray") == 0))
-            pyxbuf__numpy_array_discover(type);
-        return type == PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__numpy_ndarray) ? CACHE_NUMPY : CACHE_FAST;
+        return pyxbuf__numpy_array_type(type) ? CACHE_NUMPY : CACHE_FAST;
     }
     *data = pyxbuf__dlpack_c_table_of(type);
     return *data != NULL ? CACHE_DLPACK_C : 0;

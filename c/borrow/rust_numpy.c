@@ -301,9 +301,9 @@ static void remember_other(PyTypeObject *tp, unsigned int tag) {
 
 static int is_ndarray(PyObject *obj) {
     if (obj == NULL) return 0;
+    if (pyxbuf__rust_numpy_known_other(obj)) return 0;
     PyTypeObject *tp = Py_TYPE(obj);
     unsigned int tag = pyxbuf__type_tag(tp);
-    if (pyxbuf__rust_numpy_known_other(obj)) return 0;
     PyObject *ndarray = PYXBUF__FT_LOAD_ACQUIRE(&ndarray_type);
     if (ndarray == NULL && !named_ndarray_in_mro(tp)) {
         remember_other(tp, tag);

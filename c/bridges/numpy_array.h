@@ -36,6 +36,8 @@
 
 #include "view/view.h"
 
+#include <string.h>
+
 /* The leading members of NumPy's PyArrayObject_fields and PyArray_Descr
  * (numpy/ndarraytypes.h), as far as this route reads them. */
 typedef struct pyxbuf__numpy_array {
@@ -74,6 +76,18 @@ extern PYXBUF_HIDDEN PyTypeObject *pyxbuf__numpy_ndarray;
  * on the slow path for any type, the first time one named numpy.ndarray is
  * seen; no error escapes (a failed check is an answer). */
 void pyxbuf__numpy_array_discover(PyTypeObject *type);
+
+/* Whether `type` is numpy.ndarray with the route on, for the slow paths
+ * (the type cache's fill, an uncached acquisition): until the route is on,
+ * a type of that name turns it on first. */
+static inline int pyxbuf__numpy_array_type(PyTypeObject *type) {
+    PyTypeObject *ndarray = PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__numpy_ndarray);
+    if (ndarray == NULL && strcmp(type->tp_name, "numpy.ndarray") == 0) {
+        pyxbuf__numpy_array_discover(type);
+        ndarray = PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__numpy_ndarray);
+    }
+    return type == ndarray;
+}
 
 /* The struct code and item size of each built-in dtype NumPy exports with a
  * bare code, indexed by type_num (NPY_BOOL 0 ... NPY_CLONGDOUBLE 16, NPY_HALF
