@@ -15,7 +15,7 @@ CMAKE_ARGS ?=
 export PYTHONDONTWRITEBYTECODE := 1
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build build-release-check check-layers test test-c test-python test-rust test-pymodules test-packaged-crates test-wheel pymodules pythons pythons-tsan test-matrix test-tsan-ft demo demo-needs clean \
+.PHONY: all build build-release-check check-layers test test-c test-python test-rust test-pymodules test-packaged-crates test-wheel pymodules pythons pythons-tsan python-pep test-python-pep test-matrix test-tsan-ft demo demo-needs clean \
 	distclean venv libclang bindings asan-build test-asan test-asan-c test-asan-python \
 	clang fuzz fuzz-build \
 	valgrind-build test-valgrind tsan-build test-tsan
@@ -66,6 +66,8 @@ help:
 	@echo 'Interpreters:'
 	@echo '  pythons               CPython $(PYTHON_SPECS) from Debian sources into $(PYTHONS)'
 	@echo '  pythons-tsan          a ThreadSanitizer CPython 3.14t, likewise'
+	@echo '  python-pep            CPython 3.15 with the patch series in cpython/ (3.15-pep), likewise'
+	@echo '  test-python-pep       CPython'"'"'s own tests of what the series touches, on 3.15-pep'
 	@echo '  test-matrix           every suite on each of PYTHON_SPECS, one line per interpreter'
 	@echo '  test-tsan-ft          the thread suites on the TSan 3.14t with the GIL off'
 	@echo 'Benchmarks:'
@@ -475,6 +477,18 @@ pythons:
 
 pythons-tsan:
 	PYXBUF_PYTHONS=$(PYTHONS) JOBS=$(JOBS) tools/pythons.sh 3.14t-tsan
+
+# CPython 3.15 with the extended buffer protocol's reference implementation
+# (the patch series in cpython/, applied in order; cpython/PROPOSAL-NOTES.md
+# says what it decides), and CPython's own tests of what the series touches:
+# the buffer, memoryview, bytes, array and C API suites and the series' new
+# tests (test_capi.test_buffer, in test_capi).
+python-pep:
+	PYXBUF_PYTHONS=$(PYTHONS) JOBS=$(JOBS) tools/pythons.sh 3.15-pep
+
+PEP_TESTS ?= test_buffer test_memoryview test_bytes test_array test_capi test_inspect test_stable_abi_ctypes
+test-python-pep: python-pep
+	$(PYTHONS)/3.15-pep/bin/python3 -m test -j$(JOBS) $(PEP_TESTS)
 
 # The thread suites on the ThreadSanitizer 3.14t with the GIL off (the
 # library and test extensions built with -fsanitize=thread; work in

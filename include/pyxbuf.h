@@ -115,6 +115,18 @@ PYXBUF_API int pyxbuf_error_raise(const pyxbuf_error *err);
 /* Every classic PyBUF_* request bit (PyBUF_WRITABLE .. PyBUF_INDIRECT). */
 #define PYXBUF_CLASSIC_FLAGS 0x01FF
 
+/* 1 when Python.h defines the extended buffer protocol itself (CPython with
+ * cpython/'s patch series: PyBUF_DEVICE, the grown Py_buffer,
+ * PyObject_CheckBufferSupports, the native supported flags): pyxbuf then
+ * reads and sets the native declarations and its view's extended fields are
+ * the native ones. Define PYXBUF_NO_NATIVE_PROTOCOL to build the backport
+ * anyway (same ABI). */
+#if defined(PyBUF_DEVICE) && defined(PyBUF_EXTENDED_FLAGS) && !defined(PYXBUF_NO_NATIVE_PROTOCOL)
+#define PYXBUF_NATIVE_PROTOCOL 1
+#else
+#define PYXBUF_NATIVE_PROTOCOL 0
+#endif
+
 /* Extended request flags (provisional until CPython assigns its own). Producers
  * in wide use ignore these bits; pyxbuf passes them only to producers whose type
  * advertises them. */
@@ -213,12 +225,32 @@ PYXBUF_API int pyxbuf_check_supports(PyObject *obj, int32_t flags);
  * (builds with PYXBUF_DEBUG also clear them). sizeof(pyxbuf_view) is part of the ABI:
  * growth goes into `reserved`, with PYXBUF_ABI_VERSION bumped otherwise. */
 typedef struct pyxbuf_view {
+#if PYXBUF_NATIVE_PROTOCOL
+    /* On an interpreter with the extended buffer protocol, Py_buffer itself
+     * ends with flags, ext_flags, device and device_info: they are the four
+     * fields below, the same bytes under two names (view.flags is
+     * view.base.flags). Layout, size and offsets are the ones of the #else
+     * branch: a binary built against either header reads the other's views,
+     * and &view.base is a whole native Py_buffer for CPython's own
+     * PyObject_GetBuffer(obj, &view.base, PyBUF_DEVICE | ...). */
+    union {
+        Py_buffer base;
+        struct {
+            char pyxbuf__classic_part[offsetof(Py_buffer, flags)];
+            int32_t flags;
+            int32_t ext_flags;
+            const char *device;
+            void *device_info;
+        };
+    };
+#else
     Py_buffer base;      /* the classic view, its layout untouched */
     int32_t flags;       /* extended request flags the producer HONOURED */
     int32_t ext_flags;   /* grants: PYXBUF_EXT_* */
     const char *device;  /* NULL = CPU; else a unique UTF-8 device identifier */
     void *device_info;   /* interpreted per `device` (pyxbuf_device_info for
                             PYXBUF_DEVICE_DLPACK) */
+#endif
     /* pyxbuf's own bookkeeping: read `path` freely, leave the rest alone. */
     int32_t path;        /* PYXBUF_PATH_* */
     int32_t requested;   /* the flags the consumer asked for */

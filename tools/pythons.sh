@@ -4,10 +4,13 @@
 # installs each under a cache outside the repository, reused while it is
 # there and rebuilt when it is missing:
 #
-#   tools/pythons.sh 3.13 3.14 3.14t 3.15 3.14t-tsan
+#   tools/pythons.sh 3.13 3.14 3.14t 3.15 3.14t-tsan 3.15-pep
 #
 # 3.14t is the free-threaded build (--disable-gil); 3.14t-tsan the same with
-# --with-thread-sanitizer. No PGO/LTO: the point is fast builds. Shared
+# --with-thread-sanitizer. 3.15-pep is 3.15 with the patch series in
+# cpython/ (the extended buffer protocol's reference implementation) applied
+# in order; its installation records the series' SHA-256 and is rebuilt when
+# the series changes. No PGO/LTO: the point is fast builds. Shared
 # libpython (rpath set), so that the C tests can embed each interpreter.
 #
 # Debian's archive (deb.debian.org/debian/pool/main/p/python3.X) keeps only
@@ -103,16 +106,23 @@ build_deps() {
     fi
 }
 
+# The patch series for 3.15-pep: cpython/*.patch beside this script.
+PATCHES_DIR=${PYXBUF_CPYTHON_PATCHES:-$(cd "$(dirname "$0")/.." && pwd)/cpython}
+series_hash() { cat "$PATCHES_DIR"/*.patch | sha256sum | cut -d' ' -f1; }
+
 build() {
-    local spec=$1 minor=${1%%[t-]*} flags=()
+    local spec=$1 minor=${1%%[t-]*} flags=() patched=0
     case $spec in
+        *-pep) patched=1 ;;
         *t-tsan) flags=(--disable-gil --with-thread-sanitizer) ;;
         *t) flags=(--disable-gil) ;;
         [0-9].[0-9]*) ;;
-        *) say "unknown interpreter '$spec' (3.13, 3.14, 3.14t, 3.15, 3.14t-tsan ...)"; exit 2 ;;
+        *) say "unknown interpreter '$spec' (3.13, 3.14, 3.14t, 3.15, 3.14t-tsan, 3.15-pep ...)"; exit 2 ;;
     esac
-    local prefix="$CACHE/$spec"
-    if [ -f "$prefix/.complete" ] && [ -x "$prefix/bin/python3" ]; then
+    local prefix="$CACHE/$spec" stamp=""
+    [ $patched = 1 ] && stamp=$(series_hash)
+    if [ -f "$prefix/.complete" ] && [ -x "$prefix/bin/python3" ] &&
+        [ "$(cat "$prefix/.complete")" = "$stamp" ]; then
         say "$spec: cached at $prefix"
         return
     fi
@@ -122,6 +132,14 @@ build() {
     local work="$CACHE/build/$spec"
     rm -rf "$work" "$prefix" && mkdir -p "$work"
     tar -xJf "$tar" -C "$work" --strip-components=1
+    if [ $patched = 1 ]; then
+        local p
+        for p in "$PATCHES_DIR"/*.patch; do
+            say "$spec: applying $(basename "$p")"
+            patch -d "$work" -p1 --batch --forward --quiet <"$p" ||
+                { say "$spec: $(basename "$p") does not apply to $(basename "$tar")"; exit 1; }
+        done
+    fi
     say "$spec: configure ${flags[*]:-} && make -j$JOBS (a few minutes)"
     (cd "$work" &&
         ./configure --prefix="$prefix" --with-ensurepip=install --enable-shared \
@@ -134,9 +152,9 @@ build() {
     "$prefix/bin/python3" -c 'import ssl, zlib, ctypes, sqlite3' ||
         { say "$spec: built without ssl/zlib/ctypes/sqlite3 (missing -dev packages?)"; exit 1; }
     rm -rf "$work"
-    touch "$prefix/.complete"
+    echo "$stamp" >"$prefix/.complete"
     say "$spec: $("$prefix/bin/python3" -VV | head -1) at $prefix"
 }
 
-[ $# -gt 0 ] || { say "usage: $0 3.13 3.14 3.14t 3.15 3.14t-tsan"; exit 2; }
+[ $# -gt 0 ] || { say "usage: $0 3.13 3.14 3.14t 3.15 3.14t-tsan 3.15-pep"; exit 2; }
 for spec in "$@"; do build "$spec"; done

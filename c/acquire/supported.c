@@ -1,5 +1,6 @@
 /* supported.c -- the proposal's supported flags: what a type advertises
- * (__pyxbuf_supported_flags__, 0 and -1 expanded), the per-type cache
+ * (the interpreter's own declaration where it has the extended protocol,
+ * else __pyxbuf_supported_flags__; 0 and -1 expanded), the per-type cache
  * pyxbuf_get reads without a lock (acquire/acquire.h) with the fast routes it
  * records, pyxbuf_type_set_supported_flags and pyxbuf_check_supports. */
 
@@ -39,6 +40,14 @@ static PyObject *supported_attr_name(void) {
 }
 
 static int lookup_supported(PyTypeObject *type, int32_t *mask) {
+    /* An interpreter with the extended protocol keeps the declaration itself
+     * (a type slot, PyType_SetBufferSupportedFlags); the class attribute
+     * still serves Python classes and the backport everywhere. */
+    int native = pyxbuf__native_supported_flags(type);
+    if (native != PYXBUF_SUPPORTS_CLASSIC) {
+        *mask = expand_supported(native);
+        return 0;
+    }
     PyObject *name = supported_attr_name();
     if (name == NULL) return -1;
     /* _PyType_Lookup searches the MRO only (not the metaclass), raises
@@ -93,6 +102,11 @@ int pyxbuf_type_set_supported_flags(PyTypeObject *type, int32_t flags) {
         return -1;
     }
     if (check_supported_value(type->tp_name, flags) < 0) return -1;
+    /* The native declaration, where the interpreter has one (its
+     * PyObject_GetBuffer and PyObject_CheckBufferSupports read it), and the
+     * attribute for every other reader: Python code, copies of pyxbuf built
+     * as the backport. */
+    if (pyxbuf__set_native_supported_flags(type, flags) < 0) return -1;
     return pyxbuf__type_dict_set(type, PYXBUF_SUPPORTED_FLAGS_ATTR, PyLong_FromLong(flags));
 }
 

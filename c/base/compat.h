@@ -148,4 +148,42 @@ static inline void *pyxbuf__publish_ptr_once(void **slot, void *made) {
 #endif
 }
 
+/* The extended buffer protocol in CPython itself (cpython/'s patch series,
+ * PYXBUF_NATIVE_PROTOCOL in pyxbuf.h): its flags are pyxbuf's, and its grown
+ * Py_buffer ends exactly where pyxbuf_view's extended fields are, so one
+ * view layout serves both. On other interpreters pyxbuf is the backport and
+ * keeps the declarations in type dicts. */
+#if PYXBUF_NATIVE_PROTOCOL
+_Static_assert(PYXBUF_DEVICE == PyBUF_DEVICE, "pyxbuf's device flag is CPython's");
+_Static_assert(PYXBUF_REQUIRED_FLAGS == PyBUF_REQUIRED_FLAGS, "the same required flags");
+_Static_assert(PYXBUF_SUPPORTS_SIMPLE_ONLY == PyBUF_SUPPORTS_SIMPLE_ONLY, "-1 is SIMPLE only");
+_Static_assert(offsetof(pyxbuf_view, flags) == offsetof(Py_buffer, flags) &&
+                   offsetof(pyxbuf_view, ext_flags) == offsetof(Py_buffer, ext_flags) &&
+                   offsetof(pyxbuf_view, device) == offsetof(Py_buffer, device) &&
+                   offsetof(pyxbuf_view, device_info) == offsetof(Py_buffer, device_info) &&
+                   offsetof(pyxbuf_view, path) == sizeof(Py_buffer),
+               "pyxbuf_view's extended fields are the native Py_buffer's");
+#endif
+
+/* A type's native declaration (0 where the interpreter keeps none), and
+ * setting it (nothing to do there). */
+static inline int pyxbuf__native_supported_flags(PyTypeObject *type) {
+#if PYXBUF_NATIVE_PROTOCOL
+    return PyType_GetBufferSupportedFlags(type);
+#else
+    (void)type;
+    return PYXBUF_SUPPORTS_CLASSIC;
+#endif
+}
+
+static inline int pyxbuf__set_native_supported_flags(PyTypeObject *type, int32_t flags) {
+#if PYXBUF_NATIVE_PROTOCOL
+    return PyType_SetBufferSupportedFlags(type, (int)flags);
+#else
+    (void)type;
+    (void)flags;
+    return 0;
+#endif
+}
+
 #endif

@@ -98,6 +98,10 @@ fn builder(header: &Path) -> Result<bindgen::Builder, String> {
         .clang_arg(format!("-I{include}"))
         .clang_arg(format!("-I{}", sources_root().join("include").display()))
         .clang_arg("-DPYXBUF_STATIC")
+        // the backport layout on every interpreter: the native one (a union
+        // over a grown Py_buffer) is the same bytes, and Rust takes
+        // Py_buffer from pyo3-ffi, which has the classic definition
+        .clang_arg("-DPYXBUF_NO_NATIVE_PROTOCOL")
         // The header's plain /* */ comments become rustdoc.
         .clang_arg("-fparse-all-comments")
         .rust_target(target)
