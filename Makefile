@@ -471,7 +471,7 @@ test-tsan: tsan-build
 # repository ($(PYTHONS), reused; each rebuilt when missing; a few minutes
 # each on 2 cores): tools/pythons.sh says how.
 PYTHONS ?= $(HOME)/.cache/pyxbuf/pythons
-PYTHON_SPECS ?= 3.13 3.14 3.14t 3.15
+PYTHON_SPECS ?= 3.13 3.14 3.14t 3.15 3.15-pep
 pythons:
 	PYXBUF_PYTHONS=$(PYTHONS) JOBS=$(JOBS) tools/pythons.sh $(PYTHON_SPECS)
 

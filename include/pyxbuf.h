@@ -69,6 +69,11 @@ extern "C" {
 PYXBUF_API uint32_t pyxbuf_abi_version(void);
 /* "MAJOR.MINOR.PATCH" of the library actually loaded. */
 PYXBUF_API const char *pyxbuf_version_string(void);
+/* 1 when the library loaded was built against an interpreter with the
+ * extended buffer protocol (PYXBUF_NATIVE_PROTOCOL below): it reads and sets
+ * the interpreter's own declarations; 0 when it is the backport. The views
+ * have one layout either way. */
+PYXBUF_API int pyxbuf_native_protocol(void);
 
 /* ------------------------------------------------------------------------- */
 /* 2. Errors                                                                 */
@@ -112,8 +117,10 @@ PYXBUF_API int pyxbuf_error_raise(const pyxbuf_error *err);
 /* 3. Request flags, grant bits, supported flags                             */
 /* ------------------------------------------------------------------------- */
 
-/* Every classic PyBUF_* request bit (PyBUF_WRITABLE .. PyBUF_INDIRECT). */
-#define PYXBUF_CLASSIC_FLAGS 0x01FF
+/* Every classic PyBUF_* request flag (PyBUF_WRITABLE .. PyBUF_INDIRECT; 0x2
+ * is no flag): what a supported-flags value of 0 stands for, as CPython's
+ * PyBUF_CLASSIC_FLAGS in the extended protocol. */
+#define PYXBUF_CLASSIC_FLAGS 0x01FD
 
 /* 1 when Python.h defines the extended buffer protocol itself (CPython with
  * cpython/'s patch series: PyBUF_DEVICE, the grown Py_buffer,

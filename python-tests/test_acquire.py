@@ -8,6 +8,7 @@ leaks.
 
 import array
 import ctypes
+import re
 import sys
 
 import numpy as np
@@ -257,11 +258,14 @@ def test_check_supports_answers():
 
 # --- lying producers: what pyxbuf validates ---------------------------------
 
+# Reasons are regular expressions: on an interpreter with the extended
+# protocol, PyObject_GetBuffer itself refuses some of these answers first,
+# naming PyBUF_DEVICE where pyxbuf names PYXBUF_DEVICE.
 LIES = [
     ("unrequested_flag", t.PyBUF_FULL_RO, "set extended flags that were not requested"),
     ("device_unrequested", t.PyBUF_FULL_RO, "set extended flags that were not requested"),
     ("device_without_flag", t.PyBUF_FULL_RO | t.PYXBUF_DEVICE,
-     "set a device without setting PYXBUF_DEVICE"),
+     r"set a device without setting (PYXBUF|PyBUF)_DEVICE"),
     ("cpu_device", t.PyBUF_FULL_RO | t.PYXBUF_DEVICE, 'reserved device "cpu"'),
     ("unrequested_grant", t.PyBUF_FULL_RO | t.PYXBUF_BORROW_SHARED,
      "granted a borrow that was not requested"),
@@ -270,15 +274,15 @@ LIES = [
     ("readonly_for_writable", t.PyBUF_FULL, "read-only memory for a WRITABLE request"),
     # a consumer reads no extended field whose bit in flags is clear
     ("grant_without_flag", t.PyBUF_FULL_RO | t.PYXBUF_BORROW_SHARED,
-     "granted a borrow in ext_flags without setting the matching PYXBUF_BORROW_* bit"),
+     r"granted a borrow in ext_flags without setting the matching PYXBUF_BORROW_\* bit"),
     # EXT_EXCLUSIVE under a BORROW_SHARED bit, though exclusive was asked too
     ("unrequested_grant",
      t.PyBUF_FULL_RO | t.PYXBUF_BORROW_SHARED | t.PYXBUF_BORROW_EXCLUSIVE,
-     "granted a borrow in ext_flags without setting the matching PYXBUF_BORROW_* bit"),
+     r"granted a borrow in ext_flags without setting the matching PYXBUF_BORROW_\* bit"),
     ("device_info_without_flag", t.PyBUF_FULL_RO | t.PYXBUF_DEVICE,
-     "set device_info without setting PYXBUF_DEVICE in flags"),
+     r"set device_info without setting (PYXBUF|PyBUF)_DEVICE in flags"),
     ("device_not_utf8", t.PyBUF_FULL_RO | t.PYXBUF_DEVICE,
-     "device identifier is not valid UTF-8 (byte 0x80 at position 8)"),
+     r"device identifier is not valid UTF-8 \(byte 0x80 at position 8\)"),
     ("device_empty", t.PyBUF_FULL_RO | t.PYXBUF_DEVICE, "device identifier is empty"),
     ("device_info_too_small", t.PyBUF_FULL_RO | t.PYXBUF_DEVICE,
      'device has no valid pyxbuf_device_info'),
@@ -293,7 +297,7 @@ def test_lying_producer_is_refused_and_released(mode, flags, reason):
     before = sys.getrefcount(liar)
     with pytest.raises(BufferError) as info:
         t.inspect(liar, flags)
-    assert reason in str(info.value)
+    assert re.search(reason, str(info.value)), str(info.value)
     assert "'_pyxbuf_testext.Liar'" in str(info.value)
     # The producer's view was released exactly once, and no reference leaked.
     assert (liar.gets, liar.releases) == (1, 1)

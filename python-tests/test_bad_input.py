@@ -150,7 +150,7 @@ ROWS = [
     ("liar-device-without-being-asked", liar("device_unrequested"), FULL_RO, BufferError,
      "set extended flags that were not requested.*PYXBUF_DEVICE"),
     ("liar-device-without-bit", liar("device_without_flag"), FULL_RO | t.PYXBUF_DEVICE,
-     BufferError, "set a device without setting PYXBUF_DEVICE"),
+     BufferError, "set a device without setting (PYXBUF|PyBUF)_DEVICE"),
     ("liar-cpu-device", liar("cpu_device"), FULL_RO | t.PYXBUF_DEVICE, BufferError,
      'reserved device "cpu"'),
     ("liar-unrequested-grant", liar("unrequested_grant"), FULL_RO | t.PYXBUF_BORROW_SHARED,

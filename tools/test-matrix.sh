@@ -12,6 +12,15 @@
 #
 #   python <version>[t] gil=<enabled|disabled> c=<p>/<f> pytest=<p>/<f> cargo=<p>/<f> ok|FAILED
 #
+# On 3.15-pep (CPython with cpython/'s patch series) the line ends with
+# native=yes|no before the verdict, and says yes only when checked (see
+# native_check below): pyxbuf was built in its native mode, CPython's own
+# PyObject_GetBuffer(obj, &view, PyBUF_DEVICE | ...) gets a pyxbuf.Exporter's
+# device, and pyxbuf_get reads the device of a producer written against the
+# patched CPython alone (_testcapi's). The suites there also run the
+# differential test against CPython's native functions and a C extension
+# compiled against the stock 3.15 headers (python-tests/stock_binaries/).
+#
 # Work goes to target/matrix/<spec>/ (logs: *.log there).
 set -uo pipefail
 
@@ -25,11 +34,40 @@ say() { printf 'test-matrix: %s\n' "$*" >&2; }
 
 . "$ROOT/tools/counts.sh"
 
+# The native protocol at work on a -pep interpreter (exit 0 when it is).
+native_check='
+import _pyxbuf_testext as t, _testcapi
+assert t.pep_native(), "pyxbuf was built as the backport"
+DEVICE = _testcapi.PyBUF_DEVICE
+e = t.exporter("B", (16,), device=(t.PYXBUF_DL_EXT_DEV, 0))
+flags, ext_flags, device, info = _testcapi.buffer_get_extended(e, DEVICE | 0x11C)
+assert flags & DEVICE and device == t.PYXBUF_DEVICE_DLPACK.encode(), (flags, device)
+make = _testcapi.make_buffer_type("_testcapi.native_only", _testcapi.PyBUF_CLASSIC_FLAGS | DEVICE)
+assert t.pep_pyxbuf_get(make("device"), DEVICE) == (
+    DEVICE, 0, _testcapi.BUFFER_TEST_DEVICE.encode())
+assert t.check_supports(make("device"), DEVICE)
+'
+
+# A C extension compiled against the stock 3.15 headers, for the -pep line's
+# binary-compatibility tests: its directory, or nothing when it cannot be
+# built.
+build_stock_extension() {
+    local work=$1 vpy=$2 inc
+    PYXBUF_PYTHONS=$PYTHONS JOBS=$JOBS "$ROOT/tools/pythons.sh" 3.15 >"$work/stock.log" 2>&1 ||
+        return 1
+    inc=$("$PYTHONS/3.15/bin/python3" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+    local suffix
+    suffix=$("$vpy" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+    mkdir -p "$work/stock" &&
+        cc -shared -fPIC -O1 -Wall -Werror -I"$inc"             "$ROOT/python-tests/stock_binaries/stack_buffer.c"             -o "$work/stock/_stock_stack_buffer$suffix" >>"$work/stock.log" 2>&1 &&
+        echo "$work/stock"
+}
+
 run_one() {
     local spec=$1 py="$PYTHONS/$1/bin/python3"
-    local work="$ROOT/target/matrix/$spec" ft=0
+    local work="$ROOT/target/matrix/$spec" ft=0 pep=0
     [ -x "$py" ] || { say "$spec: no interpreter at $py (make pythons)"; return 1; }
-    case $spec in *t) ft=1 ;; esac
+    case $spec in *t) ft=1 ;; *-pep) pep=1 ;; esac
     mkdir -p "$work"
     local venv="$work/venv" vpy="$work/venv/bin/python"
     local env_gil=()
@@ -73,7 +111,16 @@ sys.exit(1 if sys._is_gil_enabled() else 0)'
             env -u PYTHON_GIL PYTHONPATH="$build/python" "$vpy" -W error -c "$check" \
                 >>"$work/gil.log" 2>&1; then gil=disabled; fi
     fi
-    (cd "$ROOT" && env "${env_gil[@]}" PYTHONPATH="$build/python" "$vpy" -m pytest -q \
+    local native="" stock_dir=""
+    if [ $pep = 1 ]; then
+        native=no
+        env PYTHONPATH="$build/python" "$vpy" -c "$native_check" >"$work/native.log" 2>&1 &&
+            native=yes
+        stock_dir=$(build_stock_extension "$work" "$vpy") ||
+            say "$spec: the stock-header extension did not build (see $work/stock.log)"
+    fi
+    (cd "$ROOT" && env "${env_gil[@]}" PYTHONPATH="$build/python" \
+        PYXBUF_STOCK_BINARIES="$stock_dir" "$vpy" -m pytest -q \
         -p no:cacheprovider python-tests rust/pyxbuf-python/tests rust/examples/sum/tests) \
         >"$work/pytest.log" 2>&1
     local t
@@ -90,11 +137,16 @@ sys.exit(1 if sys._is_gil_enabled() else 0)'
     version=$("$vpy" -c 'import sys; print("%d.%d" % sys.version_info[:2])')$([ $ft = 1 ] && echo t)
     for x in "$c" "$t" "$r"; do [ "${x#*/}" = 0 ] || verdict=FAILED; done
     [ $ft = 1 ] && [ $gil = enabled ] && verdict=FAILED
-    LINES+=("python $version gil=$gil c=$c pytest=$t cargo=$r $verdict")
+    if [ $pep = 1 ]; then
+        version=$version-pep
+        native=" native=$native"
+        [ "$native" = " native=yes" ] && [ -n "$stock_dir" ] || verdict=FAILED
+    fi
+    LINES+=("python $version gil=$gil c=$c pytest=$t cargo=$r$native $verdict")
     [ $verdict = ok ]
 }
 
-[ $# -gt 0 ] || set -- 3.13 3.14 3.14t 3.15
+[ $# -gt 0 ] || set -- 3.13 3.14 3.14t 3.15 3.15-pep
 for spec in "$@"; do
     say "$spec: running (logs in target/matrix/$spec/)"
     run_one "$spec" || status=1

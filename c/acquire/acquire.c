@@ -79,7 +79,7 @@ static int acquire_native(PyObject *obj, pyxbuf_view *view, int32_t flags, int32
     /* Extended and newer bits go only to types that advertise them; the
      * others are dropped, as a producer that does not know them would ignore
      * them (the consumer sees them clear in view->flags). */
-    int32_t passed = flags & (PYXBUF_CLASSIC_FLAGS | supported);
+    int32_t passed = flags & (CLASSIC_RANGE | supported);
     if (PyObject_GetBuffer(obj, &view->base, passed) < 0) {
         reset_view(view, flags);
         add_context(obj, "native extended", passed);
@@ -113,7 +113,7 @@ static void refusal_take(refusal *r, const char *path, int32_t flags);
 static int classic_cannot_describe(PyObject *obj, int32_t flags, int raw);
 
 static int acquire_classic(PyObject *obj, pyxbuf_view *view, int32_t flags) {
-    int32_t passed = flags & PYXBUF_CLASSIC_FLAGS;
+    int32_t passed = flags & CLASSIC_RANGE;
     if (PyObject_GetBuffer(obj, &view->base, passed) < 0) {
         reset_view(view, flags);
         return CLASSIC_REFUSED; /* the producer's exception, context not yet added */
@@ -127,7 +127,7 @@ static int acquire_classic(PyObject *obj, pyxbuf_view *view, int32_t flags) {
  * the error stands with its context. 1 = a bridge acquired; -1 = failed. */
 static int after_classic_failed(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
                                 int rc) {
-    int32_t passed = flags & PYXBUF_CLASSIC_FLAGS;
+    int32_t passed = flags & CLASSIC_RANGE;
     const char *pending = rc == CLASSIC_REFUSED ? "classic" : NULL;
     if (classic_cannot_describe(obj, flags, pending != NULL)) {
         refusal r;
@@ -225,7 +225,7 @@ static int classic_cannot_describe(PyObject *obj, int32_t flags, int raw) {
     if (!(flags & PyBUF_WRITABLE)) return 1;
     PyObject *refused = PyErr_GetRaisedException();
     Py_buffer probe;
-    int readable = PyObject_GetBuffer(obj, &probe, flags & PYXBUF_CLASSIC_FLAGS & ~PyBUF_WRITABLE);
+    int readable = PyObject_GetBuffer(obj, &probe, flags & CLASSIC_RANGE & ~PyBUF_WRITABLE);
     if (readable == 0)
         PyBuffer_Release(&probe);
     else
@@ -279,7 +279,7 @@ static int track_if_asked(PyObject *obj, pyxbuf_view *view, int32_t flags) {
  * view failed validation or its borrow could not be tracked (-2: for good). */
 static PYXBUF_COLD int classic_fast_failed(PyObject *obj, pyxbuf_view *view, int32_t flags,
                                            int rc) {
-    int32_t passed = flags & PYXBUF_CLASSIC_FLAGS;
+    int32_t passed = flags & CLASSIC_RANGE;
     if (rc < 0) {
         reset_view(view, flags);
         return -1; /* CLASSIC_REFUSED: get_view_slow adds the context if it stands */
@@ -300,7 +300,7 @@ static PYXBUF_ALWAYS_INLINE int classic_fast_call(PyObject *obj, PyTypeObject *t
     view->path = PYXBUF_PATH_CLASSIC;
     /* PyObject_GetBuffer is this call after the checks made above (the cache
      * entry says the slot exists). */
-    int rc = tp->tp_as_buffer->bf_getbuffer(obj, &view->base, flags & PYXBUF_CLASSIC_FLAGS);
+    int rc = tp->tp_as_buffer->bf_getbuffer(obj, &view->base, flags & CLASSIC_RANGE);
     if (PYXBUF_UNLIKELY(rc < 0 || (unsigned)view->base.ndim > PYXBUF_MAX_NDIM))
         return classic_fast_failed(obj, view, flags, rc);
     if (flags & (PyBUF_WRITABLE | BORROW_FLAGS)) { /* one test for the plain read */
@@ -367,7 +367,7 @@ static PYXBUF_COLD int get_view_slow(PyObject *obj, pyxbuf_view *view, int32_t f
          * answers most CPU arrays; NumPy's, read from the array struct when
          * the route applies, as on the fast path. */
         if (pyxbuf__numpy_array_type(Py_TYPE(obj)) &&
-            pyxbuf__numpy_array_read(obj, view, flags & PYXBUF_CLASSIC_FLAGS))
+            pyxbuf__numpy_array_read(obj, view, flags & CLASSIC_RANGE))
             rc = 0;
         else
             rc = acquire_classic(obj, view, flags);
@@ -412,7 +412,7 @@ static PYXBUF_NOINLINE int get_by_dlpack_c(PyObject *obj, pyxbuf_view *view, int
 static PYXBUF_NOINLINE int get_by_numpy(PyObject *obj, pyxbuf_view *view, int32_t flags,
                                         int64_t stream) {
     pyxbuf__view_clear_extended(view, flags);
-    if (PYXBUF_LIKELY(pyxbuf__numpy_array_read(obj, view, flags & PYXBUF_CLASSIC_FLAGS))) {
+    if (PYXBUF_LIKELY(pyxbuf__numpy_array_read(obj, view, flags & CLASSIC_RANGE))) {
         view->state = PYXBUF__STATE_ACQUIRED;
         return track_if_asked(obj, view, flags);
     }

@@ -12,10 +12,16 @@
 
 #define BORROW_FLAGS (PYXBUF_BORROW_SHARED | PYXBUF_BORROW_EXCLUSIVE)
 
-/* A type that declares any bit beyond the classic ones speaks the extended
- * protocol: pyxbuf passes it the extended (and newer) bits it declares. */
+/* A request's bits below the extended range (0x400 up): every producer
+ * receives them as asked, as CPython's PyObject_GetBuffer passes them (the
+ * classic flags, and the 0x2 and PyBUF_WRITE bits producers ignore).
+ * Extended bits reach only the types that declare them. */
+#define CLASSIC_RANGE 0x3FF
+
+/* A type that declares any extended bit speaks the extended protocol:
+ * pyxbuf passes it the extended (and newer) bits it declares. */
 static inline int speaks_extended(int32_t supported) {
-    return (supported & ~PYXBUF_CLASSIC_FLAGS) != 0;
+    return (supported & ~CLASSIC_RANGE) != 0;
 }
 
 /* One entry per type version seen recently, indexed by the version tag's low
@@ -92,13 +98,15 @@ static inline const void *cached_dlpack_c(PyTypeObject *type) {
  * 3.12 or older runs on no 3.13 (there is no stable-ABI build), so it pays
  * nothing for the test. */
 #if PYXBUF__REFUSES_READ_OR_WRITE_ALONE
-#define ROUTE_READ_ALONE(flags) (((flags) & PYXBUF_CLASSIC_FLAGS) == PyBUF_READ)
+#define ROUTE_READ_ALONE(flags) (((flags) & CLASSIC_RANGE) == PyBUF_READ)
 
-/* PyBUF_READ alone in what a classic producer would receive (3.13's
- * PyBuffer_FillInfo refuses it too, and bytearray then hands back an unfilled
- * view), or PyBUF_WRITE alone with no PyBUF_* bit but PYXBUF_* ones. */
+/* PyBUF_READ or PyBUF_WRITE alone in what a classic producer would receive
+ * (3.13's PyBuffer_FillInfo refuses READ too, and bytearray then hands back
+ * an unfilled view), extended bits or not: the extended protocol's
+ * PyObject_GetBuffer refuses the same (cpython/ 0001). */
 static inline int read_or_write_alone(int32_t flags) {
-    return ROUTE_READ_ALONE(flags) || (flags & ~PYXBUF_EXTENDED_FLAGS) == PyBUF_WRITE;
+    int32_t classic = flags & CLASSIC_RANGE;
+    return classic == PyBUF_READ || classic == PyBUF_WRITE;
 }
 
 /* Raise the SystemError of such a request; -1. */

@@ -39,22 +39,23 @@ static PyObject *supported_attr_name(void) {
     return pyxbuf__interned(&name, PYXBUF_SUPPORTED_FLAGS_ATTR);
 }
 
+/* The class attribute first: pyxbuf_type_set_supported_flags writes it
+ * beside the native declaration, and the most derived class that sets it
+ * (a Python subclass narrowing its base) wins. On an interpreter with the
+ * extended protocol the attribute's value becomes the type's native
+ * declaration too, so that CPython's own PyObject_GetBuffer passes the
+ * producer what pyxbuf would (a class statement cannot set it otherwise).
+ * Without the attribute, the declaration the interpreter keeps (a type slot,
+ * or PyType_SetBufferSupportedFlags from a producer that knows nothing of
+ * pyxbuf); else 0. */
 static int lookup_supported(PyTypeObject *type, int32_t *mask) {
-    /* An interpreter with the extended protocol keeps the declaration itself
-     * (a type slot, PyType_SetBufferSupportedFlags); the class attribute
-     * still serves Python classes and the backport everywhere. */
-    int native = pyxbuf__native_supported_flags(type);
-    if (native != PYXBUF_SUPPORTS_CLASSIC) {
-        *mask = expand_supported(native);
-        return 0;
-    }
     PyObject *name = supported_attr_name();
     if (name == NULL) return -1;
     /* _PyType_Lookup searches the MRO only (not the metaclass), raises
      * nothing and gives the type a version tag we can cache under. */
     PyObject *value = _PyType_Lookup(type, name);
     if (value == NULL) {
-        *mask = PYXBUF_CLASSIC_FLAGS;
+        *mask = expand_supported(pyxbuf__native_supported_flags(type));
         return 0;
     }
     if (!PyLong_Check(value)) {
@@ -67,6 +68,9 @@ static int lookup_supported(PyTypeObject *type, int32_t *mask) {
     long raw = PyLong_AsLong(value);
     if (raw == -1 && PyErr_Occurred()) return -1;
     if (check_supported_value(type->tp_name, raw) < 0) return -1;
+    if (raw != pyxbuf__native_supported_flags(type) &&
+        pyxbuf__set_native_supported_flags(type, (int32_t)raw) < 0)
+        return -1;
     *mask = expand_supported(raw);
     return 0;
 }
@@ -104,8 +108,9 @@ int pyxbuf_type_set_supported_flags(PyTypeObject *type, int32_t flags) {
     if (check_supported_value(type->tp_name, flags) < 0) return -1;
     /* The native declaration, where the interpreter has one (its
      * PyObject_GetBuffer and PyObject_CheckBufferSupports read it), and the
-     * attribute for every other reader: Python code, copies of pyxbuf built
-     * as the backport. */
+     * attribute, which every copy of pyxbuf reads (the backport's only
+     * declaration; PyType_SetBufferSupportedFlags does not change the type's
+     * version, the attribute does, and pyxbuf's cache keys on it). */
     if (pyxbuf__set_native_supported_flags(type, flags) < 0) return -1;
     return pyxbuf__type_dict_set(type, PYXBUF_SUPPORTED_FLAGS_ATTR, PyLong_FromLong(flags));
 }

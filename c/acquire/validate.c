@@ -62,7 +62,7 @@ static int validate_device_id(pyxbuf_view *view, PyObject *obj) {
         unsigned char c = (unsigned char)view->device[bad];
         if (c == 0)
             snprintf(why, sizeof why, "its device identifier is empty");
-        else if (bad >= PYXBUF__DEVICE_ID_MAX)
+        else if (strnlen(view->device, PYXBUF__DEVICE_ID_MAX + 1) > PYXBUF__DEVICE_ID_MAX)
             snprintf(why, sizeof why, "its device identifier is longer than %d bytes",
                      PYXBUF__DEVICE_ID_MAX);
         else
@@ -81,7 +81,7 @@ static int validate_device_id(pyxbuf_view *view, PyObject *obj) {
  * clear, so a producer that fills one without its bit broke the protocol --
  * pyxbuf refuses the view rather than guess which half to believe. */
 int pyxbuf__validate_extended(pyxbuf_view *view, PyObject *obj, int32_t passed) {
-    int32_t passed_ext = passed & ~PYXBUF_CLASSIC_FLAGS; /* newer bits included */
+    int32_t passed_ext = passed & ~CLASSIC_RANGE; /* newer bits included */
     if (view->flags & ~passed_ext)
         return refuse_answer(view, obj, "it set extended flags that were not requested",
                              view->flags & ~passed_ext);
@@ -94,19 +94,23 @@ int pyxbuf__validate_extended(pyxbuf_view *view, PyObject *obj, int32_t passed) 
                              view->flags);
     /* PYXBUF_DEVICE with device NULL is CPU memory: the proposal allows NULL. */
     if (view->device != NULL && validate_device_id(view, obj) < 0) return -1;
-    int32_t allowed = allowed_grants(passed);
+    /* ext_flags bits pyxbuf does not define belong to an extended flag it
+     * does not know (a backported one): allowed when such a flag was passed,
+     * as CPython's PyObject_GetBuffer allows them (cpython/ 0003). */
+    int32_t foreign = (passed_ext & ~PYXBUF_EXTENDED_FLAGS) ? ~PYXBUF_EXT_ALL : 0;
+    int32_t allowed = allowed_grants(passed) | foreign;
     if (view->ext_flags & ~allowed)
         return refuse_answer(view, obj, "it granted a borrow that was not requested (ext_flags)",
                              passed_ext);
     /* A grant counts only with its request bit in `flags` (counter.c's grant()
      * sets both): EXCLUSIVE needs BORROW_EXCLUSIVE, SHARED either borrow bit. */
-    int32_t backed = allowed_grants(view->flags);
+    int32_t backed = allowed_grants(view->flags) | foreign;
     if (view->ext_flags & ~backed)
         return refuse_answer(view, obj,
                              "it granted a borrow in ext_flags without setting the matching "
                              "PYXBUF_BORROW_* bit in flags",
                              view->flags);
-    if (view->ext_flags == PYXBUF_EXT_TRACKED)
+    if ((view->ext_flags & PYXBUF_EXT_ALL) == PYXBUF_EXT_TRACKED)
         return refuse_answer(view, obj,
                              "it set PYXBUF_EXT_TRACKED in ext_flags without a shared or "
                              "exclusive grant",

@@ -27,7 +27,6 @@ int64_t pyxbuf__device_id_invalid_at(const char *id) {
     const unsigned char *s = (const unsigned char *)id;
     size_t i = 0;
     while (s[i] != 0) {
-        if (i >= PYXBUF__DEVICE_ID_MAX) return (int64_t)i;
         unsigned c = s[i];
         size_t n;
         unsigned lo = 0x80, hi = 0xBF; /* range of the second byte */
@@ -43,6 +42,8 @@ int64_t pyxbuf__device_id_invalid_at(const char *id) {
             if (c == 0xF4) hi = 0x8F;  /* above U+10FFFF */
         } else
             return (int64_t)i;
+        /* the whole character within the limit: its last byte is i + n */
+        if (i + n >= PYXBUF__DEVICE_ID_MAX) return (int64_t)i;
         for (size_t k = 1; k <= n; k++) {
             unsigned b = s[i + k];
             if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return (int64_t)i;

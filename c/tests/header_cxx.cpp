@@ -6,7 +6,13 @@
 #include <cstdio>
 
 static_assert(offsetof(pyxbuf_view, base) == 0, "Py_buffer comes first");
+#if PYXBUF_NATIVE_PROTOCOL
+// the interpreter's Py_buffer ends with the extended fields: they are the view's
+static_assert(offsetof(pyxbuf_view, flags) == offsetof(Py_buffer, flags), "the native fields");
+static_assert(offsetof(pyxbuf_view, path) == sizeof(Py_buffer), "bookkeeping follows them");
+#else
 static_assert(offsetof(pyxbuf_view, flags) == sizeof(Py_buffer), "extended fields follow it");
+#endif
 static_assert(sizeof(pyxbuf_error) == 512, "pyxbuf_error is 512 bytes");
 static_assert(sizeof(pyxbuf_device_info) == 64, "pyxbuf_device_info is 64 bytes");
 

@@ -16,6 +16,7 @@
 int pyxbuf_testext_add_format(PyObject *module);  /* testext_format.c */
 int pyxbuf_testext_add_dlpack(PyObject *module);  /* testext_dlpack.c */
 int pyxbuf_testext_add_bridges(PyObject *module); /* testext_bridges.c */
+int pyxbuf_testext_add_pep(PyObject *module);     /* testext_pep.c */
 
 /* ------------------------------------------------------------------------- */
 /* Views as dicts                                                            */
@@ -904,7 +905,8 @@ PyMODINIT_FUNC PyInit__pyxbuf_testext(void) {
         PyModule_AddObjectRef(m, "Liar", (PyObject *)Liar_type) < 0 ||
         PyModule_AddObjectRef(m, "Exporter", (PyObject *)pyxbuf_exporter_type()) < 0 ||
         add_constants(m) < 0 || pyxbuf_testext_add_format(m) < 0 ||
-        pyxbuf_testext_add_dlpack(m) < 0 || pyxbuf_testext_add_bridges(m) < 0) {
+        pyxbuf_testext_add_dlpack(m) < 0 || pyxbuf_testext_add_bridges(m) < 0 ||
+        pyxbuf_testext_add_pep(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -106,6 +106,10 @@ fn builder(header: &Path) -> Result<bindgen::Builder, String> {
         .clang_arg("-fparse-all-comments")
         .rust_target(target)
         .blocklist_type(CPYTHON_TYPES)
+        // a property of the C library built, not of these bindings (which
+        // describe the backport layout on every interpreter): ask
+        // pyxbuf_native_protocol() at run time
+        .blocklist_item("PYXBUF_NATIVE_PROTOCOL")
         .derive_default(true)
         .derive_debug(true)
         .derive_copy(true)

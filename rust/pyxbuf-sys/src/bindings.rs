@@ -18,7 +18,7 @@ pub const PYXBUF_EPYTHON: i32 = -9;
 pub const PYXBUF_ENOSPACE: i32 = -10;
 pub const PYXBUF_EDRIVER: i32 = -11;
 pub const PYXBUF_ERROR_MESSAGE_SIZE: usize = 480;
-pub const PYXBUF_CLASSIC_FLAGS: i32 = 511;
+pub const PYXBUF_CLASSIC_FLAGS: i32 = 509;
 pub const PYXBUF_DEVICE: i32 = 1024;
 pub const PYXBUF_BORROW_SHARED: i32 = 2048;
 pub const PYXBUF_BORROW_EXCLUSIVE: i32 = 4096;
@@ -1030,6 +1030,11 @@ unsafe extern "C" {
     pub fn pyxbuf_abi_version() -> u32;
     /// "MAJOR.MINOR.PATCH" of the library actually loaded.
     pub fn pyxbuf_version_string() -> *const ::std::os::raw::c_char;
+    /** 1 when the library loaded was built against an interpreter with the
+ extended buffer protocol (PYXBUF_NATIVE_PROTOCOL below): it reads and sets
+ the interpreter's own declarations; 0 when it is the backport. The views
+ have one layout either way.*/
+    pub fn pyxbuf_native_protocol() -> ::std::os::raw::c_int;
     /** Raise the Python exception that matches `err->code` (ValueError for format
  errors and bad arguments, BufferError for refusals, borrows and device
  memory where host memory is needed, MemoryError, OverflowError, RuntimeError
