@@ -15,7 +15,7 @@ CMAKE_ARGS ?=
 export PYTHONDONTWRITEBYTECODE := 1
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build build-release-check check-layers test test-c test-python test-rust test-pymodules test-packaged-crates test-wheel pymodules pythons pythons-tsan python-pep test-python-pep test-matrix test-tsan-ft demo demo-needs clean \
+.PHONY: all build build-release-check check-layers test test-c test-python test-rust test-pymodules test-packaged-crates test-wheel pymodules pythons pythons-tsan python-pep test-python-pep bench-pep test-matrix test-tsan-ft demo demo-needs clean \
 	distclean venv libclang bindings asan-build test-asan test-asan-c test-asan-python \
 	clang fuzz fuzz-build \
 	valgrind-build test-valgrind tsan-build test-tsan
@@ -74,6 +74,7 @@ help:
 	@echo '  bench                 the Criterion suite; writes bench/results/<date>-<machine>.md'
 	@echo '  bench-ir              instruction counts (Callgrind); writes bench/results/ir-<date>.md'
 	@echo '  bench-args            the per-argument race of every binding framework; bench/results/args-<date>.md'
+	@echo '  bench-pep             the patched CPython'"'"'s PyObject_GetBuffer in instructions; bench/results/pep-ir-<date>.md'
 	@echo 'Clean:'
 	@echo '  clean                 remove the build folders and target/'
 	@echo '  distclean             clean, and remove .venv'
@@ -485,6 +486,12 @@ pythons-tsan:
 # tests (test_capi.test_buffer, in test_capi).
 python-pep:
 	PYXBUF_PYTHONS=$(PYTHONS) JOBS=$(JOBS) tools/pythons.sh 3.15-pep
+
+# Instruction counts of the patched PyObject_GetBuffer: against the stock
+# one, and against pyxbuf_get (tools/bench-pep.sh; work in target/bench-pep).
+bench-pep: python-pep
+	PYXBUF_PYTHONS=$(PYTHONS) JOBS=$(JOBS) tools/pythons.sh 3.15
+	PYXBUF_PYTHONS=$(PYTHONS) JOBS=$(JOBS) tools/bench-pep.sh
 
 PEP_TESTS ?= test_buffer test_memoryview test_bytes test_array test_capi test_inspect test_stable_abi_ctypes
 test-python-pep: python-pep

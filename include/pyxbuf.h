@@ -126,9 +126,8 @@ PYXBUF_API int pyxbuf_error_raise(const pyxbuf_error *err);
  * cpython/'s patch series: PyBUF_DEVICE, the grown Py_buffer,
  * PyObject_CheckBufferSupports, the native supported flags): pyxbuf then
  * reads and sets the native declarations and its view's extended fields are
- * the native ones. Define PYXBUF_NO_NATIVE_PROTOCOL to build the backport
- * anyway (same ABI). */
-#if defined(PyBUF_DEVICE) && defined(PyBUF_EXTENDED_FLAGS) && !defined(PYXBUF_NO_NATIVE_PROTOCOL)
+ * the native ones (one layout either way). */
+#if defined(PyBUF_DEVICE) && defined(PyBUF_EXTENDED_FLAGS)
 #define PYXBUF_NATIVE_PROTOCOL 1
 #else
 #define PYXBUF_NATIVE_PROTOCOL 0

@@ -44,6 +44,18 @@ pub fn python_include() -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
+/// Whether the interpreter's headers define the extended buffer protocol
+/// (CPython with cpython/'s patch series): its `Py_buffer` is the grown one,
+/// and pyxbuf.h describes `pyxbuf_view` through a union over it, the same
+/// bytes as the committed bindings (generated from stock headers, with
+/// pyo3-ffi's classic `Py_buffer`) but not the same text.
+pub fn interpreter_has_native_protocol() -> Result<bool, String> {
+    let header = Path::new(&python_include()?).join("pybuffer.h");
+    let text = std::fs::read_to_string(&header)
+        .map_err(|e| format!("cannot read {}: {e}", header.display()))?;
+    Ok(text.contains("#define PyBUF_DEVICE"))
+}
+
 /// Integer macros get the Rust type of the C field or parameter they are
 /// used with, so no cast is needed at the use site.
 #[derive(Debug)]
@@ -98,10 +110,6 @@ fn builder(header: &Path) -> Result<bindgen::Builder, String> {
         .clang_arg(format!("-I{include}"))
         .clang_arg(format!("-I{}", sources_root().join("include").display()))
         .clang_arg("-DPYXBUF_STATIC")
-        // the backport layout on every interpreter: the native one (a union
-        // over a grown Py_buffer) is the same bytes, and Rust takes
-        // Py_buffer from pyo3-ffi, which has the classic definition
-        .clang_arg("-DPYXBUF_NO_NATIVE_PROTOCOL")
         // The header's plain /* */ comments become rustdoc.
         .clang_arg("-fparse-all-comments")
         .rust_target(target)

@@ -10,6 +10,14 @@ fn main() {
         eprintln!("regenerate: {e}; install it (apt-get install libclang-dev)");
         std::process::exit(1);
     }
+    // The committed bindings describe the backport layout, from stock headers.
+    if codegen::interpreter_has_native_protocol().unwrap_or(false) {
+        eprintln!(
+            "regenerate: PYO3_PYTHON's headers have the extended buffer protocol (a grown \
+             Py_buffer); generate the bindings against a stock CPython"
+        );
+        std::process::exit(1);
+    }
     let outputs = [
         (codegen::bindings_path(), codegen::generate_main()),
         (

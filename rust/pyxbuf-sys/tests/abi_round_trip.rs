@@ -39,7 +39,16 @@ fn rust_structs(bindings: &Path) -> Vec<(String, Vec<String>)> {
     out
 }
 
-fn cbindgen_header(bindings: &Path, structs: &[(String, Vec<String>)]) -> String {
+/// On an interpreter with the extended protocol the C `Py_buffer` is the
+/// grown one, while the bindings embed pyo3-ffi's classic `Py_buffer`: the
+/// Rust side is mirrored with a struct of the classic layout, and
+/// `pyxbuf_view.base` (the whole native `Py_buffer`, overlapping the
+/// extended fields there) is compared by offset only.
+const CLASSIC_PY_BUFFER: &str = "typedef struct { void *head[4]; int ints[2]; void *tail[5]; } \
+     rs_classic_Py_buffer;\n_Static_assert(sizeof(rs_classic_Py_buffer) == offsetof(Py_buffer, \
+     flags), \"the classic Py_buffer\");\n";
+
+fn cbindgen_header(bindings: &Path, structs: &[(String, Vec<String>)], native: bool) -> String {
     let mut config = cbindgen::Config {
         language: cbindgen::Language::C,
         style: cbindgen::Style::Both,
@@ -53,6 +62,12 @@ fn cbindgen_header(bindings: &Path, structs: &[(String, Vec<String>)]) -> String
     for ty in ["Py_buffer", "PyObject", "PyTypeObject", "Py_ssize_t"] {
         config.export.rename.insert(ty.to_owned(), ty.to_owned());
     }
+    if native {
+        config
+            .export
+            .rename
+            .insert("Py_buffer".to_owned(), "rs_classic_Py_buffer".to_owned());
+    }
     config.export.renaming_overrides_prefixing = true;
     let mut out = Vec::new();
     cbindgen::Builder::new()
@@ -61,22 +76,34 @@ fn cbindgen_header(bindings: &Path, structs: &[(String, Vec<String>)]) -> String
         .generate()
         .expect("cbindgen understands the bindings")
         .write(&mut out);
-    String::from_utf8(out).unwrap()
+    let header = String::from_utf8(out).unwrap();
+    if native {
+        format!("{CLASSIC_PY_BUFFER}{header}")
+    } else {
+        header
+    }
 }
 
-fn check_source(structs: &[(String, Vec<String>)]) -> String {
+fn check_source(structs: &[(String, Vec<String>)], native: bool) -> String {
     let mut c = String::from(
         "#include \"pyxbuf.h\"\n#include <stddef.h>\n#include <stdbool.h>\n#include \
          <stdint.h>\n#include \"pyxbuf_rs.h\"\n\n#define SAME_STRUCT(T) _Static_assert(sizeof(T) \
          == sizeof(rs_##T) && _Alignof(T) == _Alignof(rs_##T), \"sizeof/alignof of \" #T \" \
          differ between C and Rust\");\n#define SAME_FIELD(T, f) _Static_assert(offsetof(T, f) \
          == offsetof(rs_##T, f) && sizeof(((T *)0)->f) == sizeof(((rs_##T *)0)->f), \"offset or \
-         size of \" #T \".\" #f \" differs between C and Rust\");\n\n",
+         size of \" #T \".\" #f \" differs between C and Rust\");\n#define SAME_OFFSET(T, f) \
+         _Static_assert(offsetof(T, f) == offsetof(rs_##T, f), \"offset of \" #T \".\" #f \" \
+         differs between C and Rust\");\n\n",
     );
     for (name, fields) in structs {
         c.push_str(&format!("SAME_STRUCT({name})\n"));
         for f in fields {
-            c.push_str(&format!("SAME_FIELD({name}, {f})\n"));
+            let check = if native && name == "pyxbuf_view" && f == "base" {
+                "SAME_OFFSET"
+            } else {
+                "SAME_FIELD"
+            };
+            c.push_str(&format!("{check}({name}, {f})\n"));
         }
     }
     c
@@ -86,10 +113,12 @@ fn check_source(structs: &[(String, Vec<String>)]) -> String {
 /// `(structs, fields)` checked, or the compiler's complaint.
 fn round_trip(bindings: &Path, dir: &Path) -> Result<(usize, usize), String> {
     let structs = rust_structs(bindings);
+    let native = codegen::interpreter_has_native_protocol()?;
     std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("pyxbuf_rs.h"), cbindgen_header(bindings, &structs)).unwrap();
+    let header = cbindgen_header(bindings, &structs, native);
+    std::fs::write(dir.join("pyxbuf_rs.h"), header).unwrap();
     let source = dir.join("abi_round_trip.c");
-    std::fs::write(&source, check_source(&structs)).unwrap();
+    std::fs::write(&source, check_source(&structs, native)).unwrap();
 
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
     let python = codegen::python_include().expect("the Python include directory");

@@ -41,6 +41,15 @@ fn committed_bindings_match_the_headers() {
         );
         return;
     }
+    if codegen::interpreter_has_native_protocol().unwrap_or_else(|e| panic!("{e}")) {
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED committed_bindings_match_the_headers: this interpreter has the extended \
+             buffer protocol (a grown Py_buffer): the bindings are generated from stock \
+             headers, and abi_round_trip checks that they describe the same layout here"
+        );
+        return;
+    }
     check(codegen::bindings_path(), codegen::generate_main());
     check(
         codegen::emulated_bindings_path(),
