@@ -25,21 +25,14 @@ static int empty(PyObject *obj, int flags) {
     return 0;
 }
 
-static int classic(PyObject *obj, int flags) {
+/* classic and native: the same call; native's requests carry PyBUF_DEVICE,
+ * and its Py_buffer is the grown one of the headers that define it. */
+static int getbuffer(PyObject *obj, int flags) {
     Py_buffer view;
     if (PyObject_GetBuffer(obj, &view, flags) < 0) return -1;
     PyBuffer_Release(&view);
     return 0;
 }
-
-#ifdef PyBUF_DEVICE
-static int native(PyObject *obj, int flags) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(obj, &view, flags) < 0) return -1;
-    PyBuffer_Release(&view);
-    return 0;
-}
-#endif
 
 #ifdef PYXBUF_LINKED
 static int pyxbuf(PyObject *obj, int flags) {
@@ -52,9 +45,9 @@ static int pyxbuf(PyObject *obj, int flags) {
 
 static acquire_fn find(const char *kind) {
     if (strcmp(kind, "empty") == 0) return empty;
-    if (strcmp(kind, "classic") == 0) return classic;
+    if (strcmp(kind, "classic") == 0) return getbuffer;
 #ifdef PyBUF_DEVICE
-    if (strcmp(kind, "native") == 0) return native;
+    if (strcmp(kind, "native") == 0) return getbuffer;
 #endif
 #ifdef PYXBUF_LINKED
     if (strcmp(kind, "pyxbuf") == 0) return pyxbuf;
