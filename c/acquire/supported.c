@@ -1,6 +1,6 @@
 /* supported.c -- the proposal's supported flags: what a type advertises
- * (the interpreter's own declaration where it has the extended protocol,
- * else __pyxbuf_supported_flags__; 0 and -1 expanded), the per-type cache
+ * (__pyxbuf_supported_flags__, else the interpreter's own declaration where
+ * it has the extended protocol; 0 and -1 expanded), the per-type cache
  * pyxbuf_get reads without a lock (acquire/acquire.h) with the fast routes it
  * records, pyxbuf_type_set_supported_flags and pyxbuf_check_supports. */
 
@@ -109,8 +109,7 @@ int pyxbuf_type_set_supported_flags(PyTypeObject *type, int32_t flags) {
     /* The native declaration, where the interpreter has one (its
      * PyObject_GetBuffer and PyObject_CheckBufferSupports read it), and the
      * attribute, which every copy of pyxbuf reads (the backport's only
-     * declaration; PyType_SetBufferSupportedFlags does not change the type's
-     * version, the attribute does, and pyxbuf's cache keys on it). */
+     * declaration). */
     if (pyxbuf__set_native_supported_flags(type, flags) < 0) return -1;
     return pyxbuf__type_dict_set(type, PYXBUF_SUPPORTED_FLAGS_ATTR, PyLong_FromLong(flags));
 }
