@@ -29,6 +29,7 @@ cdef extern from "pyxbuf.h":
         PYXBUF_ABI_VERSION
     uint32_t pyxbuf_abi_version() noexcept nogil
     const char *pyxbuf_version_string() noexcept nogil
+    int pyxbuf_native_protocol() noexcept nogil
 
     # 2. Errors
     enum:
@@ -58,6 +59,7 @@ cdef extern from "pyxbuf.h":
     # 3. Request flags, grants, supported flags
     enum:
         PYXBUF_CLASSIC_FLAGS
+        PYXBUF_NATIVE_PROTOCOL
         PYXBUF_DEVICE
         PYXBUF_BORROW_SHARED
         PYXBUF_BORROW_EXCLUSIVE
