@@ -498,6 +498,8 @@ static int parse_item(pyxbuf__fmt_parser *p, pyxbuf__fmt_seq *q) {
     if (had_prefix) {
         int rc = prefix_at(p, true);
         if (rc < 0) return rc;
+        /* struct.calcsize("<") is 0, and struct$ means what struct says */
+        if (PYXBUF_UNLIKELY(p->struct_only) && p->s == p->end) return 0;
     }
     int c = pyxbuf__fmt_peek(p);
     /* The code table is 0 for padding 'x' (which merges) and for non-codes. */

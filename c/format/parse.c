@@ -40,6 +40,8 @@
  *   UCS-2; ctypes' "<u" for a 4-byte wchar_t therefore disagrees).
  * - Runs of unnamed 'x' in one mode become one padding node ("xxx" == "3x").
  * - A lone prefix ("<") is an error (struct.calcsize says 0); "" is 0 bytes.
+ *   A struct$ payload is what the struct module says it is: "[struct$<]" is 0
+ *   bytes (CPython's memoryview reads struct$ payloads with struct itself).
  * - Whitespace is allowed between items and after a prefix, never between a
  *   count and its code or before a name; prefixes: one per slot, in the slots
  *   NumPy and ctypes use: "<(2)3f", "(2)<3f", "(3)&<i".
