@@ -315,8 +315,13 @@ VALID = [
     ("[numpy$x;ml_dtypes$bfloat16]", 2, 2, [0]),
     # the first understood alternative wins; later ones are still checked in full
     ("[struct$h;ml_dtypes$int4]", 2, 2, [0]),
+    ("[ml_dtypes$bfloat16;struct$H]", 2, 2, [0]),
     ("[struct$<iq]", 12, 1, [0]),
     ("[struct$iq]", 16, 8, [0]),
+    # struct's complex: 'F' 'D' (3.14), 'Zf' 'Zd' (3.15)
+    ("[struct$Zf]", 8, 4, [0]),
+    ("[struct$<Zd]", 16, 1, [0]),
+    ("[struct$bD]", 24, 8, [0]),
     ("[struct$]", 0, 1, [0]),
     # the struct module's own answers: a prefix alone is 0 bytes there
     ("[struct$<]", 0, 1, [0]),
@@ -954,7 +959,7 @@ MALFORMED = [
     ("3t", UNS, 1, "bit field 't' at position 1 is not supported"),
     ("X{}", UNS, 0, "function pointer 'X'"),
     ("[struct$T{i}]", E, 8, "not struct-module syntax (a T{} struct)"),
-    ("[struct$Zf]", E, 8, "('Z')"),
+    ("[struct$Zg]", E, 8, "('Zg')"),
     ("[struct$&i]", E, 8, "('&')"),
     ("[struct$i:a:]", E, 9, "the struct module has no names"),
     ("[struct$(2)f]", E, 8, "(a sub-array shape)"),
@@ -962,6 +967,9 @@ MALFORMED = [
     ("[struct$ <i]", E, 9, "only at the start"),
     ("[struct$ =]", E, 9, "only at the start"),
     ("[struct$<P]", E, 9, "'P' at position 9 has no standard size"),
+    # every struct$ alternative is checked, also after the one read
+    ("[buffer$h;struct$<P]", E, 18, "'P' at position 18 has no standard size"),
+    ("[struct$h;struct$T{i}]", E, 17, "(a T{} struct)"),
     ("[struct$g]", E, 8, "('g')"),
     ("[struct$w]", E, 8, "('w')"),
     ("[struct$^i]", E, 8, "'^' at position 8 is not a struct-module prefix"),
@@ -1223,9 +1231,12 @@ def test_random_struct_formats_match_struct_calcsize(fmt):
 # Anything the struct module might be handed, mostly wrong: "[struct$F]" must
 # be valid exactly when struct.calcsize(F) is, and of its size (the payload
 # "can be an arbitrary string as used by struct.struct", the proposal says).
-# (struct has 'F' and 'D' from 3.14; pyxbuf takes them everywhere.)
-STRUCT_SOUP = st.text(alphabet=STRUCT_CODES + ("FD" if struct_size("D") else "") + " gwZT{}():&<>!=@^0123 a",
-                      max_size=7)
+# (struct has 'F' and 'D' from 3.14, 'Zf' and 'Zd' from 3.15; pyxbuf takes
+# them everywhere, so older interpreters draw none of them.)
+STRUCT_SOUP = st.text(
+    alphabet=STRUCT_CODES + ("FD" if struct_size("D") else "") + ("Z" if struct_size("Zd") else "") + " gwT{}():&<>!=@^0123 a",
+    max_size=7,
+)
 
 
 @settings(max_examples=3000, deadline=None)

@@ -397,7 +397,8 @@ const char *pyxbuf__fmt_char_desc(int c, char buf[16]);
 /* The error for the character at p->s where a type code should be. */
 int pyxbuf__fmt_bad_code(pyxbuf__fmt_parser *p, const pyxbuf__fmt_item *it, bool had_count,
                          bool had_prefix);
-/* What the struct module refuses of the prefix at p->s (struct$ payloads). */
+/* What the struct module refuses of the prefix at p->s (struct$ payloads):
+ * a negative code; 1 when the prefix is the whole payload (it is consumed); else 0. */
 int pyxbuf__fmt_struct_prefix_check(pyxbuf__fmt_parser *p);
 /* What the struct module refuses of the item `it` with code `c` there. */
 int pyxbuf__fmt_struct_only_check(pyxbuf__fmt_parser *p, const pyxbuf__fmt_item *it, int c);

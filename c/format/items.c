@@ -410,7 +410,7 @@ static int parse_dims(pyxbuf__fmt_parser *p, pyxbuf__fmt_item *it) {
 static PYXBUF_ALWAYS_INLINE int prefix_at(pyxbuf__fmt_parser *p, bool skip_space) {
     if (PYXBUF_UNLIKELY(p->struct_only)) {
         int rc = pyxbuf__fmt_struct_prefix_check(p);
-        if (rc < 0) return rc;
+        if (rc != 0) return rc;
     }
     int c = (unsigned char)*p->s++;
     p->mode = c;
@@ -497,9 +497,7 @@ static int parse_item(pyxbuf__fmt_parser *p, pyxbuf__fmt_seq *q) {
     bool had_prefix = pyxbuf__fmt_is_order(pyxbuf__fmt_peek(p));
     if (had_prefix) {
         int rc = prefix_at(p, true);
-        if (rc < 0) return rc;
-        /* struct.calcsize("<") is 0, and struct$ means what struct says */
-        if (PYXBUF_UNLIKELY(p->struct_only) && p->s == p->end) return 0;
+        if (rc != 0) return rc < 0 ? rc : 0; /* 1: a struct$ prefix alone */
     }
     int c = pyxbuf__fmt_peek(p);
     /* The code table is 0 for padding 'x' (which merges) and for non-codes. */

@@ -174,14 +174,23 @@ PYXBUF_NOINLINE int pyxbuf__fmt_struct_prefix_check(pyxbuf__fmt_parser *p) {
                                 "'^' at position %lld is not a struct-module prefix (struct$ "
                                 "payload); use buffer$ for PEP 3118 syntax",
                                 PYXBUF__POS(p, p->s));
-    return 0;
+    /* struct.calcsize("<") is 0, and a struct$ payload means what struct
+     * says: a prefix and whitespace alone are the whole (empty) payload. */
+    const char *rest = p->s + 1;
+    while (rest < p->end && pyxbuf__fmt_is_ws((unsigned char)*rest)) rest++;
+    if (rest < p->end) return 0;
+    p->mode = (unsigned char)*p->s;
+    p->s = p->end;
+    return 1;
 }
 
 /* What in the item is not struct-module syntax, or NULL. */
 static const char *not_struct_syntax(const pyxbuf__fmt_item *it, int c, char cb[16]) {
     const pyxbuf__fmt_code *ci = pyxbuf__fmt_code_of(c);
     if (it->ndim) return "a sub-array shape";
-    if (it->flags & PYXBUF_FMTN_COMPLEX) return "'Z'";
+    /* struct has 'Zf' and 'Zd' since 3.15 (aliases of 'F' and 'D') */
+    if ((it->flags & PYXBUF_FMTN_COMPLEX) && c != 'f' && c != 'd')
+        return c == 'g' ? "'Zg'" : "'Z'";
     if (it->flags & PYXBUF_FMTN_POINTER) return "'&'";
     if (c == 'T') return "a T{} struct";
     if (c == '[') return "a custom type";
