@@ -342,7 +342,7 @@ PYXBUF_API void pyxbuf_release(pyxbuf_view *view);
  * registry (PYXBUF_EXT_TRACKED grants). */
 #define PYXBUF_SHARED_MODULE "_pyxbuf_shared"
 #define PYXBUF_SHARED_CAPSULE "_pyxbuf_shared.API"
-#define PYXBUF_SHARED_API_VERSION 2
+#define PYXBUF_SHARED_API_VERSION 3
 
 /* The bytes a borrow covers: [lo, hi) on one device. */
 typedef struct pyxbuf_borrow_range {
@@ -360,7 +360,13 @@ typedef struct pyxbuf_borrow_range {
  * Two borrows overlap only if their ranges
  * overlap and an item of one can meet an item of the other, so interleaved
  * views -- a[::2] and a[1::2], the real and imaginary parts of complex data,
- * the columns of a C-ordered matrix -- do not conflict. */
+ * the columns of a C-ordered matrix -- do not conflict.
+ * Version 3: bit 63 of `itemsize` says the key is dense -- every point of
+ * its lattice within its range is an item (a 1-D view, or dimensions that
+ * chain as a strided C or Fortran array's do) -- which lets the registry
+ * decide two dense keys whose spacings divide one another exactly, where
+ * the lattice alone must assume the items may meet. A copy of pyxbuf passes
+ * a table older than version 3 keys without the bit. */
 typedef struct pyxbuf_borrow_key {
     pyxbuf_borrow_range range;
     uint64_t first;
@@ -592,15 +598,25 @@ typedef struct pyxbuf_borrow_counter {
 } pyxbuf_borrow_counter;
 
 /* Decide a request against the counter, called from bf_getbuffer after the
- * view is filled: an exclusive borrow only when no other view is live; a shared
- * borrow only when no exclusive borrow and no writable view is live; a plain
- * request refused while an exclusive borrow is live, refused if writable while
- * a shared borrow is live, and handed out read-only then. On success, records
- * the grant in view->internal and (for extended requests) view->ext_flags.
- * Returns 0, or -1 with BufferError naming who holds what. `owner_name` names
- * the object in messages. On free-threaded builds the counter is changed under
- * a lock of the library's (two threads may run one bf_getbuffer at once); read
- * its fields yourself only where no other thread can be acquiring. */
+ * view is filled: an exclusive borrow only when no other borrow is live; a
+ * shared borrow only when no exclusive borrow is live; a plain request refused
+ * while an exclusive borrow is live, refused if writable while a shared borrow
+ * is live, and handed out read-only then. A borrow asked while views the
+ * counter cannot control are live (plain views: a NumPy array or memoryview
+ * over the memory, a DLPack export held by PyTorch; for a shared borrow, the
+ * writable ones) is granted TRACKED -- taken in the process-wide registry as
+ * pyxbuf_get takes NumPy's, so pyxbuf's consumers of those views and of this
+ * object see each other -- instead of refused; once they are gone, grants are
+ * enforced again. A consumer that needs an enforced grant checks that
+ * PYXBUF_EXT_TRACKED is clear in ext_flags. On success, records the grant in
+ * view->internal (and the registry token of a tracked one) and, for extended
+ * requests, view->ext_flags. Returns 0, or -1 with BufferError naming who holds
+ * what. `owner_name` names the object in messages. On free-threaded builds the
+ * counter is changed under a lock of the library's (two threads may run one
+ * bf_getbuffer at once); read its fields yourself only where no other thread
+ * can be acquiring. A caller that decides on a copy of the counter and drops
+ * the decision (to decide again) calls pyxbuf_borrow_release on the copy, which
+ * gives a tracked grant's registry borrow back. */
 PYXBUF_API int pyxbuf_borrow_acquire(pyxbuf_borrow_counter *counter, Py_buffer *view,
                                      int flags, const char *owner_name);
 

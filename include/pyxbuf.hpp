@@ -82,7 +82,22 @@
 #define PYXBUF_HPP_INLINE inline
 #endif
 
-namespace pyxbuf {
+// Everything here is hidden where the compiler can say so, as pybind11 and
+// nanobind hide their namespaces: each extension module that includes this
+// header keeps its own copy of its inline functions and of its one piece of
+// state (detail::spare_view_storage), whatever visibility the module is built
+// with. An inline variable of default visibility would be a GNU UNIQUE symbol,
+// which the dynamic linker makes one object for the whole process even under
+// RTLD_LOCAL: two modules built against two versions of this header, or one
+// with PYXBUF_HPP_CONCURRENT and one without, would share one slot of two
+// layouts.
+#if defined(__GNUC__) || defined(__clang__)
+#define PYXBUF_HPP_NAMESPACE pyxbuf __attribute__((visibility("hidden")))
+#else
+#define PYXBUF_HPP_NAMESPACE pyxbuf
+#endif
+
+namespace PYXBUF_HPP_NAMESPACE {
 
 // A Python exception turned into a C++ one.
 class error : public std::runtime_error {
@@ -358,7 +373,7 @@ struct view_storage {
 
 // One released block kept for the next view, so that a view argument costs
 // no malloc/free pair per call (each extension compiling this header has its
-// own). Views are made and released with the GIL held. Where one GIL
+// own: the namespace is hidden, see PYXBUF_HPP_NAMESPACE). Views are made and released with the GIL held. Where one GIL
 // serializes every thread that runs this module, the slot is a plain pointer
 // (a locked exchange costs ~20 ns that no instruction count shows: measured
 // by make bench-args's wall clock). Under free-threaded CPython it is atomic,

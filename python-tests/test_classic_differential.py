@@ -129,6 +129,12 @@ def producers_numpy():
     out.append(("np-struct-aligned", np.zeros(3, dtype=np.dtype([("a", "u1"), ("b", "<f8")],
                                                                  align=True))))
     out.append(("np-struct-subarray", np.zeros(2, dtype=[("a", "<f4", (2, 3)), ("b", "u1")])))
+    # A built-in type number with fields: NumPy exports the fields' struct
+    # (T{h:lo:h:hi:}), which the struct route must leave to it.
+    out += [("np-fields-over-i4", np.zeros(3, np.dtype((np.int32, {"lo": (np.int16, 0),
+                                                                  "hi": (np.int16, 2)})))),
+            ("np-fields-over-f8", np.zeros((2, 2), np.dtype((np.float64, {"re": (np.float32, 0),
+                                                                        "im": (np.float32, 4)}))))]
     a = np.arange(24, dtype=np.float32).reshape(4, 6)
     out += [("np-C", a), ("np-F", np.asfortranarray(a)), ("np-T", a.T),
             ("np-strided", a[:, ::2]), ("np-reversed", a[::-1]), ("np-rows", a[1:3]),

@@ -14,8 +14,12 @@ PLAIN_RW = t.PyBUF_RECORDS
 REQUESTS = {"shared": SHARED, "exclusive": EXCLUSIVE, "plain_ro": PLAIN_RO, "plain_rw": PLAIN_RW}
 
 # (held, requested) -> granted? The documented matrix: shared + shared ok,
-# shared + exclusive refused, exclusive + anything refused, writable views and
-# shared borrows exclude each other.
+# shared + exclusive refused, exclusive + anything refused, no writable view
+# while a shared borrow is live. A borrow asked while plain views the
+# exporter does not control are live (a NumPy array, a memoryview, a DLPack
+# export over its memory) is granted TRACKED: taken in pyxbuf's registry as
+# for NumPy's memory, not refused (issue 38, part 2).
+TRACKED = "tracked"
 MATRIX = {
     ("shared", "shared"): True,
     ("shared", "exclusive"): False,
@@ -27,16 +31,17 @@ MATRIX = {
     ("exclusive", "plain_rw"): False,
     # A read-only request still gets writable memory (the classic protocol
     # lets the consumer write when readonly is 0, as memoryview does), so it
-    # counts as a writer.
-    ("plain_ro", "shared"): False,
-    ("plain_ro", "exclusive"): False,
+    # counts as a writer the exporter cannot stop.
+    ("plain_ro", "shared"): TRACKED,
+    ("plain_ro", "exclusive"): TRACKED,
     ("plain_ro", "plain_ro"): True,
     ("plain_ro", "plain_rw"): True,
-    ("plain_rw", "shared"): False,
-    ("plain_rw", "exclusive"): False,
+    ("plain_rw", "shared"): TRACKED,
+    ("plain_rw", "exclusive"): TRACKED,
     ("plain_rw", "plain_ro"): True,
     ("plain_rw", "plain_rw"): True,
 }
+GRANT_BITS = t.PYXBUF_EXT_SHARED | t.PYXBUF_EXT_EXCLUSIVE
 
 
 @pytest.mark.parametrize("held,requested", list(MATRIX), ids=[f"{h}-then-{r}" for h, r in MATRIX])
@@ -45,14 +50,21 @@ def test_grant_matrix(held, requested):
     first = t.acquire(e, REQUESTS[held])
     if MATRIX[(held, requested)]:
         second = t.acquire(e, REQUESTS[requested])
+        ext = second.info()["ext_flags"]
+        if requested in ("shared", "exclusive"):
+            assert ext & GRANT_BITS
+            assert bool(ext & t.PYXBUF_EXT_TRACKED) == (MATRIX[(held, requested)] == TRACKED)
+            assert t.shared_info()[1] == (1 if ext & t.PYXBUF_EXT_TRACKED else 0)
         second.release()
     else:
         with pytest.raises(BufferError, match="cannot grant") as info:
             t.acquire(e, REQUESTS[requested])
         assert "live now: 1 view, " in str(info.value)
     first.release()
-    # Released: everything is grantable again.
+    assert t.shared_info()[1] == 0
+    # Released: everything is grantable again, and enforced.
     again = t.acquire(e, REQUESTS[requested])
+    assert not again.info()["ext_flags"] & t.PYXBUF_EXT_TRACKED
     again.release()
     assert e.borrows == {"views": 0, "writable": 0, "shared": 0, "exclusive": 0}
 
@@ -168,3 +180,110 @@ def test_exporter_dies_after_last_view():
     assert ref() is not None  # the view keeps it alive
     v.release()
     assert ref() is None
+
+
+# Issue 38, part 2: pyxbuf's own arrays with a Python view alive. A user
+# wraps an exporter with np.asarray, memoryview or np.from_dlpack to look at
+# it, then passes the exporter back to a consumer asking for a borrow.
+def _numpy_view(e):
+    return np.asarray(e)
+
+
+def _memoryview(e):
+    return memoryview(e)
+
+
+def _dlpack(e):
+    return np.from_dlpack(e)
+
+
+FOREIGN_VIEWS = {"np.asarray": _numpy_view, "memoryview": _memoryview,
+                 "np.from_dlpack": _dlpack}
+
+
+@pytest.mark.parametrize("wrap", list(FOREIGN_VIEWS))
+@pytest.mark.parametrize("request_name", ["shared", "exclusive"])
+def test_borrow_with_a_foreign_view_alive_is_tracked_then_enforced(wrap, request_name):
+    e = t.exporter("f", (6,))
+    seen = FOREIGN_VIEWS[wrap](e)
+    assert e.borrows["views"] == 1
+    v = t.acquire(e, REQUESTS[request_name])
+    kind = t.PYXBUF_EXT_SHARED if request_name == "shared" else t.PYXBUF_EXT_EXCLUSIVE
+    assert v.info()["ext_flags"] == t.PYXBUF_EXT_TRACKED | kind
+    assert t.shared_info()[1] == 1  # in the registry, where NumPy's borrows are
+    # Borrowers still exclude each other: on the exporter itself,
+    with pytest.raises(BufferError, match="cannot grant an exclusive borrow"):
+        t.acquire(e, EXCLUSIVE)
+    # and through the foreign view (pyxbuf's registry sees both).
+    if wrap != "memoryview" or request_name == "exclusive":
+        with pytest.raises(BufferError, match="held by another view in this process"):
+            t.acquire(seen, EXCLUSIVE)
+    v.release()
+    assert t.shared_info()[1] == 0
+    del seen
+    assert e.borrows["views"] == 0
+    # The foreign view gone: enforced again.
+    v = t.acquire(e, REQUESTS[request_name])
+    assert v.info()["ext_flags"] == kind
+    v.release()
+
+
+def test_tracked_shared_borrow_keeps_out_new_writers():
+    e = t.exporter("f", (4,))
+    n = np.asarray(e)
+    assert n.flags.writeable
+    v = t.acquire(e, SHARED)
+    assert v.info()["ext_flags"] & t.PYXBUF_EXT_TRACKED
+    # A new view is read-only while the shared borrow lives (today's rule).
+    assert not np.asarray(e).flags.writeable
+    with pytest.raises(BufferError, match="a shared borrow is live"):
+        t.acquire(e, PLAIN_RW)
+    # A pyxbuf exclusive borrow of the NumPy view is refused by the registry,
+    # a shared one granted.
+    with pytest.raises(BufferError, match="overlaps a shared borrow"):
+        t.acquire(n, EXCLUSIVE)
+    t.acquire(n, SHARED).release()
+    v.release()
+    del n
+
+
+def test_tracked_grant_of_a_device_exporter_is_keyed_by_its_device():
+    d = t.to_device(t.exporter("f", (4,)), (t.PYXBUF_DL_EXT_DEV, 0))
+    cap = d.__dlpack__(max_version=(1, 3))  # a DLPack export held elsewhere
+    v = t.acquire(d, SHARED | t.PYXBUF_DEVICE)
+    assert v.info()["ext_flags"] == t.PYXBUF_EXT_TRACKED | t.PYXBUF_EXT_SHARED
+    # Host memory at the same numeric address would not conflict: another
+    # device. Nothing else to check here than that the grant came back.
+    v.release()
+    del cap
+    v = t.acquire(d, SHARED | t.PYXBUF_DEVICE)
+    assert v.info()["ext_flags"] == t.PYXBUF_EXT_SHARED
+    v.release()
+
+
+def test_asarray_under_an_exclusive_borrow_raises_instead_of_an_object_array():
+    e = t.exporter("f", (3,))
+    x = t.acquire(e, EXCLUSIVE)
+    with pytest.raises(BufferError, match="an exclusive borrow is live"):
+        np.asarray(e)
+    with pytest.raises(BufferError, match="an exclusive borrow is live"):
+        e.__array__()
+    x.release()
+    a = np.asarray(e)
+    assert a.dtype == np.float32 and a.shape == (3,)
+    assert np.shares_memory(a, e.__array__())
+
+
+def test_array_honours_copy_and_dtype():
+    e = t.exporter("f", (3,))
+    t.exporter_poke(e, 0, 0x3F)  # a nonzero byte of the first float
+    a = e.__array__()
+    b = e.__array__(copy=True)
+    assert np.shares_memory(a, np.asarray(e)) and not np.shares_memory(a, b)
+    assert b.tolist() == a.tolist()
+    assert e.__array__(np.float64).dtype == np.float64
+    with pytest.raises(ValueError):
+        e.__array__(np.float64, copy=False)
+    assert np.array(e, copy=False).base is not None
+    sig = __import__("inspect").signature(type(e).__array__)
+    assert list(sig.parameters) == ["self", "dtype", "copy"]

@@ -162,10 +162,21 @@ static int speaks_a_protocol(PyObject *obj) {
     return speaks_a_device_protocol(obj);
 }
 
-/* The proposal's query: does `obj` advertise every bit of `flags`? Its type's
- * supported flags, and for a type outside the extended protocol what pyxbuf
- * answers for it (borrows from its registry; device memory through a bridge
- * that can carry it). */
+/* Whether `type` declares its supported flags (the attribute, or the
+ * interpreter's own declaration) rather than being a classic producer that
+ * says nothing. */
+static int declares_supported(PyTypeObject *type) {
+    PyObject *name = supported_attr_name();
+    if (name == NULL) return -1;
+    if (_PyType_Lookup(type, name) != NULL) return 1;
+    return pyxbuf__native_supported_flags(type) != PYXBUF_SUPPORTS_CLASSIC;
+}
+
+/* The proposal's query: does `obj` advertise every bit of `flags`? A type
+ * that declares its flags is answered from its declaration alone (the
+ * proposal: whether the type "advertises support for all flags"); for one
+ * that declares nothing, what pyxbuf answers for it (borrows from its
+ * registry; device memory through a bridge that can carry it). */
 int pyxbuf_check_supports(PyObject *obj, int32_t flags) {
     if (obj == NULL) {
         PyErr_SetString(PyExc_ValueError, "pyxbuf_check_supports: obj is NULL");
@@ -176,7 +187,9 @@ int pyxbuf_check_supports(PyObject *obj, int32_t flags) {
 #endif
     int32_t advertised;
     if (pyxbuf_type_supported_flags(Py_TYPE(obj), &advertised) < 0) return -1;
-    if (!speaks_extended(advertised)) {
+    int declared = speaks_extended(advertised) ? 1 : declares_supported(Py_TYPE(obj));
+    if (declared < 0) return -1;
+    if (!declared) {
         advertised |= BORROW_FLAGS;
         if (flags & PYXBUF_DEVICE) {
             int device = speaks_a_device_protocol(obj);

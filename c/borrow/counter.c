@@ -10,12 +10,16 @@
 #include <stdio.h>
 
 /* What a view counts as; stored in view->internal. WRITABLE_BIT marks views
- * that were handed out writable. */
+ * that were handed out writable; TRACKED_BIT a borrow granted tracked, whose
+ * registry token fills the bits from TOKEN_SHIFT up (tokens count from 1 and
+ * stay far below 2^55). */
 #define KIND_PLAIN 1
 #define KIND_SHARED 2
 #define KIND_EXCLUSIVE 3
 #define KIND_MASK 0x0f
 #define WRITABLE_BIT 0x10
+#define TRACKED_BIT 0x20
+#define TOKEN_SHIFT 8
 
 /* Free-threaded builds: two threads may run one producer's bf_getbuffer at
  * once, so a counter is changed under a lock, one of a few picked by its
@@ -61,11 +65,17 @@ static void grant(Py_buffer *view, int32_t request_bit, int32_t ext_bit) {
     x->ext_flags |= ext_bit;
 }
 
-/* Each decide_* returns the kind, or 0 with *r set. */
+/* Each decide_* returns the kind, or 0 with *r set. A borrow the counter
+ * cannot keep alone -- views it does not control are live: classic views
+ * (a NumPy array or memoryview over the memory), DLPack exports, plain
+ * pyxbuf views -- is granted with TRACKED_BIT: the strongest grant it can
+ * keep, as pyxbuf treats NumPy's memory (tracked.c), instead of a refusal
+ * the user could not act on. Conflicts between borrowers are still refused. */
 static int decide_exclusive(const pyxbuf_borrow_counter *c, borrow_conflict *r) {
     r->asked = "an exclusive borrow";
     if (c->exclusive > 0) r->why = "an exclusive borrow is live";
-    else if (c->views > 0) r->why = "other views are live";
+    else if (c->shared > 0) r->why = "a shared borrow is live";
+    else if (c->views > 0) return KIND_EXCLUSIVE | TRACKED_BIT; /* plain views only */
     else return KIND_EXCLUSIVE;
     return 0;
 }
@@ -79,11 +89,11 @@ static int decide_shared(const pyxbuf_borrow_counter *c, Py_buffer *view, int fl
                  "PYXBUF_BORROW_EXCLUSIVE to write";
     } else if (c->exclusive > 0) {
         r->why = "an exclusive borrow is live";
-    } else if (c->writable > 0) {
-        r->why = "a writable view is live";
     } else {
         view->readonly = 1;
-        return KIND_SHARED;
+        /* Writable views handed out before any borrow (none is handed out
+         * while one is live): the counter cannot stop their writes. */
+        return KIND_SHARED | (c->writable > 0 ? TRACKED_BIT : 0);
     }
     return 0;
 }
@@ -114,10 +124,10 @@ static int decide(const pyxbuf_borrow_counter *c, Py_buffer *view, int flags, bo
 }
 
 static void count(pyxbuf_borrow_counter *c, Py_buffer *view, int kind) {
-    if (kind == KIND_EXCLUSIVE) {
+    if ((kind & KIND_MASK) == KIND_EXCLUSIVE) {
         grant(view, PYXBUF_BORROW_EXCLUSIVE, PYXBUF_EXT_EXCLUSIVE);
         c->exclusive++;
-    } else if (kind == KIND_SHARED) {
+    } else if ((kind & KIND_MASK) == KIND_SHARED) {
         grant(view, PYXBUF_BORROW_SHARED, PYXBUF_EXT_SHARED);
         c->shared++;
     }
@@ -125,6 +135,39 @@ static void count(pyxbuf_borrow_counter *c, Py_buffer *view, int kind) {
     c->views++;
     if (writable) c->writable++;
     view->internal = (void *)(uintptr_t)(unsigned)(kind | (writable ? WRITABLE_BIT : 0));
+}
+
+static void uncount(pyxbuf_borrow_counter *c, uintptr_t tag) {
+    int kind = (int)(tag & KIND_MASK);
+    c->views--;
+    if (tag & WRITABLE_BIT) c->writable--;
+    if (kind == KIND_SHARED) c->shared--;
+    if (kind == KIND_EXCLUSIVE) c->exclusive--;
+}
+
+/* A grant decided TRACKED: its borrow in the registry, where pyxbuf's
+ * consumers of the foreign views (a NumPy array over the memory, a tensor of
+ * a DLPack export) take theirs, so the two kinds see each other. The token
+ * rides in view->internal. On a conflict the count is undone and the view
+ * refused. Outside the counter's lock: the registry has its own, and a
+ * refusal formats a message. */
+static int track_grant(pyxbuf_borrow_counter *c, Py_buffer *view, PyObject *owner_obj) {
+    pyxbuf_view *x = (pyxbuf_view *)view;
+    uintptr_t tag = (uintptr_t)view->internal;
+    int32_t exclusive = (tag & KIND_MASK) == KIND_EXCLUSIVE;
+    int64_t token = 0;
+    if (pyxbuf__tracked_register(owner_obj, x, exclusive, &token) < 0) {
+        COUNTER_LOCK(c);
+        uncount(c, tag);
+        COUNTER_UNLOCK(c);
+        view->internal = NULL;
+        x->ext_flags = 0;
+        x->flags &= ~(PYXBUF_BORROW_SHARED | PYXBUF_BORROW_EXCLUSIVE);
+        return -1;
+    }
+    x->ext_flags |= PYXBUF_EXT_TRACKED;
+    view->internal = (void *)(tag | ((uintptr_t)token << TOKEN_SHIFT));
+    return 0;
 }
 
 int pyxbuf_borrow_acquire(pyxbuf_borrow_counter *counter, Py_buffer *view, int flags,
@@ -140,19 +183,24 @@ int pyxbuf_borrow_acquire(pyxbuf_borrow_counter *counter, Py_buffer *view, int f
     if (kind != 0) count(counter, view, kind);
     else seen = *counter;
     COUNTER_UNLOCK(counter);
-    return kind != 0 ? 0 : report_conflict(&seen, owner_name, r);
+    if (kind == 0) return report_conflict(&seen, owner_name, r);
+    if (PYXBUF_UNLIKELY(kind & TRACKED_BIT)) {
+        PyObject *obj = view->obj != NULL ? view->obj : Py_None;
+        return track_grant(counter, view, obj);
+    }
+    return 0;
 }
 
 void pyxbuf_borrow_release(pyxbuf_borrow_counter *counter, Py_buffer *view) {
     if (counter == NULL || view == NULL) return;
     uintptr_t tag = (uintptr_t)view->internal;
-    int kind = (int)(tag & KIND_MASK);
-    if (kind == 0) return; /* not counted: nothing to undo */
+    if ((tag & KIND_MASK) == 0) return; /* not counted: nothing to undo */
+    if (PYXBUF_UNLIKELY(tag & TRACKED_BIT)) { /* only extended requests are tracked */
+        pyxbuf__tracked_unregister((int64_t)(tag >> TOKEN_SHIFT));
+        ((pyxbuf_view *)view)->ext_flags &= ~PYXBUF_EXT_TRACKED;
+    }
     COUNTER_LOCK(counter);
-    counter->views--;
-    if (tag & WRITABLE_BIT) counter->writable--;
-    if (kind == KIND_SHARED) counter->shared--;
-    if (kind == KIND_EXCLUSIVE) counter->exclusive--;
+    uncount(counter, tag);
     COUNTER_UNLOCK(counter);
     view->internal = NULL;
 }

@@ -19,7 +19,7 @@ PYXBUF_COLD int pyxbuf__registry_conflict(const tracked_borrow *t, char *why, si
     if (why == NULL) return PYXBUF_EBORROW;
     const char *kind = t->exclusive ? "an exclusive" : "a shared";
     unsigned long long lo = t->key.range.lo, hi = t->key.range.hi;
-    unsigned long long size = t->key.itemsize, every = t->key.stride_gcd;
+    unsigned long long size = t->key.itemsize & ~PYXBUF__KEY_DENSE, every = t->key.stride_gcd;
     if (every == 0) /* every byte of the range */
         snprintf(why, why_cap, "%s borrow of [0x%llx, 0x%llx)", kind, lo, hi);
     else

@@ -68,14 +68,84 @@ static inline int lattices_meet(const pyxbuf_borrow_key *a, const pyxbuf_borrow_
      * `itemsize` are not read (the hot path does not store them). */
     uint64_t a_first = a->stride_gcd ? a->first : a->range.lo;
     uint64_t b_first = b->stride_gcd ? b->first : b->range.lo;
-    uint64_t a_item = a->stride_gcd ? a->itemsize : a->range.hi - a->range.lo;
-    uint64_t b_item = b->stride_gcd ? b->itemsize : b->range.hi - b->range.lo;
+    uint64_t a_item = a->stride_gcd ? a->itemsize & ~PYXBUF__KEY_DENSE : a->range.hi - a->range.lo;
+    uint64_t b_item = b->stride_gcd ? b->itemsize & ~PYXBUF__KEY_DENSE : b->range.hi - b->range.lo;
     uint64_t r = a_first >= b_first ? (a_first - b_first) % g : (g - (b_first - a_first) % g) % g;
     return r < b_item || g - r < a_item;
 }
 
+/* A key as a run of items: `count` items of `item` bytes, the first at `lo`,
+ * one every `step` bytes (a single item: count 1, its whole range). */
+typedef struct item_run {
+    uint64_t lo, step, count, item;
+} item_run;
+
+/* 1 and *run for a dense key or a single item (every item is known), else
+ * 0. Ranges too wide for signed arithmetic are left to the lattice. */
+static inline int run_of(const pyxbuf_borrow_key *k, item_run *run) {
+    uint64_t span = k->range.hi - k->range.lo;
+    if (span >= (UINT64_C(1) << 61)) return 0;
+    if (k->stride_gcd == 0) {
+        *run = (item_run){k->range.lo, 0, 1, span};
+        return 1;
+    }
+    uint64_t item = k->itemsize & ~PYXBUF__KEY_DENSE;
+    if (!(k->itemsize & PYXBUF__KEY_DENSE) || item > span || item >= (UINT64_C(1) << 61))
+        return 0;
+    *run = (item_run){k->range.lo, k->stride_gcd, (span - item) / k->stride_gcd + 1, item};
+    return 1;
+}
+
+static inline int64_t floor_div(int64_t a, int64_t b) { /* b > 0 */
+    return a / b - (a % b != 0 && a < 0);
+}
+
+/* Whether runs a and b share a byte, exactly, when a's step is m times b's
+ * (m >= 1; a single item takes b's step). An item of a at a.lo + i*m*s and
+ * one of b at b.lo + j*s meet iff -ia < D + t*s < ib, with D = a.lo - b.lo
+ * and t = i*m - j: for each of the few t that puts the two items within
+ * reach, is there an i in [0, a.count) with j = i*m - t in [0, b.count)?
+ * -1 when there are too many t to try (items much longer than the step):
+ * the lattice answers then. */
+static inline int runs_meet(item_run a, item_run b) {
+    if (b.step == 0) return 1; /* two single items overlapping by range */
+    int64_t s = (int64_t)b.step, m = a.count > 1 ? (int64_t)(a.step / b.step) : 1;
+    int64_t d = (int64_t)(a.lo - b.lo); /* within 2^62: both runs meet one range */
+    int64_t t_lo = floor_div(-(int64_t)a.item - d, s) + 1;
+    int64_t t_hi = -floor_div(-((int64_t)b.item - d), s) - 1; /* ceil, then - 1 */
+    if (t_hi - t_lo > 64) return -1;
+    for (int64_t t = t_lo; t <= t_hi; t++) {
+        int64_t i_lo = -floor_div(-t, m); /* ceil(t / m) */
+        int64_t i_hi = floor_div(t + (int64_t)b.count - 1, m);
+        if (i_lo < 0) i_lo = 0;
+        if (i_hi > (int64_t)a.count - 1) i_hi = (int64_t)a.count - 1;
+        if (i_lo <= i_hi) return 1;
+    }
+    return 0;
+}
+
+/* Exact where it is cheap: two runs whose steps divide one another (1-D
+ * views with equal strides, or one stride a multiple of the other -- real
+ * and imaginary parts, channels, columns); else the lattice, which is sound
+ * and ignores where the items end. */
+static inline int items_meet(const pyxbuf_borrow_key *a, const pyxbuf_borrow_key *b) {
+    item_run ra, rb;
+    if (run_of(a, &ra) && run_of(b, &rb)) {
+        if (ra.count == 1 || (rb.count > 1 && ra.step >= rb.step)) {
+            if (ra.count == 1 || ra.step % rb.step == 0) {
+                int meet = runs_meet(ra, rb);
+                if (meet >= 0) return meet;
+            }
+        } else if (rb.count == 1 || rb.step % ra.step == 0) {
+            int meet = runs_meet(rb, ra);
+            if (meet >= 0) return meet;
+        }
+    }
+    return lattices_meet(a, b);
+}
+
 static inline int keys_overlap(const pyxbuf_borrow_key *a, const pyxbuf_borrow_key *b) {
-    return ranges_overlap(&a->range, &b->range) && lattices_meet(a, b);
+    return ranges_overlap(&a->range, &b->range) && items_meet(a, b);
 }
 
 /* `why` may be NULL: the caller only wants to know (see tracked_acquire). */

@@ -57,10 +57,16 @@ typedef struct numpy_array_head {
 /* pyxbuf's own table, for rust-numpy extensions                             */
 /* ------------------------------------------------------------------------- */
 
-/* The borrows rust-numpy took through pyxbuf's table: its release gives only
- * the array back, so the token is found again by the array's byte range. */
+/* The borrows rust-numpy took through pyxbuf's table. Its release gives only
+ * the array back, so each entry remembers the array object (rust-numpy's
+ * PyReadonlyArray / PyReadwriteArray hold it until they release, so the
+ * address names it) and the key that was recorded: release drops that
+ * entry's token, never one found by a key recomputed from the array, whose
+ * shape, strides or data may have changed since, and which another borrow
+ * over the same bytes with another spacing may share. */
 typedef struct numpy_borrow {
-    uint64_t lo, hi;
+    PyObject *array;
+    pyxbuf_borrow_key key;
     int32_t exclusive;
     int64_t token;
 } numpy_borrow;
@@ -69,30 +75,18 @@ static numpy_borrow *numpy_borrows;
 static size_t numpy_borrow_count, numpy_borrow_cap;
 static pthread_mutex_t numpy_borrow_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* The lattice of `array`'s items: the gcd of its strides' magnitudes over
- * dimensions of more than one item (0 for a single item), as
- * pyxbuf_borrow_key describes and rust-numpy computes. */
-static uint64_t array_lattice(const numpy_array_head *a) {
-    uint64_t g = 0;
-    for (int d = 0; d < a->nd; d++) {
-        if (a->dimensions[d] <= 1) continue;
-        Py_ssize_t s = a->strides[d];
-        g = pyxbuf__gcd(g, pyxbuf__magnitude(s));
-    }
-    return g;
-}
-
-/* The bytes `array` spans, as rust-numpy computes them (empty when a
- * dimension is 0), and its itemsize. Returns -1 with an exception set (no
- * itemsize). */
-static int array_range(PyObject *array, uint64_t *lo, uint64_t *hi, Py_ssize_t *item) {
+/* The key of `array` as it is now: the bytes it spans as rust-numpy computes
+ * them (empty when a dimension is 0), its first item, lattice (the gcd of
+ * its strides' magnitudes over dimensions of more than one item, as
+ * rust-numpy computes it; pyxbuf__lattice_of) and itemsize.
+ * Returns -1 with an exception set (no itemsize). */
+static int array_key(PyObject *array, pyxbuf_borrow_key *key) {
     const numpy_array_head *a = (const numpy_array_head *)array;
     PyObject *size_obj = PyObject_GetAttrString(array, "itemsize");
     if (size_obj == NULL) return -1;
     Py_ssize_t itemsize = PyLong_AsSsize_t(size_obj);
     Py_DECREF(size_obj);
     if (itemsize < 0) return -1;
-    *item = itemsize;
     Py_ssize_t start = 0, end = 0;
     int empty = 0;
     for (int d = 0; d < a->nd; d++)
@@ -105,62 +99,90 @@ static int array_range(PyObject *array, uint64_t *lo, uint64_t *hi, Py_ssize_t *
         }
         end += itemsize;
     }
-    *lo = (uint64_t)(uintptr_t)a->data + (uint64_t)start;
-    *hi = (uint64_t)(uintptr_t)a->data + (uint64_t)end;
+    uint64_t data = (uint64_t)(uintptr_t)a->data;
+    int dense = 0;
+    uint64_t g = pyxbuf__lattice_of(a->nd, a->dimensions, a->strides, &dense);
+    uint64_t size = (itemsize > 0 ? (uint64_t)itemsize : 1) | (dense ? PYXBUF__KEY_DENSE : 0);
+    *key = (pyxbuf_borrow_key){{PYXBUF_DL_CPU, 0, data + (uint64_t)start, data + (uint64_t)end},
+                               data, g, size};
     return 0;
 }
 
-/* The shared table and the byte range of `array`, or NULL with the failure
- * reported as unraisable (rust-numpy's callers expect no exception). */
-static const pyxbuf_shared_api *table_and_range(PyObject *array, uint64_t *lo, uint64_t *hi,
-                                                Py_ssize_t *itemsize) {
-    const pyxbuf_shared_api *api = pyxbuf_shared_api_get();
-    if (api != NULL && array_range(array, lo, hi, itemsize) == 0) return api;
-    PyErr_WriteUnraisable(array);
-    return NULL;
+static int same_key(const pyxbuf_borrow_key *a, const pyxbuf_borrow_key *b) {
+    return a->range.lo == b->range.lo && a->range.hi == b->range.hi && a->first == b->first &&
+           a->stride_gcd == b->stride_gcd && a->itemsize == b->itemsize;
 }
 
-static int table_acquire(PyObject *array, int32_t exclusive) {
-    uint64_t lo, hi;
-    Py_ssize_t itemsize;
-    const pyxbuf_shared_api *api = table_and_range(array, &lo, &hi, &itemsize);
-    if (api == NULL) return -1;
-    const numpy_array_head *a = (const numpy_array_head *)array;
-    pyxbuf_borrow_key key = {{PYXBUF_DL_CPU, 0, lo, hi}, (uint64_t)(uintptr_t)a->data,
-                             array_lattice(a), itemsize > 0 ? (uint64_t)itemsize : 1};
-    char why[160];
-    int64_t token = 0;
-    if (pyxbuf__shared_acquire_key(api, &key, exclusive, &token, why, sizeof why) != 0) return -1;
+/* The shared table, or NULL with the failure reported as unraisable
+ * (rust-numpy's callers expect no exception). */
+static const pyxbuf_shared_api *table_or_unraisable(PyObject *array) {
+    const pyxbuf_shared_api *api = pyxbuf_shared_api_get();
+    if (api == NULL) PyErr_WriteUnraisable(array);
+    return api;
+}
+
+static int record_borrow(const numpy_borrow *entry) {
     pthread_mutex_lock(&numpy_borrow_lock);
     if (numpy_borrow_count == numpy_borrow_cap) {
         size_t cap = numpy_borrow_cap ? 2 * numpy_borrow_cap : 16;
         numpy_borrow *grown = realloc(numpy_borrows, cap * sizeof *grown);
         if (grown == NULL) {
             pthread_mutex_unlock(&numpy_borrow_lock);
-            api->borrow_release(token);
             return -1;
         }
         numpy_borrows = grown;
         numpy_borrow_cap = cap;
     }
-    numpy_borrows[numpy_borrow_count++] = (numpy_borrow){lo, hi, exclusive, token};
+    numpy_borrows[numpy_borrow_count++] = *entry;
     pthread_mutex_unlock(&numpy_borrow_lock);
     return 0;
 }
 
-static void table_release(PyObject *array, int32_t exclusive) {
-    uint64_t lo, hi;
-    Py_ssize_t itemsize;
-    const pyxbuf_shared_api *api = table_and_range(array, &lo, &hi, &itemsize);
-    if (api == NULL) return;
-    int64_t token = 0;
-    pthread_mutex_lock(&numpy_borrow_lock);
+static int table_acquire(PyObject *array, int32_t exclusive) {
+    const pyxbuf_shared_api *api = table_or_unraisable(array);
+    if (api == NULL) return -1;
+    numpy_borrow entry = {array, {{0, 0, 0, 0}, 0, 0, 0}, exclusive, 0};
+    if (array_key(array, &entry.key) < 0) {
+        PyErr_WriteUnraisable(array);
+        return -1;
+    }
+    char why[160];
+    if (pyxbuf__shared_acquire_key(api, &entry.key, exclusive, &entry.token, why, sizeof why) != 0)
+        return -1;
+    if (record_borrow(&entry) < 0) {
+        api->borrow_release(entry.token);
+        return -1;
+    }
+    return 0;
+}
+
+/* The entry of this array's borrow of this kind: the one whose recorded key
+ * the array still has (two borrows of one array object taken before and
+ * after a reshape are told apart), else the newest of that array (its
+ * layout changed since). -1 when the array holds none. */
+static ptrdiff_t find_borrow(PyObject *array, int32_t exclusive, const pyxbuf_borrow_key *now) {
+    ptrdiff_t newest = -1;
     for (size_t i = numpy_borrow_count; i-- > 0;) {
         const numpy_borrow *b = &numpy_borrows[i];
-        if (b->lo != lo || b->hi != hi || b->exclusive != exclusive) continue;
-        token = b->token;
+        if (b->array != array || b->exclusive != exclusive) continue;
+        if (now != NULL && same_key(&b->key, now)) return (ptrdiff_t)i;
+        if (newest < 0) newest = (ptrdiff_t)i;
+    }
+    return newest;
+}
+
+static void table_release(PyObject *array, int32_t exclusive) {
+    const pyxbuf_shared_api *api = table_or_unraisable(array);
+    if (api == NULL) return;
+    pyxbuf_borrow_key now; /* read before locking: getting it may run Python code */
+    int known = array_key(array, &now) == 0;
+    if (!known) PyErr_Clear();
+    int64_t token = 0;
+    pthread_mutex_lock(&numpy_borrow_lock);
+    ptrdiff_t i = find_borrow(array, exclusive, known ? &now : NULL);
+    if (i >= 0) {
+        token = numpy_borrows[i].token;
         numpy_borrows[i] = numpy_borrows[--numpy_borrow_count];
-        break;
     }
     pthread_mutex_unlock(&numpy_borrow_lock);
     if (token != 0) api->borrow_release(token);

@@ -35,16 +35,39 @@ static PYXBUF_COLD int refuse_span(PyObject *obj) {
     return -1;
 }
 
-/* The lattice of a view whose items do not fill [0, len) in C order: the gcd
- * of its strides over dimensions of more than one item. A view without
- * strides, or with suboffsets (pointers to follow), counts as every byte of
- * its range (0). */
-static PYXBUF_NOINLINE uint64_t strided_lattice(const Py_buffer *b) {
+/* A view with suboffsets reaches its items through pointers: its span covers
+ * the pointer table, not the items, so a key over it would let a conflicting
+ * borrow of the items through. */
+static PYXBUF_COLD int refuse_suboffsets(PyObject *obj, int32_t exclusive) {
+    PyErr_Format(PyExc_BufferError,
+                 "pyxbuf: cannot grant %s borrow of '%.200s': its view has suboffsets "
+                 "(PIL-style pointers to its items), and pyxbuf's registry tracks a borrow by "
+                 "the bytes its items span, which such a view does not tell; ask without "
+                 "PYXBUF_BORROW_SHARED/PYXBUF_BORROW_EXCLUSIVE (in Rust: "
+                 "Request::without_borrow), or pass a contiguous copy",
+                 exclusive ? "an exclusive" : "a shared", Py_TYPE(obj)->tp_name);
+    return -1;
+}
+
+/* Whether a view with suboffsets dereferences any (a negative suboffset
+ * means none for that dimension: its items are in place). */
+static PYXBUF_NOINLINE int follows_pointers(const Py_buffer *b) {
+    for (int i = 0; i < b->ndim; i++)
+        if (b->suboffsets[i] >= 0) return 1;
+    return 0;
+}
+
+/* The lattice of a view whose items do not fill [0, len) in C order
+ * (pyxbuf__lattice_of), with the dense bit in *dense_bit. A view without
+ * strides, or with suboffsets (all negative here: in place), counts as every
+ * byte of its range (0). */
+static PYXBUF_NOINLINE uint64_t strided_lattice(const Py_buffer *b, uint64_t *dense_bit) {
+    *dense_bit = 0;
     if (b->itemsize <= 0 || b->suboffsets != NULL || b->shape == NULL || b->strides == NULL)
         return 0;
-    uint64_t g = 0;
-    for (int i = 0; i < b->ndim; i++)
-        if (b->shape[i] > 1) g = pyxbuf__gcd(g, pyxbuf__magnitude(b->strides[i]));
+    int dense = 0;
+    uint64_t g = pyxbuf__lattice_of(b->ndim, b->shape, b->strides, &dense);
+    *dense_bit = dense ? PYXBUF__KEY_DENSE : 0;
     return g;
 }
 
@@ -68,9 +91,10 @@ static inline int tracked_key(PyObject *obj, const pyxbuf_view *view, pyxbuf_bor
     if (PYXBUF_UNLIKELY(pyxbuf__view_span_walk(b, &lo, &hi) < 0)) return refuse_span(obj);
     key->range.lo = buf + (uint64_t)lo;
     key->range.hi = buf + (uint64_t)hi;
-    key->stride_gcd = strided_lattice(b);
+    uint64_t dense = 0;
+    key->stride_gcd = strided_lattice(b, &dense);
     key->first = buf;
-    key->itemsize = b->itemsize > 0 ? (uint64_t)b->itemsize : 1;
+    key->itemsize = (b->itemsize > 0 ? (uint64_t)b->itemsize : 1) | dense;
     return 0;
 }
 
@@ -119,9 +143,22 @@ static inline void tracked_ungrant(int64_t token) {
     }
 }
 
+int pyxbuf__tracked_register(PyObject *obj, const pyxbuf_view *view, int32_t exclusive,
+                             int64_t *token) {
+    pyxbuf_borrow_key key;
+    if (PYXBUF_UNLIKELY(tracked_key(obj, view, &key) < 0)) return -1;
+    return tracked_grant(obj, &key, exclusive, token);
+}
+
+void pyxbuf__tracked_unregister(int64_t token) {
+    if (token != 0) tracked_ungrant(token);
+}
+
 int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags) {
     int32_t exclusive = (flags & PYXBUF_BORROW_EXCLUSIVE) != 0;
     if (PYXBUF_UNLIKELY(!exclusive && (flags & PyBUF_WRITABLE))) return refuse_writable_shared(obj);
+    if (PYXBUF_UNLIKELY(view->base.suboffsets != NULL) && follows_pointers(&view->base))
+        return refuse_suboffsets(obj, exclusive);
     pyxbuf_borrow_key key;
     if (PYXBUF_UNLIKELY(tracked_key(obj, view, &key) < 0)) return -1;
     int64_t token = 0;

@@ -16,7 +16,9 @@
  * - exactly numpy.ndarray (not a subclass: a subclass may export otherwise),
  *   once numpy_array.c has checked the type and NumPy's C ABI version (2.x);
  * - a built-in numeric dtype (bool, integers, floats, complex, half, long
- *   double) of the item size pyxbuf's table says, in native byte order and
+ *   double) without fields (np.dtype((np.int32, {'lo': ...})) keeps int32's
+ *   type number, but NumPy exports it as the struct its fields describe) of
+ *   the item size pyxbuf's table says, in native byte order and
  *   aligned ('|' for one-byte types): NumPy's export then writes the bare
  *   struct code, as the table below; other byte orders and unaligned arrays
  *   get a prefix ("=f", ">f");
@@ -58,6 +60,15 @@ typedef struct pyxbuf__numpy_descr {
     int type_num;
     uint64_t flags;     /* NumPy 2.x (the C ABI numpy_array.c checks) */
     Py_ssize_t elsize;  /* npy_intp */
+    /* The rest of _PyArray_LegacyDescr, which every built-in type number's
+     * descriptor is: */
+    Py_ssize_t alignment;
+    PyObject *metadata;
+    Py_hash_t hash;
+    void *reserved_null[2];
+    void *subarray;
+    PyObject *fields;
+    PyObject *names; /* NULL unless the dtype has fields */
 } pyxbuf__numpy_descr;
 
 /* NumPy's array flags (numpy/ndarraytypes.h). */
@@ -175,7 +186,7 @@ static PYXBUF_ALWAYS_INLINE int pyxbuf__numpy_array_read(PyObject *obj, pyxbuf_v
                       code->itemsize == d->elsize && (unsigned)nd <= PYXBUF_INLINE_NDIM &&
                       (d->byteorder == '|' ? code->itemsize == 1
                                            : d->byteorder == '=' && (af & PYXBUF__NPY_ALIGNED)) &&
-                      !pyxbuf__numpy_refuses(af, flags))) {
+                      d->names == NULL && !pyxbuf__numpy_refuses(af, flags))) {
         Py_buffer *b = &view->base;
         Py_ssize_t *shape = view->inline_dims, *strides = view->inline_dims + PYXBUF_INLINE_NDIM;
         Py_ssize_t count = pyxbuf__numpy_dims(a, af, flags, code->itemsize, shape, strides);

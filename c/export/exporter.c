@@ -100,6 +100,14 @@ static PyMethodDef exporter_methods[] = {
     {"__dlpack_device__", exporter_dlpack_device, METH_NOARGS,
      "__dlpack_device__($self, /)\n--\n\n"
      "Where the memory lives, as DLPack's integers: (device_type, device_id)."},
+    {"__array__", (PyCFunction)(void (*)(void))pyxbuf__exporter_array,
+     METH_VARARGS | METH_KEYWORDS,
+     "__array__($self, /, dtype=None, *, copy=None)\n--\n\n"
+     "A NumPy array of the memory: a zero-copy view through the buffer protocol, or a copy. "
+     "`dtype` the NumPy dtype wanted (None: the buffer's own); `copy` True (always copy), "
+     "False (never: ValueError when `dtype` needs one) or None (copy only when needed). The "
+     "buffer's BufferError when a borrow forbids the view (np.asarray would otherwise return "
+     "a 0-d object array)."},
     {NULL, NULL, 0, NULL},
 };
 

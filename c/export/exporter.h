@@ -29,6 +29,8 @@ PyObject *pyxbuf__exporter_get_strides(PyObject *self, void *closure);
 PyObject *pyxbuf__exporter_get_format(PyObject *self, void *closure);
 PyObject *pyxbuf__exporter_get_device(PyObject *self, void *closure);
 PyObject *pyxbuf__exporter_get_borrows(PyObject *self, void *closure);
+/* __array__(dtype=None, copy=None): NumPy's conversion (exporter_attrs.c). */
+PyObject *pyxbuf__exporter_array(PyObject *self, PyObject *args, PyObject *kwargs);
 /* __cuda_array_interface__ (v3) of CUDA memory; AttributeError elsewhere. */
 PyObject *pyxbuf__exporter_get_cai(PyObject *self, void *closure);
 /* "cpu", "cuda:1", "ext_dev:0" or a (device_type, device_id) tuple; -1 with

@@ -1,6 +1,6 @@
 /* exporter_attrs.c -- pyxbuf.Exporter's Python attributes (shape, strides,
- * format, device, borrows, __cuda_array_interface__) and the device names its
- * methods take. */
+ * format, device, borrows, __cuda_array_interface__), its __array__ and the
+ * device names its methods take. */
 #include "bridges/dlpack.h"
 #include "export/exporter.h"
 
@@ -162,4 +162,34 @@ PyObject *pyxbuf__exporter_get_cai(PyObject *self, void *closure) {
                          tuple_of(e->desc.shape, e->desc.ndim), "typestr", typestr, "data",
                          PyLong_FromVoidPtr(e->desc.buf), e->desc.readonly ? Py_True : Py_False,
                          "strides", cai_strides(e), "version", 3, "stream", stream);
+}
+
+/* __array__(dtype=None, copy=None), NumPy 2's signature. np.asarray tries
+ * the buffer first and, when it fails, swallows the BufferError and falls
+ * back to a 0-d object array -- under an exclusive borrow a user would get
+ * that silently. NumPy reaches this method after the buffer failed (or when
+ * asked directly): the zero-copy view through the buffer, or the buffer's
+ * refusal, which then reaches the user. `copy` as NumPy means it: True
+ * always copies, False never (NumPy's ValueError when dtype needs one). */
+PyObject *pyxbuf__exporter_array(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"dtype", "copy", NULL};
+    PyObject *dtype = Py_None, *copy = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$O:__array__", kwlist, &dtype, &copy))
+        return NULL;
+    PyObject *numpy = PyImport_ImportModule("numpy");
+    if (numpy == NULL) return NULL;
+    PyObject *view = PyMemoryView_FromObject(self); /* the refusal, if any, says why */
+    PyObject *out = NULL;
+    if (view != NULL) {
+        PyObject *asarray = PyObject_GetAttrString(numpy, "asarray");
+        PyObject *pos = asarray ? PyTuple_Pack(2, view, dtype) : NULL;
+        PyObject *kw = pos && copy != Py_None ? Py_BuildValue("{sO}", "copy", copy) : NULL;
+        if (pos != NULL && (copy == Py_None || kw != NULL)) out = PyObject_Call(asarray, pos, kw);
+        Py_XDECREF(kw);
+        Py_XDECREF(pos);
+        Py_XDECREF(asarray);
+        Py_DECREF(view);
+    }
+    Py_DECREF(numpy);
+    return out;
 }

@@ -260,7 +260,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_CHECK(!PyErr_Occurred(), "success with an exception set");
         FUZZ_CHECK(view.path == (spec.route == 2 ? PYXBUF_PATH_DLPACK_C : PYXBUF_PATH_DLPACK),
                    "path %s", pyxbuf_path_name(view.path));
-        FUZZ_CHECK(view.base.ndim == spec.ndim, "ndim %d, tensor %d", view.base.ndim, spec.ndim);
+        /* Without PyBUF_ND a view is one flat run of len bytes (ndim 1, no
+         * shape), as CPython's PyBuffer_FillInfo hands out. */
+        int32_t ndim = (spec.request & PyBUF_ND) == PyBUF_ND ? spec.ndim : 1;
+        FUZZ_CHECK(view.base.ndim == ndim, "ndim %d, expected %d (tensor %d, request 0x%x)",
+                   view.base.ndim, ndim, spec.ndim, (unsigned)spec.request);
+        FUZZ_CHECK((view.base.shape != NULL) == ((spec.request & PyBUF_ND) == PyBUF_ND &&
+                                                  spec.ndim > 0),
+                   "shape %p for request 0x%x, ndim %d", (void *)view.base.shape,
+                   (unsigned)spec.request, spec.ndim);
         for (int i = 0; i < view.base.ndim && view.base.shape; i++)
             FUZZ_CHECK(view.base.shape[i] == spec.shape[i], "shape[%d]", i);
         fuzz_check_view(&view, spec.request);

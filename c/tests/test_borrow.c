@@ -78,15 +78,32 @@ TEST_CASE(shared_borrow_makes_plain_views_read_only) {
     Py_DECREF(e);
 }
 
-TEST_CASE(writable_view_blocks_shared_borrow) {
+/* A writable view the exporter cannot stop (a NumPy array over its memory,
+ * say): a shared borrow is granted tracked, taken in the registry, and
+ * enforced again once the view is gone (issue 38, part 2). */
+TEST_CASE(writable_view_makes_shared_borrow_tracked) {
     PyObject *e = new_exporter();
-    pyxbuf_view w, s;
+    pyxbuf_view w, s, x;
+    const pyxbuf_shared_api *api = pyxbuf_shared_api_get();
+    CHECK(api != NULL);
+    int64_t live = api->borrow_live();
     CHECK(pyxbuf_get(e, &w, PyBUF_RECORDS) == 0);
-    CHECK(pyxbuf_get(e, &s, SHARED) == -1);
-    CHECK_CONTAINS(take_error(PyExc_BufferError), "a writable view is live");
+    CHECK(pyxbuf_get(e, &s, SHARED) == 0);
+    CHECK(s.ext_flags == (PYXBUF_EXT_SHARED | PYXBUF_EXT_TRACKED) && s.base.readonly);
+    CHECK(api->borrow_live() == live + 1);
+    /* Borrowers still exclude each other. */
+    CHECK(pyxbuf_get(e, &x, EXCLUSIVE) == -1);
+    CHECK_CONTAINS(take_error(PyExc_BufferError), "a shared borrow is live");
+    pyxbuf_release(&s);
+    CHECK(api->borrow_live() == live);
+    CHECK(pyxbuf_get(e, &x, EXCLUSIVE) == 0);
+    CHECK(x.ext_flags == (PYXBUF_EXT_EXCLUSIVE | PYXBUF_EXT_TRACKED));
+    pyxbuf_release(&x);
     pyxbuf_release(&w);
     CHECK(pyxbuf_get(e, &s, SHARED) == 0);
+    CHECK(s.ext_flags == PYXBUF_EXT_SHARED);
     pyxbuf_release(&s);
+    CHECK(api->borrow_live() == live);
     Py_DECREF(e);
 }
 
@@ -121,5 +138,5 @@ TEST_CASE(counters_return_to_zero) {
 PYTHON_TEST_MAIN(TEST_ENTRY(shared_plus_shared_is_granted), TEST_ENTRY(shared_then_exclusive_is_refused),
                  TEST_ENTRY(exclusive_refuses_everything),
                  TEST_ENTRY(shared_borrow_makes_plain_views_read_only),
-                 TEST_ENTRY(writable_view_blocks_shared_borrow), TEST_ENTRY(writable_shared_is_refused),
+                 TEST_ENTRY(writable_view_makes_shared_borrow_tracked), TEST_ENTRY(writable_shared_is_refused),
                  TEST_ENTRY(counters_return_to_zero))

@@ -320,11 +320,13 @@ static unsigned char *slot_bytes(const borrow_state *s, int g) {
     return g == EXPORTER_SLOT ? s->exporter_memory : s->memory + g * SEGMENT_BYTES;
 }
 
-/* Count a grant of `kind` into slots [lo, hi); check it conflicts with no one. */
-static void hold(borrow_state *s, int target, int lo, int hi, int kind) {
+/* Count a grant of `kind` into slots [lo, hi); check it conflicts with no one.
+ * A borrow the exporter granted TRACKED (plain views it cannot stop were
+ * live) promises only that no other borrower conflicts: `borrowers_only`. */
+static void hold(borrow_state *s, int target, int lo, int hi, int kind, int borrowers_only) {
     for (int g = lo; g < hi; g++) {
         atomic_fetch_add(&s->live[g][kind], 1);
-        for (int k = 0; k < KINDS; k++) {
+        for (int k = 0; k < (borrowers_only ? PLAIN_R : KINDS); k++) {
             int others = atomic_load(&s->live[g][k]) - (k == kind);
             if (conflict(kind, k) && others > 0) {
                 fprintf(stderr, "ledger: slot %d granted %s while %d %s live\n", g,
@@ -332,7 +334,8 @@ static void hold(borrow_state *s, int target, int lo, int hi, int kind) {
                 atomic_fetch_add(&thread_failures, 1);
             }
         }
-        if (kind == EXCLUSIVE) atomic_fetch_add(&s->exclusive_grants[g], 1);
+        /* Writers only: a tracked exclusive grant beside plain readers does not write. */
+        if (kind == EXCLUSIVE && !borrowers_only) atomic_fetch_add(&s->exclusive_grants[g], 1);
     }
     atomic_fetch_add(&s->granted[target][kind], 1);
 }
@@ -424,6 +427,8 @@ static const unsigned char *view_span(const pyxbuf_view *v, const unsigned char 
  * (a shared borrow was live). */
 static int granted_kind(const borrow_state *s, const request *q, const pyxbuf_view *v) {
     int32_t tracked = q->target == ON_ARRAY ? PYXBUF_EXT_TRACKED : 0;
+    /* The exporter grants tracked while plain views are live (issue 38). */
+    if (q->target == ON_EXPORTER) tracked = v->ext_flags & PYXBUF_EXT_TRACKED;
     const unsigned char *end = NULL, *start = view_span(v, &end);
     TCHECK(start == slot_bytes(s, q->lo) && end == start + (q->hi - q->lo) * SEGMENT_BYTES);
     switch (q->kind) {
@@ -436,6 +441,11 @@ static int granted_kind(const borrow_state *s, const request *q, const pyxbuf_vi
     case PLAIN_W: TCHECK(v->ext_flags == 0 && !v->base.readonly); return PLAIN_W;
     default: TCHECK(v->ext_flags == 0); return v->base.readonly ? PLAIN_R : PLAIN_W;
     }
+}
+
+/* Whether the exporter granted this borrow tracked (plain views were live). */
+static int exporter_tracked(const request *q, const pyxbuf_view *v) {
+    return q->target == ON_EXPORTER && (v->ext_flags & PYXBUF_EXT_TRACKED) != 0;
 }
 
 /* A refused request: BufferError; a read-only plain view is refused only
@@ -480,8 +490,11 @@ static int borrow_once(borrow_state *s, const request *q, unsigned char mark) {
     int granted = pyxbuf_get(q->obj, &v, q->flags) == 0;
     if (granted) {
         int kind = granted_kind(s, q, &v);
-        hold(s, q->target, q->lo, q->hi, kind);
-        use_memory(s, q->lo, q->hi, kind == EXCLUSIVE, mark, let_others_run);
+        int beside_plain = exporter_tracked(q, &v);
+        hold(s, q->target, q->lo, q->hi, kind, beside_plain);
+        /* A tracked exclusive grant beside plain readers does not write:
+         * they check that the bytes stay (what the grant cannot promise). */
+        use_memory(s, q->lo, q->hi, kind == EXCLUSIVE && !beside_plain, mark, let_others_run);
         unhold(s, q->lo, q->hi, kind);
         pyxbuf_release(&v);
     } else {
@@ -529,7 +542,7 @@ static int table_once(borrow_state *s, int lo, int hi, int kind, unsigned char m
     int rc = s->api->borrow_acquire(&range, kind == EXCLUSIVE, &token, why, sizeof why);
     if (rc == 0) {
         TCHECK(token != 0);
-        hold(s, ON_TABLE, lo, hi, kind);
+        hold(s, ON_TABLE, lo, hi, kind, 0);
         use_memory(s, lo, hi, kind == EXCLUSIVE, mark, no_gil_pause);
         unhold(s, lo, hi, kind);
         s->api->borrow_release(token);
@@ -750,7 +763,7 @@ static int hand_over_once(handoff *h, const request *q) {
         x->q = *q;
         x->kind = granted_kind(&h->s, q, &x->view);
         x->acquirer = pthread_self();
-        hold(&h->s, q->target, q->lo, q->hi, x->kind);
+        hold(&h->s, q->target, q->lo, q->hi, x->kind, exporter_tracked(q, &x->view));
     } else {
         count_refusal(&h->s, q);
     }
@@ -788,8 +801,8 @@ static void release_handed_over(worker *w, handoff *h) {
     handed *x;
     while ((x = pop(h)) != NULL) {
         TCHECK(!pthread_equal(x->acquirer, pthread_self()));
-        use_memory(&h->s, x->q.lo, x->q.hi, x->kind == EXCLUSIVE, (unsigned char)(w->index + 1),
-                   no_gil_pause);
+        use_memory(&h->s, x->q.lo, x->q.hi, x->kind == EXCLUSIVE && !exporter_tracked(&x->q, &x->view),
+                   (unsigned char)(w->index + 1), no_gil_pause);
         unhold(&h->s, x->q.lo, x->q.hi, x->kind);
         PyGILState_STATE gil = PyGILState_Ensure();
         TCHECK(pyxbuf_view_is_acquired(&x->view));

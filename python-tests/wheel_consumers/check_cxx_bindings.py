@@ -302,3 +302,21 @@ def test_returning_a_view_returns_its_object(ext):
 
 def test_signature_names_the_argument_type(ext):
     assert "x: collections.abc.Buffer" in ext.sum.__doc__
+
+
+@pytest.mark.parametrize("wrap", [np.asarray, memoryview, np.from_dlpack],
+                         ids=["np.asarray", "memoryview", "np.from_dlpack"])
+def test_own_array_passed_back_while_python_holds_a_view(ext, wrap):
+    """Issue 38, part 2: a pyxbuf array looked at from Python, passed back
+    to a view<const float> argument: granted tracked while the Python view
+    lives, enforced after."""
+    e = pyxbuf.exporter([3], "f")
+    seen = wrap(e)
+    assert ext.describe_shared(e)[4:] == ("native", (True, False, True))
+    assert ext.sum(e) == 0.0
+    ext.scale(e, 2.0)  # exclusive, tracked too
+    with pytest.raises(BufferError, match="held by another view in this process"):
+        ext.add_into(seen, e)  # one memory, borrowed twice through two objects
+    del seen
+    gc.collect()
+    assert ext.describe_shared(e)[4:] == ("native", (True, False, False))

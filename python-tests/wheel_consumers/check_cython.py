@@ -284,3 +284,21 @@ def test_c_api_pxd_matches_pyxbuf_h(tmp_path):
                           capture_output=True, text=True)
     errors = [line for line in (done.stdout + done.stderr).splitlines() if "error" in line.lower()]
     assert done.returncode == 0, "c_api.pxd disagrees with pyxbuf.h:\n" + "\n".join(errors[:20])
+
+
+@pytest.mark.parametrize("wrap", [np.asarray, memoryview, np.from_dlpack],
+                         ids=["np.asarray", "memoryview", "np.from_dlpack"])
+def test_own_array_passed_back_while_python_holds_a_view(wrap):
+    """Issue 38, part 2: a pyxbuf array looked at from Python, passed to an
+    XView under a shared grant: tracked while the Python view lives,
+    enforced after."""
+    e = pyxbuf.exporter([4], "f")
+    seen = wrap(e)
+    tracked = pyxbuf.PYXBUF_EXT_TRACKED | pyxbuf.PYXBUF_EXT_SHARED
+    assert cy.describe(e)["ext_flags"] == tracked
+    assert cy.total(e) == 0.0
+    with pytest.raises(BufferError, match="held by another view in this process"):
+        cy.scale_into(seen, e, 2.0)  # one memory, borrowed twice through two objects
+    del seen
+    assert cy.describe(e)["ext_flags"] == pyxbuf.PYXBUF_EXT_SHARED
+    assert pyxbuf.live_borrows() == 0

@@ -28,9 +28,11 @@ except TypeError as err:
     print("dtype mismatch:", err)
 
 exporter = s.zeros_f32(3)
-writer = memoryview(exporter)  # a writable view is live: no shared borrow
+seen = np.asarray(exporter)  # a NumPy view the exporter cannot stop from writing:
+print("with a NumPy view alive:", s.describe(exporter))  # granted tracked, not refused
+del seen
+print("once it is gone:        ", s.describe(exporter))  # enforced again
 try:
-    s.sum_f32(exporter)
+    s.add_f32(exporter, exporter)  # an exclusive and a shared borrow of one array
 except BufferError as err:
     print("borrow conflict:", err)
-writer.release()

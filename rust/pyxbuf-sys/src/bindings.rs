@@ -45,7 +45,7 @@ pub const PYXBUF_INLINE_NDIM: usize = 8;
 pub const PYXBUF_MAX_NDIM: usize = 64;
 pub const PYXBUF_SHARED_MODULE: &::std::ffi::CStr = c"_pyxbuf_shared";
 pub const PYXBUF_SHARED_CAPSULE: &::std::ffi::CStr = c"_pyxbuf_shared.API";
-pub const PYXBUF_SHARED_API_VERSION: u32 = 2;
+pub const PYXBUF_SHARED_API_VERSION: u32 = 3;
 pub const PYXBUF_DEVICE_DLPACK: &::std::ffi::CStr = c"pyxbuf.dlpack";
 pub const PYXBUF_DEVICE_CPU: &::std::ffi::CStr = c"cpu";
 pub const PYXBUF_DL_CPU: i32 = 1;
@@ -260,7 +260,13 @@ const _: () = {
  Two borrows overlap only if their ranges
  overlap and an item of one can meet an item of the other, so interleaved
  views -- a[::2] and a[1::2], the real and imaginary parts of complex data,
- the columns of a C-ordered matrix -- do not conflict.*/
+ the columns of a C-ordered matrix -- do not conflict.
+ Version 3: bit 63 of `itemsize` says the key is dense -- every point of
+ its lattice within its range is an item (a 1-D view, or dimensions that
+ chain as a strided C or Fortran array's do) -- which lets the registry
+ decide two dense keys whose spacings divide one another exactly, where
+ the lattice alone must assume the items may meet. A copy of pyxbuf passes
+ a table older than version 3 keys without the bit.*/
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
 pub struct pyxbuf_borrow_key {
@@ -1256,15 +1262,25 @@ unsafe extern "C" {
         desc: *const pyxbuf_export_desc,
     ) -> ::std::os::raw::c_int;
     /** Decide a request against the counter, called from bf_getbuffer after the
- view is filled: an exclusive borrow only when no other view is live; a shared
- borrow only when no exclusive borrow and no writable view is live; a plain
- request refused while an exclusive borrow is live, refused if writable while
- a shared borrow is live, and handed out read-only then. On success, records
- the grant in view->internal and (for extended requests) view->ext_flags.
- Returns 0, or -1 with BufferError naming who holds what. `owner_name` names
- the object in messages. On free-threaded builds the counter is changed under
- a lock of the library's (two threads may run one bf_getbuffer at once); read
- its fields yourself only where no other thread can be acquiring.*/
+ view is filled: an exclusive borrow only when no other borrow is live; a
+ shared borrow only when no exclusive borrow is live; a plain request refused
+ while an exclusive borrow is live, refused if writable while a shared borrow
+ is live, and handed out read-only then. A borrow asked while views the
+ counter cannot control are live (plain views: a NumPy array or memoryview
+ over the memory, a DLPack export held by PyTorch; for a shared borrow, the
+ writable ones) is granted TRACKED -- taken in the process-wide registry as
+ pyxbuf_get takes NumPy's, so pyxbuf's consumers of those views and of this
+ object see each other -- instead of refused; once they are gone, grants are
+ enforced again. A consumer that needs an enforced grant checks that
+ PYXBUF_EXT_TRACKED is clear in ext_flags. On success, records the grant in
+ view->internal (and the registry token of a tracked one) and, for extended
+ requests, view->ext_flags. Returns 0, or -1 with BufferError naming who holds
+ what. `owner_name` names the object in messages. On free-threaded builds the
+ counter is changed under a lock of the library's (two threads may run one
+ bf_getbuffer at once); read its fields yourself only where no other thread
+ can be acquiring. A caller that decides on a copy of the counter and drops
+ the decision (to decide again) calls pyxbuf_borrow_release on the copy, which
+ gives a tracked grant's registry borrow back.*/
     pub fn pyxbuf_borrow_acquire(
         counter: *mut pyxbuf_borrow_counter,
         view: *mut Py_buffer,

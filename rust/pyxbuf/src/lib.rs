@@ -124,6 +124,20 @@
 //!   borrow: enforced only over an enforcing producer, `tracked` over NumPy
 //!   and every other tracked source.
 //!   [`Request::require_enforced`] accepts only these.
+//!
+//!   An enforcing producer grants only what it can keep. While views it does
+//!   not control are live -- a NumPy array or `memoryview` over its memory, a
+//!   DLPack export a tensor holds (`np.from_dlpack`, `torch.from_dlpack`) --
+//!   it cannot stop their writes, so a borrow asked then is granted
+//!   **tracked**, taken in the same registry as NumPy's memory, instead of
+//!   refused: passing a pyxbuf array back to Rust while Python looks at it
+//!   works, and pyxbuf's consumers of those foreign views and of the
+//!   exporter still refuse each other. Once the foreign views are gone,
+//!   grants are enforced again; [`Request::require_enforced`] refuses
+//!   meanwhile, naming how many views are live. A request for a borrow of a
+//!   view with suboffsets is refused outright: what the registry records is a
+//!   byte range, and such a view's range is its pointer table, not its items
+//!   (read it with [`Request::without_borrow`]).
 //! - **Tracked** (`tracked` bit): pyxbuf's process-wide cooperative registry
 //!   granted it, for producers that know nothing of borrows (NumPy,
 //!   `bytearray`, `array.array`, DLPack and CAI tensors). Every pyxbuf

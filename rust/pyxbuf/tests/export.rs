@@ -107,9 +107,13 @@ fn numpy_reads_a_pyclass_export() {
                 .unwrap(),
             15.0
         );
-        // NumPy's view is a plain, writable one: a shared borrow now fails,
-        assert!(PyXBuffer::<f64>::get(g.as_any()).is_err());
-        // and so do the owner's reads and writes (it borrows like anyone).
+        // NumPy's view is a plain, writable one the exporter cannot stop: a
+        // shared borrow is now only tracked (issue 38, part 2),
+        let b = PyXBuffer::<f64>::get(g.as_any()).unwrap();
+        assert!(b.grants().tracked() && b.grants().shared());
+        drop(b);
+        // and the owner's reads and writes fail (it borrows like anyone, and
+        // as the owner it must know nobody writes).
         assert!(g.get().data.read(|x| x[0]).is_err());
         let err = g.call_method1("set", (0, 100.0)).unwrap_err();
         assert!(err.is_instance_of::<PyBufferError>(py), "{err}");
@@ -450,7 +454,11 @@ fn pyclass_gets_the_dlpack_c_exchange_table() {
         // SAFETY: as above.
         assert_eq!(unsafe { std::slice::from_raw_parts(t.shape, 2) }, [2, 3]);
         assert_eq!(g.get().data.borrows().views(), 1, "the tensor holds a view");
-        assert!(PyXBuffer::<f64, Exclusive>::get(g.as_any()).is_err());
+        // The tensor's writes cannot be stopped: an exclusive borrow is only
+        // tracked while it lives (issue 38, part 2).
+        let x = PyXBuffer::<f64, Exclusive>::get(g.as_any()).unwrap();
+        assert!(x.grants().tracked() && x.grants().exclusive());
+        drop(x);
         // SAFETY: the tensor's own deleter, called once.
         unsafe { (*m).deleter.unwrap()(m) };
         assert_eq!(g.get().data.borrows().views(), 0);

@@ -203,7 +203,23 @@ fn suboffsets_are_never_contiguous() {
             &[("a", &pil)],
         );
         assert_eq!(mv.extract::<(bool, bool)>().unwrap(), (false, false));
-        let buf = PyXBuffer::<u64>::request().indirect().get(&pil).unwrap();
+        // A borrow of a view with suboffsets is refused (issue 38, item 3:
+        // pyxbuf's registry would record the pointer table, not the items).
+        let err = PyXBuffer::<u64>::request()
+            .indirect()
+            .get(&pil)
+            .unwrap_err();
+        assert!(
+            err.is_instance_of::<pyo3::exceptions::PyBufferError>(py)
+                && err.to_string().contains("suboffsets"),
+            "{err}"
+        );
+        let buf = PyXBuffer::<u64>::request()
+            .indirect()
+            .without_borrow()
+            .get(&pil)
+            .unwrap();
+        assert!(!buf.grants().any());
         assert!(buf.suboffsets().is_some());
         assert_eq!(buf.strides(), [8]);
         assert!(!buf.is_c_contiguous(), "suboffsets: not C-contiguous");
@@ -225,7 +241,11 @@ fn suboffsets_are_never_contiguous() {
              flags=__import__('_testbuffer').ND_PIL)",
             &[],
         );
-        let buf = PyXBuffer::<u8>::request().indirect().get(&pil2).unwrap();
+        let buf = PyXBuffer::<u8>::request()
+            .indirect()
+            .without_borrow()
+            .get(&pil2)
+            .unwrap();
         assert!(!buf.is_c_contiguous() && !buf.is_fortran_contiguous());
     });
 }
@@ -459,4 +479,49 @@ fn host_array_refuses_overflowing_shapes() {
         err.to_string().contains("2 items cannot have shape [3]"),
         "{err}"
     );
+}
+
+/// Issue 38, part 2: pyxbuf's own array with a NumPy view of it alive. The
+/// default request is granted tracked (not refused) while the view lives and
+/// enforced after; `require_enforced` still refuses, naming the live views.
+#[test]
+fn own_exporter_with_a_numpy_view_is_tracked_then_enforced() {
+    Python::attach(|py| {
+        let e = export::new_exporter::<f32>(py, &[4], pyxbuf::Device::Cpu).unwrap();
+        let seen = eval(py, "np.asarray(e)", &[("e", &e)]);
+        let buf = PyXBuffer::<f32>::get(&e).unwrap();
+        assert!(buf.grants().tracked() && buf.grants().shared());
+        assert_eq!(buf.as_slice(), Some(&[0.0f32; 4][..]));
+        // Borrowers still exclude each other.
+        assert!(PyXBuffer::<f32, Exclusive>::get(&e).is_err());
+        drop(buf);
+        let mut x = PyXBuffer::<f32, Exclusive>::get(&e).unwrap();
+        assert!(x.grants().tracked() && x.grants().exclusive());
+        x.as_mut_slice().unwrap()[0] = 2.0;
+        drop(x);
+        let err = PyXBuffer::<f32>::request()
+            .require_enforced()
+            .get(&e)
+            .unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            err.is_instance_of::<PyBufferError>(py)
+                && msg.contains("a tracked shared borrow")
+                && msg.contains("1 other view (1 writable) is live")
+                && msg.contains("NumPy array"),
+            "{msg}"
+        );
+        assert_eq!(
+            eval(py, "float(seen[0])", &[("seen", &seen)])
+                .extract::<f64>()
+                .unwrap(),
+            2.0
+        );
+        drop(seen);
+        let buf = PyXBuffer::<f32>::request()
+            .require_enforced()
+            .get(&e)
+            .unwrap();
+        assert!(buf.grants().is_enforced() && !buf.grants().tracked());
+    });
 }

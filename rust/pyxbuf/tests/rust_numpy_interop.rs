@@ -19,5 +19,6 @@ fn pyxbuf_installs_the_table_when_it_comes_first() {
         assert_eq!(cases::table_owner(py), "pyxbuf");
         cases::both_directions(py);
         cases::interleaved(py);
+        cases::same_range_other_spacing(py);
     });
 }

@@ -18,5 +18,6 @@ fn rust_numpy_installs_the_table_when_it_comes_first() {
         assert_eq!(cases::table_owner(py), "rust-numpy");
         cases::both_directions(py);
         cases::interleaved(py);
+        cases::same_range_other_spacing(py);
     });
 }

@@ -53,11 +53,48 @@ def test_dtype_mismatch_names_both_formats():
 
 def test_borrow_conflict_is_a_buffer_error():
     e = s.zeros_f32(4)
-    m = memoryview(e)  # a writable view: nobody may borrow it shared now
-    with pytest.raises(BufferError):
-        s.sum_f32(e)
-    m.release()
+    x = s.zeros_f32(4)
+    with pytest.raises(BufferError, match="an exclusive borrow is live"):
+        s.add_f32(e, e)  # exclusive and shared borrows of one array
+    s.add_f32(e, x)
     assert s.sum_f32(e) == 0.0
+
+
+def torch_or_none():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def _views():
+    yield "np.asarray", np.asarray
+    yield "memoryview", memoryview
+    yield "np.from_dlpack", np.from_dlpack
+    torch = torch_or_none()
+    if torch is not None:
+        yield "torch.from_dlpack", torch.from_dlpack
+
+
+@pytest.mark.parametrize("wrap", [w for _, w in _views()], ids=[n for n, _ in _views()])
+def test_own_array_passed_back_while_python_holds_a_view(wrap):
+    """Issue 38, part 2: a pyxbuf array, looked at from Python, passed back
+    to Rust functions taking PyXBuffer<f32>: granted tracked while the view
+    lives, enforced after; borrowers still exclude each other."""
+    e = s.zeros_f32(5)
+    seen = wrap(e)
+    assert "borrow=shared (granted by pyxbuf's registry)" in s.describe(e)
+    assert s.sum_host_f32(e) == 0.0
+    s.scale_f32(e, 2.0)  # an exclusive borrow, tracked too
+    with pytest.raises(BufferError, match="an exclusive borrow is live"):
+        s.add_f32(e, e)
+    # The view as the exclusive argument, the exporter as the shared one: one
+    # memory, refused by pyxbuf's registry, which holds both borrows.
+    with pytest.raises(BufferError, match="held by another view in this process"):
+        s.add_f32(seen, e)
+    del seen
+    assert "borrow=shared (granted by the producer)" in s.describe(e)
 
 
 def test_add_in_place():

@@ -62,6 +62,10 @@ class Exporter:
         """A DLPack capsule of the memory."""
     def __dlpack_device__(self, /) -> tuple[int, int]:
         """Where the memory lives, as DLPack's (device_type, device_id)."""
+    def __array__(self, /, dtype: Any | None = None, *, copy: bool | None = None) -> Any:
+        """A NumPy array of the memory: a zero-copy view through the buffer
+        protocol, a copy when ``copy=True`` or ``dtype`` needs one; the
+        buffer's BufferError when a borrow forbids the view."""
 
 def abi_version() -> int:
     """The ABI version of the libpyxbuf linked into this module."""

@@ -11,6 +11,7 @@ use pyxbuf_sys as sys;
 
 use super::{type_name, Grants, PyXBuffer, PyXUntypedBuffer};
 use crate::element::Element;
+use crate::words::count;
 
 mod sealed {
     pub trait Sealed {}
@@ -127,6 +128,18 @@ impl<T, M: BorrowMode> Request<T, M> {
         self.with(flags)
     }
 
+    /// Ask for no borrow at all: a read-only view without a grant, so
+    /// [`as_slice`](PyXBuffer::as_slice) and cells return `None` and only the
+    /// raw accessors read it. For what no borrow can cover: pyxbuf refuses to
+    /// track a borrow of a view with suboffsets (its span is a table of
+    /// pointers, not the items they reach), so a PIL-style array is read with
+    /// `.indirect().without_borrow()`.
+    pub fn without_borrow(self) -> Request<T, Shared> {
+        let flags = self.flags
+            & !(ffi::PyBUF_WRITABLE | sys::PYXBUF_BORROW_SHARED | sys::PYXBUF_BORROW_EXCLUSIVE);
+        self.with(flags)
+    }
+
     /// Ask for writable memory. Writing from safe Rust needs an exclusive
     /// borrow, so this is [`borrow_exclusive`](Request::borrow_exclusive)
     /// under the name a PyO3 user looks for.
@@ -149,7 +162,9 @@ impl<T, M: BorrowMode> Request<T, M> {
     /// Accept PIL-style indirect arrays (`PyBUF_INDIRECT`): the view may carry
     /// suboffsets, which [`get_ptr`](PyXUntypedBuffer::get_ptr) follows and
     /// [`suboffsets`](PyXUntypedBuffer::suboffsets) returns. Without it a producer
-    /// that hands out suboffsets is refused at acquisition.
+    /// that hands out suboffsets is refused at acquisition. A view with
+    /// suboffsets is refused any borrow (pyxbuf cannot track the items its
+    /// pointers reach): add [`without_borrow`](Request::without_borrow).
     pub fn indirect(self) -> Self {
         self.with(self.flags | ffi::PyBUF_INDIRECT)
     }
@@ -239,7 +254,13 @@ fn not_enforced(obj: &Bound<'_, PyAny>, grants: Grants) -> PyErr {
     } else {
         "shared"
     };
-    let granted = if grants.any() {
+    let granted = if let Some(live) = grants.any().then(|| foreign_views(obj)).flatten() {
+        format!(
+            "a tracked {kind} borrow: its producer enforces borrows, but {live} of its memory \
+             that it cannot stop (a NumPy array, memoryview or DLPack tensor over it, for \
+             example); drop them (del the array or tensor) and ask again"
+        )
+    } else if grants.any() {
         format!(
             "a tracked {kind} borrow (pyxbuf's cooperative registry granted it: its producer \
              does not enforce borrows, so code that bypasses pyxbuf -- Python or C on another \
@@ -253,6 +274,20 @@ fn not_enforced(obj: &Bound<'_, PyAny>, grants: Grants) -> PyErr {
          holds {granted}; copy the data (to_vec, to_device) or export it from an object that \
          enforces borrows, or drop require_enforced() to accept the weaker grant",
         type_name(obj),
+    ))
+}
+
+/// "N other views are live" for an exporter that counts its views (its
+/// `borrows` attribute, as `pyxbuf.Exporter` has), not counting the view
+/// just acquired; `None` for any other object.
+fn foreign_views(obj: &Bound<'_, PyAny>) -> Option<String> {
+    let borrows = obj.getattr("borrows").ok()?;
+    let field = |name: &str| -> Option<i64> { borrows.get_item(name).ok()?.extract().ok() };
+    let (views, writable) = (field("views")? - 1, field("writable")?);
+    let are = if views == 1 { "is" } else { "are" };
+    Some(format!(
+        "{} ({writable} writable) {are} live",
+        count(views.max(0) as u64, "other view", "other views")
     ))
 }
 

@@ -73,8 +73,12 @@ struct GilGuarded(Spares);
 // PyXBuffer) or attaches first (`PyXBufferOwned::drop` inside
 // `Python::try_attach`, leaking the slot when it cannot). In a build with
 // the GIL one thread is attached at a time, so the GIL orders every access,
-// as a mutex would. (PyO3 refuses to load a module into a sub-interpreter,
-// the one way two threads of a GIL build run Python at once.)
+// as a mutex would. Sub-interpreters do not change that: PyO3 0.30 imports a
+// top-level `#[pymodule]` into a legacy sub-interpreter, which shares the main
+// GIL; an interpreter with its own GIL -- the one way two threads of a GIL
+// build run Python at once -- refuses the module, which does not declare
+// `Py_MOD_PER_INTERPRETER_GIL_SUPPORTED` (CPython's default for a module
+// without the `Py_mod_multiple_interpreters` slot).
 #[cfg(not(Py_GIL_DISABLED))]
 unsafe impl Sync for GilGuarded {}
 

@@ -121,6 +121,11 @@ fn acquire_borrow(
             *current = after;
             return rc;
         }
+        drop(current);
+        // A grant decided tracked holds a registry borrow: give it back
+        // before deciding again.
+        // SAFETY: the view this call just counted in `after`, released once.
+        unsafe { sys::pyxbuf_borrow_release(&mut after, view) };
     }
 }
 

@@ -169,3 +169,35 @@ pub fn interleaved(py: Python<'_>) {
     assert!(row.cast::<PyArray1<f64>>().unwrap().try_readonly().is_err());
     drop((ex, rw));
 }
+
+/// Two rust-numpy borrows over the same bytes with different spacing
+/// (`a[0:10:3]` and `a[0:10]`): releasing the narrow one leaves the broad
+/// one held, so a borrow of `a[1:10:3]` (disjoint from the narrow one, inside
+/// the broad one) is still refused (issue 38, item 1: pyxbuf's table found the
+/// token by range alone and released the broad one's).
+pub fn same_range_other_spacing(py: Python<'_>) {
+    let a = numpy::PyArray1::<u8>::zeros(py, 16, false);
+    let slice = |start: isize, step: isize| {
+        a.call_method1(
+            "__getitem__",
+            (pyo3::types::PySlice::new(py, start, 10, step),),
+        )
+        .unwrap()
+    };
+    let (narrow, broad, other) = (slice(0, 3), slice(0, 1), slice(1, 3));
+    let narrow_ro = narrow.cast::<PyArray1<u8>>().unwrap().readonly();
+    let broad_ro = broad.cast::<PyArray1<u8>>().unwrap().readonly();
+    drop(narrow_ro);
+    refused(
+        py,
+        PyXBuffer::<u8, Exclusive>::get(&other),
+        "pyxbuf exclusive of a[1:10:3] under rust-numpy's a[0:10]",
+    );
+    assert!(other
+        .cast::<PyArray1<u8>>()
+        .unwrap()
+        .try_readwrite()
+        .is_err());
+    drop(broad_ro);
+    drop(PyXBuffer::<u8, Exclusive>::get(&other).expect("a[1:10:3] once a[0:10] is released"));
+}
