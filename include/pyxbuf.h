@@ -24,6 +24,16 @@
  * and registries synchronise themselves (GIL builds pay nothing for it). One
  * pyxbuf_view belongs to one thread at a time: acquire it on one thread and
  * release it on another only with a hand-over between them (a queue, a lock).
+ *
+ * Interpreters: the library's state is process-wide (the type cache, interned
+ * strings, the NumPy route's and the DLPack tables' state; the borrow registry
+ * is locked and shared by design). On a GIL build it relies on one GIL
+ * ordering every thread that runs Python: the main interpreter and legacy
+ * sub-interpreters (which share the main GIL) are supported; interpreters with
+ * their own GIL (PEP 684: concurrent.interpreters, _interpreters.create) are
+ * not. A module using pyxbuf must not declare
+ * Py_MOD_PER_INTERPRETER_GIL_SUPPORTED: CPython then refuses to import it into
+ * such an interpreter (ImportError) instead of letting two GILs race here.
  */
 #ifndef PYXBUF_H
 #define PYXBUF_H

@@ -28,9 +28,10 @@
 // Lifetime and threads, as for the C API: every call here -- get, try_get, the
 // destructor, move assignment (which releases what it held) -- needs the GIL
 // (an attached thread state). Element access reads memory only and needs no
-// GIL while the view is held. A view belongs to one thread at a time. In a
-// module that declares per-interpreter GIL support, define
-// PYXBUF_HPP_CONCURRENT before including this header (see spare_view_storage).
+// GIL while the view is held. A view belongs to one thread at a time. A module
+// using pyxbuf does not declare per-interpreter GIL support (pyxbuf.h,
+// Interpreters); PYXBUF_HPP_CONCURRENT makes this header's own state atomic
+// where something else than one GIL orders its callers (see spare_view_storage).
 // The pyxbuf_view lives in a heap block the view owns, at a fixed address for the
 // whole acquisition (the C struct may point into itself, so it is never
 // relocated): moving a view moves the pointer, the moved-from view holds
@@ -373,13 +374,13 @@ struct view_storage {
 
 // One released block kept for the next view, so that a view argument costs
 // no malloc/free pair per call (each extension compiling this header has its
-// own: the namespace is hidden, see PYXBUF_HPP_NAMESPACE). Views are made and released with the GIL held. Where one GIL
-// serializes every thread that runs this module, the slot is a plain pointer
-// (a locked exchange costs ~20 ns that no instruction count shows: measured
-// by make bench-args's wall clock). Under free-threaded CPython it is atomic,
-// and so it must be for a module that declares per-interpreter GIL support
-// (Py_MOD_PER_INTERPRETER_GIL_SUPPORTED: its interpreters run at once):
-// define PYXBUF_HPP_CONCURRENT before including this header there.
+// own: the namespace is hidden, see PYXBUF_HPP_NAMESPACE). Views are made and
+// released with the GIL held. Where one GIL serializes every thread that runs
+// this module, the slot is a plain pointer (a locked exchange costs ~20 ns
+// that no instruction count shows: measured by make bench-args's wall clock).
+// Under free-threaded CPython it is atomic, and so it is with
+// PYXBUF_HPP_CONCURRENT defined before including this header, for callers
+// that one GIL does not order.
 #if defined(Py_GIL_DISABLED) || defined(PYXBUF_HPP_CONCURRENT)
 inline std::atomic<view_storage *> spare_view_storage{nullptr};
 
