@@ -72,7 +72,8 @@ static PYXBUF_NOINLINE uint64_t strided_lattice(const Py_buffer *b, uint64_t *de
 }
 
 /* What a tracked borrow covers: the view's device, byte span and lattice. */
-static inline int tracked_key(PyObject *obj, const pyxbuf_view *view, pyxbuf_borrow_key *key) {
+static PYXBUF_ALWAYS_INLINE int tracked_key(PyObject *obj, const pyxbuf_view *view,
+                                            pyxbuf_borrow_key *key) {
     const Py_buffer *b = &view->base;
     pyxbuf_device device = {PYXBUF_DL_CPU, 0};
     if (PYXBUF_UNLIKELY(view->device != NULL)) pyxbuf_view_device(view, &device, NULL);
@@ -115,8 +116,8 @@ static PYXBUF_COLD int tracked_grant_slow(PyObject *obj, const pyxbuf_borrow_key
  * (no call through the table, no message buffer); else one call through the
  * table another copy installed (most extensions' case), with a one-byte
  * message buffer: only a refusal, rare, goes the slow way for its reason. */
-static inline int tracked_grant(PyObject *obj, const pyxbuf_borrow_key *key, int32_t exclusive,
-                                int64_t *token) {
+static PYXBUF_ALWAYS_INLINE int tracked_grant(PyObject *obj, const pyxbuf_borrow_key *key,
+                                             int32_t exclusive, int64_t *token) {
     const pyxbuf_shared_api *installed = PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__installed_shared_api);
     if (PYXBUF_LIKELY(installed == &pyxbuf__own_shared_api)) {
         registry_lock();
@@ -154,7 +155,8 @@ void pyxbuf__tracked_unregister(int64_t token) {
     if (token != 0) tracked_ungrant(token);
 }
 
-int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags) {
+/* Everything but tracked_acquire's common case (below). */
+static PYXBUF_NOINLINE int tracked_acquire_slow(PyObject *obj, pyxbuf_view *view, int32_t flags) {
     int32_t exclusive = (flags & PYXBUF_BORROW_EXCLUSIVE) != 0;
     if (PYXBUF_UNLIKELY(!exclusive && (flags & PyBUF_WRITABLE))) return refuse_writable_shared(obj);
     if (PYXBUF_UNLIKELY(view->base.suboffsets != NULL) && follows_pointers(&view->base))
@@ -175,6 +177,50 @@ int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags) {
     view->flags |= exclusive ? PYXBUF_BORROW_EXCLUSIVE : PYXBUF_BORROW_SHARED;
     if (!exclusive) view->base.readonly = 1; /* the holder of a shared borrow reads only */
     return 0;
+}
+
+/* Whether a host view is one C-order run of items, its bytes [buf, buf + len):
+ * 0-d or 1-D with unit strides (what memoryview, bytes, array.array and 1-D
+ * arrays hand out) without a walk, more dimensions through the walk; else 0
+ * (the full key, tracked_key). */
+static PYXBUF_ALWAYS_INLINE int simple_run(const pyxbuf_view *view) {
+    const Py_buffer *b = &view->base;
+    if (view->device != NULL || b->suboffsets != NULL) return 0;
+    if ((unsigned)b->ndim > 1) return pyxbuf__fills_c_order(b);
+    if (b->ndim == 0 || b->shape == NULL) return b->ndim == 0 || b->strides == NULL;
+    Py_ssize_t bytes;
+    return (b->strides == NULL || b->strides[0] == b->itemsize || b->shape[0] <= 1) &&
+           b->shape[0] >= 0 && PYXBUF__MUL_OK(b->shape[0], b->itemsize, &bytes) &&
+           bytes == b->len;
+}
+
+/* The common case in few instructions: a shared borrow of host memory in one
+ * C-order run (one item as far as conflicts go, stride_gcd 0), granted by
+ * this copy's own table, with no rust-numpy table to ask. */
+int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags) {
+    if (PYXBUF_LIKELY((flags & (PYXBUF_BORROW_EXCLUSIVE | PyBUF_WRITABLE)) == 0 &&
+                      simple_run(view) &&
+                      PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__installed_shared_api) ==
+                          &pyxbuf__own_shared_api &&
+                      (PYXBUF__FT_LOAD_RELAXED(&pyxbuf__rust_numpy_table_is_ours) ||
+                       view->base.obj == NULL ||
+                       pyxbuf__rust_numpy_known_other(view->base.obj)))) {
+        uint64_t buf = (uint64_t)(uintptr_t)view->base.buf;
+        pyxbuf_borrow_key key = {{PYXBUF_DL_CPU, 0, buf, buf + (uint64_t)view->base.len}, 0, 0, 0};
+        int64_t token = 0;
+        registry_lock();
+        int rc = registry_acquire_locked(&key, 0, &token, NULL, 0);
+        registry_unlock();
+        if (PYXBUF_LIKELY(rc == 0)) {
+            view->reserved[0] = 0;
+            view->borrow_token = token;
+            view->ext_flags |= PYXBUF_EXT_TRACKED | PYXBUF_EXT_SHARED;
+            view->flags |= PYXBUF_BORROW_SHARED;
+            view->base.readonly = 1; /* the holder of a shared borrow reads only */
+            return 0;
+        }
+    }
+    return tracked_acquire_slow(obj, view, flags); /* refusals say why from there */
 }
 
 void pyxbuf__tracked_release(pyxbuf_view *view) {
