@@ -352,7 +352,7 @@ PYXBUF_API void pyxbuf_release(pyxbuf_view *view);
  * registry (PYXBUF_EXT_TRACKED grants). */
 #define PYXBUF_SHARED_MODULE "_pyxbuf_shared"
 #define PYXBUF_SHARED_CAPSULE "_pyxbuf_shared.API"
-#define PYXBUF_SHARED_API_VERSION 3
+#define PYXBUF_SHARED_API_VERSION 4
 
 /* The bytes a borrow covers: [lo, hi) on one device. */
 typedef struct pyxbuf_borrow_range {
@@ -399,6 +399,12 @@ typedef struct pyxbuf_shared_api {
      * range counts as one item covering all of it). */
     int (*borrow_acquire_key)(const pyxbuf_borrow_key *key, int32_t exclusive, int64_t *token,
                               char *why, size_t why_cap);
+    /* Version 4: the installer's registry itself, for other copies of pyxbuf
+     * built with the same private layout (`registry_layout`), which then work
+     * on it inline under its lock instead of calling the functions above. Not
+     * for other code: the layout is pyxbuf's own and changes with the number. */
+    uint32_t registry_layout;
+    void *registry;
 } pyxbuf_shared_api;
 
 /* The shared table (installed on first call). Needs the GIL the first time.

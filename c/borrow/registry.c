@@ -8,11 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-tracked_borrow *pyxbuf__tracked = NULL;
-size_t pyxbuf__tracked_count = 0, pyxbuf__tracked_capacity = 0;
-size_t pyxbuf__tracked_exclusive = 0;
-int64_t pyxbuf__next_token = 1;
-atomic_flag pyxbuf__tracked_lock = ATOMIC_FLAG_INIT;
+registry_state pyxbuf__registry = {ATOMIC_FLAG_INIT, NULL, 0, 0, 0, 1};
+registry_state *pyxbuf__inline_registry = NULL;
 
 /* `why` may be NULL: the caller only wants to know (see tracked_acquire). */
 PYXBUF_COLD int pyxbuf__registry_conflict(const tracked_borrow *t, char *why, size_t why_cap) {
@@ -29,23 +26,26 @@ PYXBUF_COLD int pyxbuf__registry_conflict(const tracked_borrow *t, char *why, si
     return PYXBUF_EBORROW;
 }
 
-PYXBUF_COLD int pyxbuf__registry_grow(char *why, size_t why_cap) {
-    size_t cap = pyxbuf__tracked_capacity ? 2 * pyxbuf__tracked_capacity : 16;
-    tracked_borrow *grown = realloc(pyxbuf__tracked, cap * sizeof *grown);
+/* realloc: every copy in the process calls the one C library's allocator,
+ * so any copy working on the table inline may grow it. */
+PYXBUF_COLD int pyxbuf__registry_grow(registry_state *r, char *why, size_t why_cap) {
+    size_t cap = r->capacity ? 2 * r->capacity : 16;
+    tracked_borrow *grown = realloc(r->entries, cap * sizeof *grown);
     if (grown == NULL) {
         if (why != NULL) snprintf(why, why_cap, "out of memory in the borrow registry");
         return PYXBUF_ENOMEM;
     }
-    pyxbuf__tracked = grown;
-    pyxbuf__tracked_capacity = cap;
+    r->entries = grown;
+    r->capacity = cap;
     return 0;
 }
 
 static int registry_acquire_key(const pyxbuf_borrow_key *key, int32_t exclusive, int64_t *token,
                                 char *why, size_t why_cap) {
-    registry_lock();
-    int rc = registry_acquire_locked(key, exclusive, token, why, why_cap);
-    registry_unlock();
+    registry_state *r = &pyxbuf__registry;
+    registry_lock(r);
+    int rc = registry_acquire_locked(r, key, exclusive, token, why, why_cap);
+    registry_unlock(r);
     return rc;
 }
 
@@ -62,15 +62,17 @@ static int registry_acquire(const pyxbuf_borrow_range *range, int32_t exclusive,
 }
 
 static void registry_release(int64_t token) {
-    registry_lock();
-    registry_release_locked(token);
-    registry_unlock();
+    registry_state *r = &pyxbuf__registry;
+    registry_lock(r);
+    registry_release_locked(r, token);
+    registry_unlock(r);
 }
 
 static int64_t registry_live(void) {
-    registry_lock();
-    int64_t n = (int64_t)pyxbuf__tracked_count;
-    registry_unlock();
+    registry_state *r = &pyxbuf__registry;
+    registry_lock(r);
+    int64_t n = (int64_t)r->count;
+    registry_unlock(r);
     return n;
 }
 
@@ -85,6 +87,8 @@ const pyxbuf_shared_api pyxbuf__own_shared_api = {
     .borrow_release = registry_release,
     .borrow_live = registry_live,
     .borrow_acquire_key = registry_acquire_key,
+    .registry_layout = PYXBUF__REGISTRY_LAYOUT,
+    .registry = &pyxbuf__registry,
 };
 
 /* The table in use: pyxbuf__own_shared_api, or the one a copy loaded earlier
@@ -126,6 +130,16 @@ const pyxbuf_shared_api *pyxbuf_shared_api_get(void) {
                      pyxbuf_version_string());
         return NULL;
     }
+    /* Its registry inline where the layout is this copy's (the registry is
+     * published before the table: a thread that finds the table finds it). */
+    registry_state *inline_registry = NULL;
+    if (api == &pyxbuf__own_shared_api)
+        inline_registry = &pyxbuf__registry;
+    else if (api->version >= 4 && api->size >= offsetof(pyxbuf_shared_api, registry) +
+                                                   sizeof(void *) &&
+             api->registry_layout == PYXBUF__REGISTRY_LAYOUT && api->registry != NULL)
+        inline_registry = api->registry;
+    PYXBUF__FT_STORE_RELEASE(&pyxbuf__inline_registry, inline_registry);
     /* every thread finds the same table */
     PYXBUF__FT_STORE_RELEASE(&pyxbuf__installed_shared_api, api);
     return api;

@@ -21,30 +21,44 @@ typedef struct tracked_borrow {
     int32_t exclusive;
 } tracked_borrow;
 
-/* The table (registry.c): live borrows, how many, how many are
- * exclusive, the next token, and its lock. Touched only under the lock. */
-extern PYXBUF_HIDDEN tracked_borrow *pyxbuf__tracked;
-extern PYXBUF_HIDDEN size_t pyxbuf__tracked_count, pyxbuf__tracked_capacity;
-extern PYXBUF_HIDDEN size_t pyxbuf__tracked_exclusive; /* entries with exclusive set */
-extern PYXBUF_HIDDEN int64_t pyxbuf__next_token;
-extern PYXBUF_HIDDEN atomic_flag pyxbuf__tracked_lock;
+/* The table: live borrows, how many, how many are exclusive, the next token,
+ * and its lock; every field but the lock touched only under the lock. Every
+ * copy of the library has one (pyxbuf__registry); the copy that installed
+ * the shared table owns the one in use, and later copies built with the same
+ * layout (PYXBUF__REGISTRY_LAYOUT, published in the table from version 4)
+ * work on it inline, as the owner does, instead of through the table's
+ * function pointers: a tracked grant then costs the same in every copy. The
+ * layout only ever changes with a new layout number; a copy that finds
+ * another number uses the function pointers. */
+#define PYXBUF__REGISTRY_LAYOUT 1
+typedef struct registry_state {
+    atomic_flag lock;
+    tracked_borrow *entries;
+    size_t count, capacity;
+    size_t exclusive; /* entries with exclusive set */
+    int64_t next_token;
+} registry_state;
+
+extern PYXBUF_HIDDEN registry_state pyxbuf__registry;
 
 /* This copy's shared table, and the one in use: own, or the one a copy
  * loaded earlier installed (NULL until pyxbuf_shared_api_get). */
 extern PYXBUF_HIDDEN const pyxbuf_shared_api pyxbuf__own_shared_api;
 extern PYXBUF_HIDDEN const pyxbuf_shared_api *pyxbuf__installed_shared_api;
+/* The registry in use when this copy can work on it inline (its own, or the
+ * installer's of the same layout), else NULL: set with the installed table. */
+extern PYXBUF_HIDDEN registry_state *pyxbuf__inline_registry;
 
 /* The table is thread-safe (pyxbuf.h): foreign callers may come without the
  * GIL. The critical sections are a few dozen instructions, so a spin on one
  * atomic flag (uncontended: one exchange and one store) serves where a
  * pthread mutex cost ~110 instructions per lock and unlock. */
-static inline void registry_lock(void) {
-    while (atomic_flag_test_and_set_explicit(&pyxbuf__tracked_lock, memory_order_acquire))
-        sched_yield();
+static inline void registry_lock(registry_state *r) {
+    while (atomic_flag_test_and_set_explicit(&r->lock, memory_order_acquire)) sched_yield();
 }
 
-static inline void registry_unlock(void) {
-    atomic_flag_clear_explicit(&pyxbuf__tracked_lock, memory_order_release);
+static inline void registry_unlock(registry_state *r) {
+    atomic_flag_clear_explicit(&r->lock, memory_order_release);
 }
 
 static inline int ranges_overlap(const pyxbuf_borrow_range *a, const pyxbuf_borrow_range *b) {
@@ -148,19 +162,20 @@ static inline int keys_overlap(const pyxbuf_borrow_key *a, const pyxbuf_borrow_k
     return ranges_overlap(&a->range, &b->range) && items_meet(a, b);
 }
 
-/* `why` may be NULL: the caller only wants to know (see tracked_acquire). */
-/* The cold halves (registry.c): describe a conflict, grow the table. */
+/* The cold halves (registry.c): describe a conflict (`why` may be NULL: the
+ * caller only wants to know), grow the table. */
 int pyxbuf__registry_conflict(const tracked_borrow *t, char *why, size_t why_cap);
-int pyxbuf__registry_grow(char *why, size_t why_cap);
+int pyxbuf__registry_grow(registry_state *r, char *why, size_t why_cap);
 
 /* The first live borrow that conflicts with a request, or NULL. A shared
  * request conflicts only with exclusive borrows, so it scans only when some
  * are live (the common case: none). */
-static inline const tracked_borrow *registry_find_conflict(const pyxbuf_borrow_key *key,
-                                                    int32_t exclusive) {
-    if (!exclusive && pyxbuf__tracked_exclusive == 0) return NULL;
-    for (size_t i = 0; i < pyxbuf__tracked_count; i++) {
-        const tracked_borrow *t = &pyxbuf__tracked[i];
+static inline const tracked_borrow *registry_find_conflict(const registry_state *r,
+                                                           const pyxbuf_borrow_key *key,
+                                                           int32_t exclusive) {
+    if (!exclusive && r->exclusive == 0) return NULL;
+    for (size_t i = 0; i < r->count; i++) {
+        const tracked_borrow *t = &r->entries[i];
         if ((exclusive || t->exclusive) && keys_overlap(key, &t->key)) return t;
     }
     return NULL;
@@ -168,16 +183,17 @@ static inline const tracked_borrow *registry_find_conflict(const pyxbuf_borrow_k
 
 /* The live borrows are few (those of views alive right now), so a linear
  * scan beats any index. */
-static inline int registry_acquire_locked(const pyxbuf_borrow_key *key, int32_t exclusive,
-                                          int64_t *token, char *why, size_t why_cap) {
-    const tracked_borrow *conflict = registry_find_conflict(key, exclusive);
+static inline int registry_acquire_locked(registry_state *r, const pyxbuf_borrow_key *key,
+                                          int32_t exclusive, int64_t *token, char *why,
+                                          size_t why_cap) {
+    const tracked_borrow *conflict = registry_find_conflict(r, key, exclusive);
     if (PYXBUF_UNLIKELY(conflict != NULL)) return pyxbuf__registry_conflict(conflict, why, why_cap);
-    if (PYXBUF_UNLIKELY(pyxbuf__tracked_count == pyxbuf__tracked_capacity)) {
-        int rc = pyxbuf__registry_grow(why, why_cap);
+    if (PYXBUF_UNLIKELY(r->count == r->capacity)) {
+        int rc = pyxbuf__registry_grow(r, why, why_cap);
         if (rc != 0) return rc;
     }
-    *token = pyxbuf__next_token++;
-    tracked_borrow *t = &pyxbuf__tracked[pyxbuf__tracked_count++];
+    *token = r->next_token++;
+    tracked_borrow *t = &r->entries[r->count++];
     t->token = *token;
     t->key.range = key->range;
     t->key.stride_gcd = key->stride_gcd;
@@ -186,17 +202,16 @@ static inline int registry_acquire_locked(const pyxbuf_borrow_key *key, int32_t 
         t->key.itemsize = key->itemsize;
     }
     t->exclusive = exclusive;
-    pyxbuf__tracked_exclusive += exclusive != 0;
+    r->exclusive += exclusive != 0;
     return 0;
 }
 
 /* The newest borrow is the likeliest to go first: scan from the end. */
-static inline void registry_release_locked(int64_t token) {
-    for (size_t i = pyxbuf__tracked_count; i-- > 0;) {
-        if (pyxbuf__tracked[i].token != token) continue;
-        pyxbuf__tracked_exclusive -= pyxbuf__tracked[i].exclusive != 0;
-        if (i != --pyxbuf__tracked_count)
-            pyxbuf__tracked[i] = pyxbuf__tracked[pyxbuf__tracked_count];
+static inline void registry_release_locked(registry_state *r, int64_t token) {
+    for (size_t i = r->count; i-- > 0;) {
+        if (r->entries[i].token != token) continue;
+        r->exclusive -= r->entries[i].exclusive != 0;
+        if (i != --r->count) r->entries[i] = r->entries[r->count];
         return;
     }
 }

@@ -112,36 +112,39 @@ static PYXBUF_COLD int tracked_grant_slow(PyObject *obj, const pyxbuf_borrow_key
     return 0;
 }
 
-/* The registry's grant: inline when the installed table is this copy's own
- * (no call through the table, no message buffer); else one call through the
- * table another copy installed (most extensions' case), with a one-byte
- * message buffer: only a refusal, rare, goes the slow way for its reason. */
+/* The registry's grant: inline when this copy can work on the registry in
+ * use (its own, or the installer's of the same layout: most extensions'
+ * case), with no call and no message buffer; else one call through the
+ * table another copy installed, with a one-byte message buffer. Only a
+ * refusal, rare, goes the slow way for its reason. */
 static PYXBUF_ALWAYS_INLINE int tracked_grant(PyObject *obj, const pyxbuf_borrow_key *key,
                                              int32_t exclusive, int64_t *token) {
-    const pyxbuf_shared_api *installed = PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__installed_shared_api);
-    if (PYXBUF_LIKELY(installed == &pyxbuf__own_shared_api)) {
-        registry_lock();
-        int rc = registry_acquire_locked(key, exclusive, token, NULL, 0);
-        registry_unlock();
+    registry_state *r = PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__inline_registry);
+    if (PYXBUF_LIKELY(r != NULL)) {
+        registry_lock(r);
+        int rc = registry_acquire_locked(r, key, exclusive, token, NULL, 0);
+        registry_unlock(r);
         if (PYXBUF_LIKELY(rc == 0)) return 0;
-    } else if (installed != NULL) {
+    } else {
+        const pyxbuf_shared_api *installed = PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__installed_shared_api);
         char brief[1]; /* a writer bounded by why_cap leaves it alone or truncates */
-        if (PYXBUF_LIKELY(pyxbuf__shared_acquire_key(installed, key, exclusive, token, brief,
-                                                     sizeof brief) == 0))
+        if (installed != NULL && pyxbuf__shared_acquire_key(installed, key, exclusive, token, brief,
+                                                            sizeof brief) == 0)
             return 0;
     }
     return tracked_grant_slow(obj, key, exclusive, token);
 }
 
 static inline void tracked_ungrant(int64_t token) {
-    const pyxbuf_shared_api *api = PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__installed_shared_api);
-    if (PYXBUF_LIKELY(api == &pyxbuf__own_shared_api)) {
-        registry_lock();
-        registry_release_locked(token);
-        registry_unlock();
-    } else if (api != NULL) {
-        api->borrow_release(token);
+    registry_state *r = PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__inline_registry);
+    if (PYXBUF_LIKELY(r != NULL)) {
+        registry_lock(r);
+        registry_release_locked(r, token);
+        registry_unlock(r);
+        return;
     }
+    const pyxbuf_shared_api *api = PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__installed_shared_api);
+    if (api != NULL) api->borrow_release(token);
 }
 
 int pyxbuf__tracked_register(PyObject *obj, const pyxbuf_view *view, int32_t exclusive,
@@ -195,22 +198,21 @@ static PYXBUF_ALWAYS_INLINE int simple_run(const pyxbuf_view *view) {
 }
 
 /* The common case in few instructions: a shared borrow of host memory in one
- * C-order run (one item as far as conflicts go, stride_gcd 0), granted by
- * this copy's own table, with no rust-numpy table to ask. */
+ * C-order run (one item as far as conflicts go, stride_gcd 0), in a registry
+ * this copy works on inline, with no rust-numpy table to ask. */
 int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags) {
-    if (PYXBUF_LIKELY((flags & (PYXBUF_BORROW_EXCLUSIVE | PyBUF_WRITABLE)) == 0 &&
+    registry_state *r = PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__inline_registry);
+    if (PYXBUF_LIKELY((flags & (PYXBUF_BORROW_EXCLUSIVE | PyBUF_WRITABLE)) == 0 && r != NULL &&
                       simple_run(view) &&
-                      PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__installed_shared_api) ==
-                          &pyxbuf__own_shared_api &&
                       (PYXBUF__FT_LOAD_RELAXED(&pyxbuf__rust_numpy_table_is_ours) ||
                        view->base.obj == NULL ||
                        pyxbuf__rust_numpy_known_other(view->base.obj)))) {
         uint64_t buf = (uint64_t)(uintptr_t)view->base.buf;
         pyxbuf_borrow_key key = {{PYXBUF_DL_CPU, 0, buf, buf + (uint64_t)view->base.len}, 0, 0, 0};
         int64_t token = 0;
-        registry_lock();
-        int rc = registry_acquire_locked(&key, 0, &token, NULL, 0);
-        registry_unlock();
+        registry_lock(r);
+        int rc = registry_acquire_locked(r, &key, 0, &token, NULL, 0);
+        registry_unlock(r);
         if (PYXBUF_LIKELY(rc == 0)) {
             view->reserved[0] = 0;
             view->borrow_token = token;

@@ -135,8 +135,81 @@ TEST_CASE(counters_return_to_zero) {
     Py_DECREF(e);
 }
 
+/* A shared table installed by an older copy of pyxbuf (version 2: no dense
+ * bit, no registry to work on inline): this copy calls its functions, and
+ * hands it keys without the dense bit. Its registry here keeps live borrows
+ * by kind only (a conflict is any exclusive with anything). */
+static struct {
+    int calls, releases, shared, exclusive;
+    uint64_t last_itemsize;
+} older;
+
+static int older_acquire_key(const pyxbuf_borrow_key *key, int32_t exclusive, int64_t *token,
+                             char *why, size_t why_cap) {
+    older.calls++;
+    older.last_itemsize = key->itemsize;
+    if (older.exclusive > 0 || (exclusive && older.shared > 0)) {
+        snprintf(why, why_cap, "a borrow in the older table");
+        return PYXBUF_EBORROW;
+    }
+    if (exclusive) older.exclusive++;
+    else older.shared++;
+    *token = exclusive ? -1 : older.calls;
+    return 0;
+}
+
+static int older_acquire(const pyxbuf_borrow_range *range, int32_t exclusive, int64_t *token,
+                         char *why, size_t why_cap) {
+    pyxbuf_borrow_key key = {*range, 0, 0, 1};
+    return older_acquire_key(&key, exclusive, token, why, why_cap);
+}
+
+static void older_release(int64_t token) {
+    older.releases++;
+    if (token == -1) older.exclusive--;
+    else older.shared--;
+}
+
+static int64_t older_live(void) { return older.shared + older.exclusive; }
+
+TEST_CASE(an_older_installer_is_called_through_its_table) {
+    static pyxbuf_shared_api table;
+    table.version = 2;
+    table.size = (uint32_t)(offsetof(pyxbuf_shared_api, borrow_acquire_key) + sizeof(void *));
+    table.installer_version = "0.0.older";
+    table.borrow_acquire = older_acquire;
+    table.borrow_release = older_release;
+    table.borrow_live = older_live;
+    table.borrow_acquire_key = older_acquire_key;
+    PyObject *module = PyModule_New(PYXBUF_SHARED_MODULE);
+    PyObject *capsule = PyCapsule_New(&table, PYXBUF_SHARED_CAPSULE, NULL);
+    CHECK(module && capsule && PyModule_AddObjectRef(module, "API", capsule) == 0);
+    CHECK(PyDict_SetItemString(PyImport_GetModuleDict(), PYXBUF_SHARED_MODULE, module) == 0);
+    Py_DECREF(capsule);
+    Py_DECREF(module);
+    CHECK(pyxbuf_shared_api_get() == &table);
+
+    PyObject *data = py_eval("bytearray(64)");
+    PyObject *strided = py_eval("memoryview(bytearray(64))[::4]"); /* a dense key */
+    pyxbuf_view a, b;
+    CHECK(pyxbuf_get(data, &a, SHARED) == 0);
+    CHECK_INT_EQ(a.ext_flags, PYXBUF_EXT_TRACKED | PYXBUF_EXT_SHARED);
+    CHECK_INT_EQ(older.calls, 1);
+    CHECK(pyxbuf_get(data, &b, EXCLUSIVE) == -1);
+    CHECK_CONTAINS(take_error(PyExc_BufferError), "a borrow in the older table");
+    pyxbuf_release(&a);
+    CHECK_INT_EQ(older.releases, 1);
+    CHECK(pyxbuf_get(strided, &a, SHARED) == 0);
+    CHECK(older.last_itemsize == 1); /* no dense bit for a table older than version 3 */
+    pyxbuf_release(&a);
+    CHECK_INT_EQ((int)older_live(), 0);
+    Py_DECREF(strided);
+    Py_DECREF(data);
+}
+
 PYTHON_TEST_MAIN(TEST_ENTRY(shared_plus_shared_is_granted), TEST_ENTRY(shared_then_exclusive_is_refused),
                  TEST_ENTRY(exclusive_refuses_everything),
                  TEST_ENTRY(shared_borrow_makes_plain_views_read_only),
                  TEST_ENTRY(writable_view_makes_shared_borrow_tracked), TEST_ENTRY(writable_shared_is_refused),
-                 TEST_ENTRY(counters_return_to_zero))
+                 TEST_ENTRY(counters_return_to_zero),
+                 TEST_ENTRY(an_older_installer_is_called_through_its_table))

@@ -45,7 +45,7 @@ pub const PYXBUF_INLINE_NDIM: usize = 8;
 pub const PYXBUF_MAX_NDIM: usize = 64;
 pub const PYXBUF_SHARED_MODULE: &::std::ffi::CStr = c"_pyxbuf_shared";
 pub const PYXBUF_SHARED_CAPSULE: &::std::ffi::CStr = c"_pyxbuf_shared.API";
-pub const PYXBUF_SHARED_API_VERSION: u32 = 3;
+pub const PYXBUF_SHARED_API_VERSION: u32 = 4;
 pub const PYXBUF_DEVICE_DLPACK: &::std::ffi::CStr = c"pyxbuf.dlpack";
 pub const PYXBUF_DEVICE_CPU: &::std::ffi::CStr = c"cpu";
 pub const PYXBUF_DL_CPU: i32 = 1;
@@ -329,10 +329,16 @@ pub struct pyxbuf_shared_api {
             why_cap: usize,
         ) -> ::std::os::raw::c_int,
     >,
+    /** Version 4: the installer's registry itself, for other copies of pyxbuf
+ built with the same private layout (`registry_layout`), which then work
+ on it inline under its lock instead of calling the functions above. Not
+ for other code: the layout is pyxbuf's own and changes with the number.*/
+    pub registry_layout: u32,
+    pub registry: *mut ::std::os::raw::c_void,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of pyxbuf_shared_api"][::std::mem::size_of::<pyxbuf_shared_api>() - 48usize];
+    ["Size of pyxbuf_shared_api"][::std::mem::size_of::<pyxbuf_shared_api>() - 64usize];
     [
         "Alignment of pyxbuf_shared_api",
     ][::std::mem::align_of::<pyxbuf_shared_api>() - 8usize];
@@ -357,6 +363,12 @@ const _: () = {
     [
         "Offset of field: pyxbuf_shared_api::borrow_acquire_key",
     ][::std::mem::offset_of!(pyxbuf_shared_api, borrow_acquire_key) - 40usize];
+    [
+        "Offset of field: pyxbuf_shared_api::registry_layout",
+    ][::std::mem::offset_of!(pyxbuf_shared_api, registry_layout) - 48usize];
+    [
+        "Offset of field: pyxbuf_shared_api::registry",
+    ][::std::mem::offset_of!(pyxbuf_shared_api, registry) - 56usize];
 };
 impl Default for pyxbuf_shared_api {
     fn default() -> Self {
