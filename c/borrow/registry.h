@@ -61,6 +61,13 @@ static inline void registry_unlock(registry_state *r) {
     atomic_flag_clear_explicit(&r->lock, memory_order_release);
 }
 
+/* One try at the lock, for the inline fast paths: they make no call (so they
+ * save no registers), and when the lock is busy they leave the wait to the
+ * full path. 1 when taken. */
+static inline int registry_try_lock(registry_state *r) {
+    return !atomic_flag_test_and_set_explicit(&r->lock, memory_order_acquire);
+}
+
 static inline int ranges_overlap(const pyxbuf_borrow_range *a, const pyxbuf_borrow_range *b) {
     if (a->lo == a->hi || b->lo == b->hi) return 0; /* no bytes, no conflict */
     return a->device_type == b->device_type && a->device_id == b->device_id && a->lo < b->hi &&
@@ -181,6 +188,24 @@ static inline const tracked_borrow *registry_find_conflict(const registry_state 
     return NULL;
 }
 
+/* A new entry for `key` (the table has room): its token. */
+static PYXBUF_ALWAYS_INLINE int64_t registry_append_locked(registry_state *r,
+                                                          const pyxbuf_borrow_key *key,
+                                                          int32_t exclusive) {
+    int64_t token = r->next_token++;
+    tracked_borrow *t = &r->entries[r->count++];
+    t->token = token;
+    t->key.range = key->range;
+    t->key.stride_gcd = key->stride_gcd;
+    if (key->stride_gcd != 0) { /* else unset, and never read (lattices_meet) */
+        t->key.first = key->first;
+        t->key.itemsize = key->itemsize;
+    }
+    t->exclusive = exclusive;
+    r->exclusive += exclusive != 0;
+    return token;
+}
+
 /* The live borrows are few (those of views alive right now), so a linear
  * scan beats any index. */
 static inline int registry_acquire_locked(registry_state *r, const pyxbuf_borrow_key *key,
@@ -192,18 +217,18 @@ static inline int registry_acquire_locked(registry_state *r, const pyxbuf_borrow
         int rc = pyxbuf__registry_grow(r, why, why_cap);
         if (rc != 0) return rc;
     }
-    *token = r->next_token++;
-    tracked_borrow *t = &r->entries[r->count++];
-    t->token = *token;
-    t->key.range = key->range;
-    t->key.stride_gcd = key->stride_gcd;
-    if (key->stride_gcd != 0) { /* else unset, and never read (lattices_meet) */
-        t->key.first = key->first;
-        t->key.itemsize = key->itemsize;
-    }
-    t->exclusive = exclusive;
-    r->exclusive += exclusive != 0;
+    *token = registry_append_locked(r, key, exclusive);
     return 0;
+}
+
+/* A shared borrow of the host bytes [lo, hi) as one item, appended when no
+ * exclusive borrow is live (a shared request then conflicts with nothing)
+ * and the table has room: its token, else 0 (the caller takes the full
+ * path, which grows the table or finds the conflict). */
+static inline int64_t registry_append_shared_locked(registry_state *r, uint64_t lo, uint64_t hi) {
+    if (r->exclusive != 0 || r->count == r->capacity) return 0;
+    pyxbuf_borrow_key key = {{PYXBUF_DL_CPU, 0, lo, hi}, 0, 0, 0};
+    return registry_append_locked(r, &key, 0);
 }
 
 /* The newest borrow is the likeliest to go first: scan from the end. */

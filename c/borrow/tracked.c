@@ -197,23 +197,22 @@ static PYXBUF_ALWAYS_INLINE int simple_run(const pyxbuf_view *view) {
            bytes == b->len;
 }
 
-/* The common case in few instructions: a shared borrow of host memory in one
- * C-order run (one item as far as conflicts go, stride_gcd 0), in a registry
- * this copy works on inline, with no rust-numpy table to ask. */
+/* The common case in few instructions and no call (it saves no registers):
+ * a shared borrow of host memory in one C-order run (one item as far as
+ * conflicts go), in a registry this copy works on inline, whose lock is free,
+ * with no exclusive borrow live and no rust-numpy table to ask. */
 int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags) {
     registry_state *r = PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__inline_registry);
     if (PYXBUF_LIKELY((flags & (PYXBUF_BORROW_EXCLUSIVE | PyBUF_WRITABLE)) == 0 && r != NULL &&
                       simple_run(view) &&
                       (PYXBUF__FT_LOAD_RELAXED(&pyxbuf__rust_numpy_table_is_ours) ||
                        view->base.obj == NULL ||
-                       pyxbuf__rust_numpy_known_other(view->base.obj)))) {
+                       pyxbuf__rust_numpy_known_other(view->base.obj)) &&
+                      registry_try_lock(r))) {
         uint64_t buf = (uint64_t)(uintptr_t)view->base.buf;
-        pyxbuf_borrow_key key = {{PYXBUF_DL_CPU, 0, buf, buf + (uint64_t)view->base.len}, 0, 0, 0};
-        int64_t token = 0;
-        registry_lock(r);
-        int rc = registry_acquire_locked(r, &key, 0, &token, NULL, 0);
+        int64_t token = registry_append_shared_locked(r, buf, buf + (uint64_t)view->base.len);
         registry_unlock(r);
-        if (PYXBUF_LIKELY(rc == 0)) {
+        if (PYXBUF_LIKELY(token != 0)) {
             view->reserved[0] = 0;
             view->borrow_token = token;
             view->ext_flags |= PYXBUF_EXT_TRACKED | PYXBUF_EXT_SHARED;
@@ -225,9 +224,23 @@ int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags) {
     return tracked_acquire_slow(obj, view, flags); /* refusals say why from there */
 }
 
-void pyxbuf__tracked_release(pyxbuf_view *view) {
+static PYXBUF_NOINLINE void tracked_release_slow(pyxbuf_view *view) {
     if (PYXBUF_LIKELY(view->borrow_token != 0)) tracked_ungrant(view->borrow_token);
     view->borrow_token = 0;
     if (PYXBUF_UNLIKELY(view->reserved[0] != 0)) pyxbuf__rust_numpy_release(view);
     view->ext_flags &= ~PYXBUF_EXT_TRACKED;
+}
+
+/* As tracked_acquire: the common case without a call, the rest out of line. */
+void pyxbuf__tracked_release(pyxbuf_view *view) {
+    registry_state *r = PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__inline_registry);
+    if (PYXBUF_LIKELY(r != NULL && view->reserved[0] == 0 && view->borrow_token != 0 &&
+                      registry_try_lock(r))) {
+        registry_release_locked(r, view->borrow_token);
+        registry_unlock(r);
+        view->borrow_token = 0;
+        view->ext_flags &= ~PYXBUF_EXT_TRACKED;
+        return;
+    }
+    tracked_release_slow(view);
 }
