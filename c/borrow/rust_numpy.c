@@ -159,16 +159,23 @@ static int table_acquire(PyObject *array, int32_t exclusive) {
 /* The entry of this array's borrow of this kind: the one whose recorded key
  * the array still has (two borrows of one array object taken before and
  * after a reshape are told apart), else the newest of that array (its
- * layout changed since). -1 when the array holds none. */
+ * layout changed since). rust-numpy releases with the array it borrowed
+ * (it holds it meanwhile); a caller that releases through another array
+ * object releases an entry of the same kind and whole key. -1 when none. */
 static ptrdiff_t find_borrow(PyObject *array, int32_t exclusive, const pyxbuf_borrow_key *now) {
-    ptrdiff_t newest = -1;
+    ptrdiff_t newest = -1, same = -1;
     for (size_t i = numpy_borrow_count; i-- > 0;) {
         const numpy_borrow *b = &numpy_borrows[i];
-        if (b->array != array || b->exclusive != exclusive) continue;
-        if (now != NULL && same_key(&b->key, now)) return (ptrdiff_t)i;
+        if (b->exclusive != exclusive) continue;
+        int key_matches = now != NULL && same_key(&b->key, now);
+        if (b->array != array) {
+            if (key_matches && same < 0) same = (ptrdiff_t)i;
+            continue;
+        }
+        if (key_matches) return (ptrdiff_t)i;
         if (newest < 0) newest = (ptrdiff_t)i;
     }
-    return newest;
+    return newest >= 0 ? newest : same;
 }
 
 static void table_release(PyObject *array, int32_t exclusive) {
