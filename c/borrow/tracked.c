@@ -158,6 +158,28 @@ void pyxbuf__tracked_unregister(int64_t token) {
     if (token != 0) tracked_ungrant(token);
 }
 
+/* Whether a tracked borrow of this view must also be taken in rust-numpy's
+ * own table: NumPy's capsule is not pyxbuf's and the object may be an
+ * ndarray (rust_numpy.c decides). */
+static PYXBUF_ALWAYS_INLINE int may_ask_rust_numpy(const pyxbuf_view *view) {
+    return !PYXBUF__FT_LOAD_RELAXED(&pyxbuf__rust_numpy_table_is_ours) &&
+           view->base.obj != NULL && !pyxbuf__rust_numpy_known_other(view->base.obj);
+}
+
+/* The view's fields once its tracked borrow `token` is held, and back. */
+static PYXBUF_ALWAYS_INLINE void mark_tracked(pyxbuf_view *view, int64_t token,
+                                             int32_t exclusive) {
+    view->borrow_token = token;
+    view->ext_flags |= PYXBUF_EXT_TRACKED | (exclusive ? PYXBUF_EXT_EXCLUSIVE : PYXBUF_EXT_SHARED);
+    view->flags |= exclusive ? PYXBUF_BORROW_EXCLUSIVE : PYXBUF_BORROW_SHARED;
+    if (!exclusive) view->base.readonly = 1; /* the holder of a shared borrow reads only */
+}
+
+static PYXBUF_ALWAYS_INLINE void unmark_tracked(pyxbuf_view *view) {
+    view->borrow_token = 0;
+    view->ext_flags &= ~PYXBUF_EXT_TRACKED;
+}
+
 /* Everything but tracked_acquire's common case (below). */
 static PYXBUF_NOINLINE int tracked_acquire_slow(PyObject *obj, pyxbuf_view *view, int32_t flags) {
     int32_t exclusive = (flags & PYXBUF_BORROW_EXCLUSIVE) != 0;
@@ -169,16 +191,12 @@ static PYXBUF_NOINLINE int tracked_acquire_slow(PyObject *obj, pyxbuf_view *view
     int64_t token = 0;
     if (PYXBUF_UNLIKELY(tracked_grant(obj, &key, exclusive, &token) < 0)) return -1;
     view->reserved[0] = 0;
-    if (PYXBUF_UNLIKELY(!PYXBUF__FT_LOAD_RELAXED(&pyxbuf__rust_numpy_table_is_ours)) &&
-        view->base.obj != NULL && !pyxbuf__rust_numpy_known_other(view->base.obj) &&
+    if (PYXBUF_UNLIKELY(may_ask_rust_numpy(view)) &&
         pyxbuf__rust_numpy_acquire(view, exclusive) < 0) {
         tracked_ungrant(token);
         return -1;
     }
-    view->borrow_token = token;
-    view->ext_flags |= PYXBUF_EXT_TRACKED | (exclusive ? PYXBUF_EXT_EXCLUSIVE : PYXBUF_EXT_SHARED);
-    view->flags |= exclusive ? PYXBUF_BORROW_EXCLUSIVE : PYXBUF_BORROW_SHARED;
-    if (!exclusive) view->base.readonly = 1; /* the holder of a shared borrow reads only */
+    mark_tracked(view, token, exclusive);
     return 0;
 }
 
@@ -204,20 +222,13 @@ static PYXBUF_ALWAYS_INLINE int simple_run(const pyxbuf_view *view) {
 int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags) {
     registry_state *r = PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__inline_registry);
     if (PYXBUF_LIKELY((flags & (PYXBUF_BORROW_EXCLUSIVE | PyBUF_WRITABLE)) == 0 && r != NULL &&
-                      simple_run(view) &&
-                      (PYXBUF__FT_LOAD_RELAXED(&pyxbuf__rust_numpy_table_is_ours) ||
-                       view->base.obj == NULL ||
-                       pyxbuf__rust_numpy_known_other(view->base.obj)) &&
-                      registry_try_lock(r))) {
+                      simple_run(view) && !may_ask_rust_numpy(view) && registry_try_lock(r))) {
         uint64_t buf = (uint64_t)(uintptr_t)view->base.buf;
         int64_t token = registry_append_shared_locked(r, buf, buf + (uint64_t)view->base.len);
         registry_unlock(r);
         if (PYXBUF_LIKELY(token != 0)) {
             view->reserved[0] = 0;
-            view->borrow_token = token;
-            view->ext_flags |= PYXBUF_EXT_TRACKED | PYXBUF_EXT_SHARED;
-            view->flags |= PYXBUF_BORROW_SHARED;
-            view->base.readonly = 1; /* the holder of a shared borrow reads only */
+            mark_tracked(view, token, 0);
             return 0;
         }
     }
@@ -226,9 +237,8 @@ int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags) {
 
 static PYXBUF_NOINLINE void tracked_release_slow(pyxbuf_view *view) {
     if (PYXBUF_LIKELY(view->borrow_token != 0)) tracked_ungrant(view->borrow_token);
-    view->borrow_token = 0;
     if (PYXBUF_UNLIKELY(view->reserved[0] != 0)) pyxbuf__rust_numpy_release(view);
-    view->ext_flags &= ~PYXBUF_EXT_TRACKED;
+    unmark_tracked(view);
 }
 
 /* As tracked_acquire: the common case without a call, the rest out of line. */
@@ -238,8 +248,7 @@ void pyxbuf__tracked_release(pyxbuf_view *view) {
                       registry_try_lock(r))) {
         registry_release_locked(r, view->borrow_token);
         registry_unlock(r);
-        view->borrow_token = 0;
-        view->ext_flags &= ~PYXBUF_EXT_TRACKED;
+        unmark_tracked(view);
         return;
     }
     tracked_release_slow(view);
