@@ -152,15 +152,14 @@ static inline int runs_meet(item_run a, item_run b) {
 static inline int items_meet(const pyxbuf_borrow_key *a, const pyxbuf_borrow_key *b) {
     item_run ra, rb;
     if (run_of(a, &ra) && run_of(b, &rb)) {
-        if (ra.count == 1 || (rb.count > 1 && ra.step >= rb.step)) {
-            if (ra.count == 1 || ra.step % rb.step == 0) {
-                int meet = runs_meet(ra, rb);
-                if (meet >= 0) return meet;
-            }
-        } else if (rb.count == 1 || rb.step % ra.step == 0) {
-            int meet = runs_meet(rb, ra);
-            if (meet >= 0) return meet;
+        /* ra: the single item, else the larger step (rb.step > 0 then). */
+        if (rb.count == 1 || (ra.count > 1 && ra.step < rb.step)) {
+            item_run t = ra;
+            ra = rb;
+            rb = t;
         }
+        int meet = ra.count == 1 || ra.step % rb.step == 0 ? runs_meet(ra, rb) : -1;
+        if (meet >= 0) return meet;
     }
     return lattices_meet(a, b);
 }
