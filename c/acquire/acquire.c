@@ -11,6 +11,7 @@
  * it first keeps classic CPU arrays on the fast path. */
 
 #include "acquire/acquire.h"
+#include "borrow/tracked_fast.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -303,7 +304,16 @@ static PYXBUF_ALWAYS_INLINE int classic_fast_call(PyObject *obj, PyTypeObject *t
     int rc = tp->tp_as_buffer->bf_getbuffer(obj, &view->base, flags & CLASSIC_RANGE);
     if (PYXBUF_UNLIKELY(rc < 0 || (unsigned)view->base.ndim > PYXBUF_MAX_NDIM))
         return classic_fast_failed(obj, view, flags, rc);
-    if (flags & (PyBUF_WRITABLE | BORROW_FLAGS)) { /* one test for the plain read */
+    if (PYXBUF_UNLIKELY(flags & (PyBUF_WRITABLE | BORROW_FLAGS))) { /* one test for the plain read */
+        if (PYXBUF_LIKELY(!(flags & (PyBUF_WRITABLE | PYXBUF_BORROW_EXCLUSIVE)))) {
+            /* A shared borrow (borrow bits here, neither writable nor
+             * exclusive): the common grant inline, with no call and so no
+             * register saved for it (a classic producer's view is host
+             * memory); the rest, and its refusals, through track_if_asked. */
+            view->state = PYXBUF__STATE_ACQUIRED;
+            if (PYXBUF_LIKELY(pyxbuf__tracked_shared_fast(view, 1))) return 1;
+            return track_if_asked(obj, view, flags) == 0 ? 1 : -2;
+        }
         if (PYXBUF_UNLIKELY((flags & PyBUF_WRITABLE) && view->base.readonly))
             return classic_fast_failed(obj, view, flags, rc);
         view->state = PYXBUF__STATE_ACQUIRED;
@@ -502,7 +512,10 @@ void pyxbuf_release(pyxbuf_view *view) {
 #endif
         return;
     }
-    if (PYXBUF_UNLIKELY(view->ext_flags & PYXBUF_EXT_TRACKED))
+    /* A TRACKED view's common release inline (tracked_fast.h), the rest out
+     * of line. */
+    if (PYXBUF_UNLIKELY(view->ext_flags & PYXBUF_EXT_TRACKED) &&
+        !pyxbuf__tracked_release_fast(view))
         release_tracked(view);
     else
         release_acquired(view);

@@ -1,7 +1,8 @@
-/* registry.h -- the cooperative borrow registry's table, for the two
- * files that use it: registry.c (the shared table's functions, which
- * other copies of the library call) and tracked.c (tracked grants,
- * whose hot path takes the lock and scans the table inline). */
+/* registry.h -- the cooperative borrow registry's table, for the files
+ * that work on it: registry.c (the shared table's functions, which other
+ * copies of the library call), tracked.c (tracked grants) and
+ * tracked_fast.h (their common case, which takes the lock and appends
+ * inline, and which acquire.c inlines too). */
 #ifndef PYXBUF_BORROW_REGISTRY_H
 #define PYXBUF_BORROW_REGISTRY_H
 
@@ -220,14 +221,24 @@ static inline int registry_acquire_locked(registry_state *r, const pyxbuf_borrow
     return 0;
 }
 
-/* A shared borrow of the host bytes [lo, hi) as one item, appended when no
+/* Whether a shared borrow can be appended without the full path: no
  * exclusive borrow is live (a shared request then conflicts with nothing)
- * and the table has room: its token, else 0 (the caller takes the full
- * path, which grows the table or finds the conflict). */
-static inline int64_t registry_append_shared_locked(registry_state *r, uint64_t lo, uint64_t hi) {
-    if (r->exclusive != 0 || r->count == r->capacity) return 0;
-    pyxbuf_borrow_key key = {{PYXBUF_DL_CPU, 0, lo, hi}, 0, 0, 0};
-    return registry_append_locked(r, &key, 0);
+ * and the table has room (else the full path grows it). */
+static inline int registry_shared_room_locked(const registry_state *r) {
+    return r->exclusive == 0 && r->count != r->capacity;
+}
+
+/* A shared borrow of the host bytes [lo, hi) as one item, when
+ * registry_shared_room_locked: its token. */
+static PYXBUF_ALWAYS_INLINE int64_t registry_append_shared_locked(registry_state *r, uint64_t lo,
+                                                                 uint64_t hi) {
+    int64_t token = r->next_token++;
+    tracked_borrow *t = &r->entries[r->count++];
+    t->token = token;
+    t->key.range = (pyxbuf_borrow_range){PYXBUF_DL_CPU, 0, lo, hi};
+    t->key.stride_gcd = 0; /* one item: first and itemsize unread (lattices_meet) */
+    t->exclusive = 0;      /* and r->exclusive stays as it is: 0 */
+    return token;
 }
 
 /* The newest borrow is the likeliest to go first: scan from the end. */

@@ -3,7 +3,7 @@
  * nothing of borrows, keyed by the view's device, span and lattice, and
  * mirrored in rust-numpy's borrow checker for NumPy arrays. */
 
-#include "borrow/registry.h"
+#include "borrow/tracked_fast.h"
 
 #include <stdio.h>
 
@@ -158,28 +158,6 @@ void pyxbuf__tracked_unregister(int64_t token) {
     if (token != 0) tracked_ungrant(token);
 }
 
-/* Whether a tracked borrow of this view must also be taken in rust-numpy's
- * own table: NumPy's capsule is not pyxbuf's and the object may be an
- * ndarray (rust_numpy.c decides). */
-static PYXBUF_ALWAYS_INLINE int may_ask_rust_numpy(const pyxbuf_view *view) {
-    return !PYXBUF__FT_LOAD_RELAXED(&pyxbuf__rust_numpy_table_is_ours) &&
-           view->base.obj != NULL && !pyxbuf__rust_numpy_known_other(view->base.obj);
-}
-
-/* The view's fields once its tracked borrow `token` is held, and back. */
-static PYXBUF_ALWAYS_INLINE void mark_tracked(pyxbuf_view *view, int64_t token,
-                                             int32_t exclusive) {
-    view->borrow_token = token;
-    view->ext_flags |= PYXBUF_EXT_TRACKED | (exclusive ? PYXBUF_EXT_EXCLUSIVE : PYXBUF_EXT_SHARED);
-    view->flags |= exclusive ? PYXBUF_BORROW_EXCLUSIVE : PYXBUF_BORROW_SHARED;
-    if (!exclusive) view->base.readonly = 1; /* the holder of a shared borrow reads only */
-}
-
-static PYXBUF_ALWAYS_INLINE void unmark_tracked(pyxbuf_view *view) {
-    view->borrow_token = 0;
-    view->ext_flags &= ~PYXBUF_EXT_TRACKED;
-}
-
 /* Everything but tracked_acquire's common case (below). */
 static PYXBUF_NOINLINE int tracked_acquire_slow(PyObject *obj, pyxbuf_view *view, int32_t flags) {
     int32_t exclusive = (flags & PYXBUF_BORROW_EXCLUSIVE) != 0;
@@ -191,65 +169,32 @@ static PYXBUF_NOINLINE int tracked_acquire_slow(PyObject *obj, pyxbuf_view *view
     int64_t token = 0;
     if (PYXBUF_UNLIKELY(tracked_grant(obj, &key, exclusive, &token) < 0)) return -1;
     view->reserved[0] = 0;
-    if (PYXBUF_UNLIKELY(may_ask_rust_numpy(view)) &&
+    if (PYXBUF_UNLIKELY(pyxbuf__may_ask_rust_numpy(view)) &&
         pyxbuf__rust_numpy_acquire(view, exclusive) < 0) {
         tracked_ungrant(token);
         return -1;
     }
-    mark_tracked(view, token, exclusive);
+    pyxbuf__mark_tracked(view, token, exclusive);
     return 0;
 }
 
-/* Whether a host view is one C-order run of items, its bytes [buf, buf + len):
- * 0-d or 1-D with unit strides (what memoryview, bytes, array.array and 1-D
- * arrays hand out) without a walk, more dimensions through the walk; else 0
- * (the full key, tracked_key). */
-static PYXBUF_ALWAYS_INLINE int simple_run(const pyxbuf_view *view) {
-    const Py_buffer *b = &view->base;
-    if (view->device != NULL || b->suboffsets != NULL) return 0;
-    if ((unsigned)b->ndim > 1) return pyxbuf__fills_c_order(b);
-    if (b->ndim == 0 || b->shape == NULL) return b->ndim == 0 || b->strides == NULL;
-    Py_ssize_t bytes;
-    return (b->strides == NULL || b->strides[0] == b->itemsize || b->shape[0] <= 1) &&
-           b->shape[0] >= 0 && PYXBUF__MUL_OK(b->shape[0], b->itemsize, &bytes) &&
-           bytes == b->len;
-}
-
-/* The common case in few instructions and no call (it saves no registers):
- * a shared borrow of host memory in one C-order run (one item as far as
- * conflicts go), in a registry this copy works on inline, whose lock is free,
- * with no exclusive borrow live and no rust-numpy table to ask. */
+/* The common case (tracked_fast.h) without a call, the rest out of line;
+ * refusals say why from there. */
 int pyxbuf__tracked_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags) {
-    registry_state *r = PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__inline_registry);
-    if (PYXBUF_LIKELY((flags & (PYXBUF_BORROW_EXCLUSIVE | PyBUF_WRITABLE)) == 0 && r != NULL &&
-                      simple_run(view) && !may_ask_rust_numpy(view) && registry_try_lock(r))) {
-        uint64_t buf = (uint64_t)(uintptr_t)view->base.buf;
-        int64_t token = registry_append_shared_locked(r, buf, buf + (uint64_t)view->base.len);
-        registry_unlock(r);
-        if (PYXBUF_LIKELY(token != 0)) {
-            view->reserved[0] = 0;
-            mark_tracked(view, token, 0);
-            return 0;
-        }
-    }
-    return tracked_acquire_slow(obj, view, flags); /* refusals say why from there */
+    if (PYXBUF_LIKELY((flags & (PYXBUF_BORROW_EXCLUSIVE | PyBUF_WRITABLE)) == 0) &&
+        pyxbuf__tracked_shared_fast(view, 0))
+        return 0;
+    return tracked_acquire_slow(obj, view, flags);
 }
 
 static PYXBUF_NOINLINE void tracked_release_slow(pyxbuf_view *view) {
     if (PYXBUF_LIKELY(view->borrow_token != 0)) tracked_ungrant(view->borrow_token);
     if (PYXBUF_UNLIKELY(view->reserved[0] != 0)) pyxbuf__rust_numpy_release(view);
-    unmark_tracked(view);
+    pyxbuf__unmark_tracked(view);
 }
 
 /* As tracked_acquire: the common case without a call, the rest out of line. */
 void pyxbuf__tracked_release(pyxbuf_view *view) {
-    registry_state *r = PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__inline_registry);
-    if (PYXBUF_LIKELY(r != NULL && view->reserved[0] == 0 && view->borrow_token != 0 &&
-                      registry_try_lock(r))) {
-        registry_release_locked(r, view->borrow_token);
-        registry_unlock(r);
-        unmark_tracked(view);
-        return;
-    }
+    if (PYXBUF_LIKELY(pyxbuf__tracked_release_fast(view))) return;
     tracked_release_slow(view);
 }
