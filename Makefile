@@ -15,7 +15,7 @@ CMAKE_ARGS ?=
 export PYTHONDONTWRITEBYTECODE := 1
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build build-release-check check-layers test test-c test-python test-rust test-pymodules test-packaged-crates test-wheel pymodules pythons pythons-tsan python-pep test-python-pep bench-pep test-matrix test-tsan-ft demo demo-needs clean \
+.PHONY: all build build-release-check check-layers test test-c test-python test-rust test-pymodules test-torch torch test-packaged-crates test-wheel pymodules pythons pythons-tsan python-pep test-python-pep bench-pep test-matrix test-tsan-ft demo demo-needs clean \
 	distclean venv libclang bindings asan-build test-asan test-asan-c test-asan-python \
 	clang fuzz fuzz-build fuzz-borrows \
 	valgrind-build test-valgrind tsan-build test-tsan
@@ -46,6 +46,7 @@ help:
 	@echo '  test-python           python-tests/ (pytest)'
 	@echo '  test-rust             cargo fmt --check, clippy -D warnings, cargo test --workspace'
 	@echo '  test-pymodules        the pytest suites of the pyxbuf module and rust/examples/sum'
+	@echo '  test-torch            the PyTorch tests, with the PyTorch of make torch (skipped without it)'
 	@echo '  test-packaged-crates  the crates as cargo package makes them, tested unpacked'
 	@echo '  test-wheel            the release wheel in a fresh venv; C, Cython, nanobind, pybind11 extensions on it'
 	@echo '  test-readme           every code block of README.md run as written'
@@ -199,7 +200,25 @@ pymodules: venv
 test-pymodules: pymodules
 	$(VPY) -m pytest -q rust/pyxbuf-python/tests rust/examples/sum/tests
 
-test: check-layers test-c test-rust test-python test-pymodules test-packaged-crates test-wheel test-readme bench-smoke
+# PyTorch's part of the suites (torch.from_dlpack round trips of pyxbuf's own
+# arrays; float8 and packed float4 tensors through pyxbuf and back): PyTorch
+# is about 5 GB, so it is not in the venv but found in $(ARGS_TORCH_DIR),
+# where `make bench-args ARGS_TORCH=1` (or `make torch`) installs it once.
+# Without it the target says so and skips.
+TORCH_TESTS = python-tests/test_exporter.py python-tests/test_torch.py rust/examples/sum/tests
+test-torch: venv build pymodules
+	@if PYTHONPATH=$(ARGS_TORCH_DIR) $(VPY) -c 'import torch' 2>/dev/null; then \
+	    PYTHONPATH=$(abspath $(BUILD))/python:$(ARGS_TORCH_DIR) $(VPY) -m pytest -q -k torch \
+	        $(TORCH_TESTS); \
+	else \
+	    echo "test-torch: SKIPPED: no PyTorch in $(ARGS_TORCH_DIR); make torch installs it there (about 5 GB)"; \
+	fi
+
+torch: venv
+	PYTHONPATH=$(ARGS_TORCH_DIR) $(VPY) -c 'import torch' 2>/dev/null || \
+	    PYTHONPATH= $(VPY) -m pip install --quiet --target $(ARGS_TORCH_DIR) torch
+
+test: check-layers test-c test-rust test-python test-pymodules test-torch test-packaged-crates test-wheel test-readme bench-smoke
 
 # Every fenced block of README.md run as it is written
 # (python-tests/readme/readme_blocks.py says how): doctests, the shell
@@ -287,8 +306,7 @@ ARGS_TOOLS = "pyperf>=2.10" "nanobind==3.1.*" "pybind11==3.1.*" "Cython>=3.3"
 bench-args: venv
 	$(VPY) -c 'import pyperf, nanobind, pybind11, Cython' 2>/dev/null || \
 	    $(VPY) -m pip install --quiet $(ARGS_TOOLS)
-	$(if $(ARGS_TORCH),PYTHONPATH=$(ARGS_TORCH_DIR) $(VPY) -c 'import torch' 2>/dev/null || \
-	    PYTHONPATH= $(VPY) -m pip install --quiet --target $(ARGS_TORCH_DIR) torch)
+	$(if $(ARGS_TORCH),$(MAKE) --no-print-directory torch)
 	cmake -S . -B $(ARGS_BUILD) -DPython3_EXECUTABLE=$(abspath $(VPY)) \
 	    -DPython_EXECUTABLE=$(abspath $(VPY)) -DCMAKE_BUILD_TYPE=Release -DPYXBUF_BENCH_ARGS=ON \
 	    -Dnanobind_DIR="$$($(VPY) -m nanobind --cmake_dir)" \

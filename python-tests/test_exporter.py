@@ -199,6 +199,12 @@ def _dlpack(e):
 
 FOREIGN_VIEWS = {"np.asarray": _numpy_view, "memoryview": _memoryview,
                  "np.from_dlpack": _dlpack}
+try:  # PyTorch where installed (make test-torch puts its cached install on the path)
+    import torch
+
+    FOREIGN_VIEWS["torch.from_dlpack"] = torch.from_dlpack
+except ImportError:
+    pass
 
 
 @pytest.mark.parametrize("wrap", list(FOREIGN_VIEWS))
