@@ -40,6 +40,7 @@ help:
 	@echo '  pymodules             the pyxbuf module and rust/examples/sum into .venv (maturin develop)'
 	@echo '  libclang              install libclang from Debian when missing (for the bindings check)'
 	@echo '  bindings              regenerate rust/pyxbuf-sys/src/bindings.rs after a header change'
+	@echo '  torch                 PyTorch (about 5 GB) into ~/.cache/pyxbuf/bench-torch, for test-torch and bench-args'
 	@echo 'Test (each is part of make test):'
 	@echo '  check-layers          every call and private include of c/ points down (c/LAYERS)'
 	@echo '  test-c                the C tests (CTest)'

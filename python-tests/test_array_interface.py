@@ -40,14 +40,21 @@ def ml(name):
     return np.dtype(getattr(ml_dtypes, name))
 
 
+class BridgeOnly(np.ndarray):
+    """An ndarray subclass: NumPy's struct route reads exact ndarrays of
+    these dtypes (test_numpy_user_dtypes.py), a subclass reaches the bridge
+    this file tests, as any array NumPy's export cannot carry does."""
+
+
 def sample(name, shape=(3, 4)):
-    """An array of `name` whose bytes are all distinct where possible."""
+    """An array of `name` whose bytes are all distinct where possible (an
+    ndarray subclass, BridgeOnly, so that the bridge reads it)."""
     dtype = ml(name)
     n = int(np.prod(shape))
     raw = (np.arange(n * dtype.itemsize) % 251).astype(np.uint8)
     if dtype.itemsize == 1 and not name.startswith(("float8", "bfloat")):
         raw %= 2  # sub-byte types: valid values only (0 and 1 fit all of them)
-    return raw.view(dtype).reshape(shape)
+    return raw.view(dtype).reshape(shape).view(BridgeOnly)
 
 
 def host_bytes(obj):
@@ -103,6 +110,7 @@ def test_views_of_every_layout(name, layout):
     a = LAYOUTS[layout](base)
     if a.ndim == 0:
         a = a[...]  # a 0-d array, not a scalar
+    a = a.view(BridgeOnly)  # broadcast_to and a[...] give exact ndarrays
     v = t.bridge_view(a, RO)
     assert v["path"] == "array-interface"
     # At ndim 0 no shape and no strides, as CPython's producers answer.

@@ -47,8 +47,17 @@ def test_other_arrays_keep_numpys_export(make):
     assert path_of(obj) == "classic" == classic_path(obj)
 
 
-def test_user_dtypes_keep_their_bridge():
-    assert path_of(np.ones(3, ml_dtypes.bfloat16)) == "array-interface"
+def test_user_dtypes_take_the_route_unless_the_bridge_must_answer():
+    """Issue 39: ml_dtypes' arrays are read from the struct too
+    (test_numpy_user_dtypes.py has the differential); byte-swapped,
+    unaligned and subclassed ones keep the bridge."""
+    a = np.ones(3, ml_dtypes.bfloat16)
+    assert path_of(a) == "numpy"
+    assert path_of(a.view(a.dtype.newbyteorder())) == "array-interface"
+    unaligned = np.frombuffer(bytearray(7), ml_dtypes.bfloat16, count=3, offset=1)
+    assert path_of(unaligned) == "array-interface"
+    assert path_of(np.ma.MaskedArray(a).data.view(type("Sub", (np.ndarray,), {}))) == \
+        "array-interface"
 
 
 def test_refusals_are_numpys_own():

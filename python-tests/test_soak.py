@@ -6,7 +6,8 @@
    tracked exclusive borrow), the test extension's DLPack producers (Python
    `__dlpack__`, host and device, and the DLPack C exchange table), JAX
    bfloat16 (DLPack), a `__cuda_array_interface__` producer on the emulated
-   device and an ml_dtypes bfloat16 array (`__array_interface__`). After
+   device, an ml_dtypes bfloat16 array (NumPy's struct route) and a
+   byte-swapped one (`__array_interface__`). After
    each: the path is the one named, the producer's refcount is unchanged, the
    process RSS grew by less than RSS_BOUND after a warm-up, every DLPack
    tensor exported was deleted exactly once, no borrow is left in the
@@ -61,6 +62,14 @@ def rss():
 
 
 
+def swapped_bf16(values):
+    """bfloat16 in the byte order opposite to the machine's: NumPy's struct
+    route leaves it to the __array_interface__ bridge (an exact native
+    bfloat16 array takes the route, issue 39)."""
+    a = values.astype(ml_dtypes.bfloat16)
+    return a.view(a.dtype.newbyteorder())
+
+
 def jax_bf16(n):
     jnp = pytest.importorskip("jax.numpy")
     return jnp.arange(n, dtype=jnp.float32).astype(jnp.bfloat16)
@@ -96,7 +105,8 @@ SOAK = [
     ("dlpack-jax-bfloat16", lambda: jax_bf16(256), RO, "dlpack"),
     ("dlpack-c", lambda: t.DLPackCProducer(f32()), RO, "dlpack-c"),
     ("cuda-array-interface", lambda: cai_over(f32()), DEVICE_VIEW, "cuda-array-interface"),
-    ("array-interface", lambda: np.ones(256, dtype=ml_dtypes.bfloat16), RO, "array-interface"),
+    ("numpy-bfloat16", lambda: np.ones(256, dtype=ml_dtypes.bfloat16), RO, "numpy"),
+    ("array-interface", lambda: swapped_bf16(np.ones(256)), RO, "array-interface"),
 ]
 
 @pytest.mark.parametrize("make,flags,path", [s[1:] for s in SOAK], ids=[s[0] for s in SOAK])
@@ -244,7 +254,7 @@ def orphan_cai():
 
 
 def orphan_array_interface():
-    a = values(64).astype(ml_dtypes.bfloat16)
+    a = swapped_bf16(values(64))
     return Case(t.acquire(a, RO), a.tobytes(), "array-interface", alive=weakref.ref(a))
 
 
@@ -366,6 +376,8 @@ CHILD = textwrap.dedent(r"""
             (t.DLPackCProducer(t.to_device(host, (EXT, 0))), DEV),
             (CAI(e, shape=(64,), typestr="<f4", data=(ptr, False), version=3), DEV),
             (np.ones(64, dtype=ml_dtypes.bfloat16), RO),
+            (np.ones(64, dtype=ml_dtypes.bfloat16).view(
+                np.dtype(ml_dtypes.bfloat16).newbyteorder()), RO),  # the bridge
         ]
         if "jax" in MODE:
             import jax.numpy as jnp

@@ -138,8 +138,11 @@ PATHS = [
      DEVICE_VIEW, "dlpack-c"),
     ("cuda-array-interface", lambda: cai_over(host_values()), DEVICE_VIEW,
      "cuda-array-interface"),
-    ("array-interface", lambda: host_values().astype(ml_dtypes.bfloat16), RO,
-     "array-interface"),
+    ("numpy-bfloat16", lambda: host_values().astype(ml_dtypes.bfloat16), RO, "numpy"),
+    # The byte order opposite to the machine's: the struct route leaves it
+    # to the bridge.
+    ("array-interface", lambda: host_values().astype(ml_dtypes.bfloat16).view(
+        np.dtype(ml_dtypes.bfloat16).newbyteorder()), RO, "array-interface"),
 ]
 
 

@@ -341,6 +341,14 @@ static inline int get_classic_fast(PyObject *obj, pyxbuf_view *view, int32_t fla
     return classic_fast_call(obj, tp, view, flags);
 }
 
+/* After NumPy's struct route declined an array: when its dtype is a user
+ * dtype the route has not learnt yet (ml_dtypes' bfloat16 the first time),
+ * learn it and read again. 1 when read. */
+static PYXBUF_NOINLINE int numpy_read_learning(PyObject *obj, pyxbuf_view *view, int32_t flags) {
+    return pyxbuf__numpy_user_unknown(obj) && pyxbuf__numpy_user_learn(obj) &&
+           pyxbuf__numpy_array_read(obj, view, flags & CLASSIC_RANGE);
+}
+
 /* Everything but the fast path, out of line so that the fast path saves no
  * registers it does not use. `fast` is get_classic_fast's answer. */
 static PYXBUF_COLD int get_view_slow(PyObject *obj, pyxbuf_view *view, int32_t flags,
@@ -377,7 +385,8 @@ static PYXBUF_COLD int get_view_slow(PyObject *obj, pyxbuf_view *view, int32_t f
          * answers most CPU arrays; NumPy's, read from the array struct when
          * the route applies, as on the fast path. */
         if (pyxbuf__numpy_array_type(Py_TYPE(obj)) &&
-            pyxbuf__numpy_array_read(obj, view, flags & CLASSIC_RANGE))
+            (pyxbuf__numpy_array_read(obj, view, flags & CLASSIC_RANGE) ||
+             numpy_read_learning(obj, view, flags)))
             rc = 0;
         else
             rc = acquire_classic(obj, view, flags);
@@ -422,7 +431,8 @@ static PYXBUF_NOINLINE int get_by_dlpack_c(PyObject *obj, pyxbuf_view *view, int
 static PYXBUF_NOINLINE int get_by_numpy(PyObject *obj, pyxbuf_view *view, int32_t flags,
                                         int64_t stream) {
     pyxbuf__view_clear_extended(view, flags);
-    if (PYXBUF_LIKELY(pyxbuf__numpy_array_read(obj, view, flags & CLASSIC_RANGE))) {
+    if (PYXBUF_LIKELY(pyxbuf__numpy_array_read(obj, view, flags & CLASSIC_RANGE)) ||
+        PYXBUF_UNLIKELY(numpy_read_learning(obj, view, flags))) {
         view->state = PYXBUF__STATE_ACQUIRED;
         return track_if_asked(obj, view, flags);
     }

@@ -333,6 +333,44 @@ static int check_offset(PyObject *dict) {
                              o);
 }
 
+/* Whether the layout's items follow one another in C order (`fortran` 0)
+ * or Fortran order (1), dimensions of extent 1 aside; an empty array is
+ * both (NumPy's flags, which its export follows). */
+static int contiguous_in(int fortran, int ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
+                         Py_ssize_t itemsize) {
+    Py_ssize_t expected = itemsize;
+    int empty = 0;
+    for (int k = 0; k < ndim; k++) empty |= shape[k] == 0;
+    if (empty) return 1;
+    for (int i = 0; i < ndim; i++) {
+        int k = fortran ? i : ndim - 1 - i;
+        if (shape[k] != 1 && strides[k] != expected) return 0;
+        expected *= shape[k];
+    }
+    return 1;
+}
+
+/* The strides NumPy's own export hands out for this layout and request
+ * (bridges/numpy_array.h, pyxbuf__numpy_dims): a contiguous array's are
+ * the ones its contiguity implies -- Fortran's when PyBUF_F_CONTIGUOUS is
+ * asked and the array is Fortran-contiguous (a zero-size (4, 0) array too,
+ * whose dict says C order), else C's -- whatever the dict says of its
+ * extent-1 dimensions. So the bridge and NumPy's struct route answer alike. */
+static void numpy_strides(int flags, int ndim, const Py_ssize_t *shape, Py_ssize_t *strides,
+                          Py_ssize_t itemsize) {
+    int c = contiguous_in(0, ndim, shape, strides, itemsize);
+    int f = contiguous_in(1, ndim, shape, strides, itemsize);
+    int fortran = f && (!c || (flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS);
+    Py_ssize_t step = itemsize, normal[PYXBUF_MAX_NDIM];
+    if (!c && !f) return;
+    for (int i = 0; i < ndim; i++) {
+        int k = fortran ? i : ndim - 1 - i;
+        normal[k] = step;
+        if (!PYXBUF__MUL_OK(step, shape[k], &step)) return; /* extents past an empty one */
+    }
+    memcpy(strides, normal, (size_t)ndim * sizeof *strides);
+}
+
 /* The dict read with the dtype's entry (which holds a reference to its
  * holder, the caller's). */
 static int ai_import_entry(PyObject *obj, PyObject *dict, const dtype_cache_entry *entry,
@@ -353,6 +391,7 @@ static int ai_import_entry(PyObject *obj, PyObject *dict, const dtype_cache_entr
     if (ptr == 0 && count > 0)
         return pyxbuf__dict_fail(AI, "'data' holds a NULL pointer for %zd %s", count,
                                  PYXBUF__PLURAL(count, "item", "items"));
+    numpy_strides(flags, ndim, shape, strides, itemsize);
 
     /* The view keeps the dtype entry's holder (its format) alive; views with
      * more dimensions than fit inline get a holder of their own for them and

@@ -4,6 +4,8 @@
 
 #include "bridges/numpy_array.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 PyTypeObject *pyxbuf__numpy_ndarray;
@@ -82,4 +84,86 @@ void pyxbuf__numpy_array_discover(PyTypeObject *type) {
      * answer, and at worst one reference to a static type kept twice. */
     if (readable) PYXBUF__FT_STORE_RELEASE(&pyxbuf__numpy_ndarray, (PyTypeObject *)Py_NewRef(type));
     PYXBUF__FT_STORE_RELEASE(&checked, 1);
+}
+
+/* ------------------------------------------------------------------------- */
+/* User dtypes                                                               */
+/* ------------------------------------------------------------------------- */
+
+const pyxbuf__numpy_user *pyxbuf__numpy_users[PYXBUF__NUMPY_NUSER];
+
+#define USER_NAME_MAX 200
+
+/* The scalar type's __module__ or __name__ as UTF-8 (into buf), when it is
+ * a str of characters a custom type may hold; else NULL. */
+static const char *type_part(PyTypeObject *type, const char *attr, char *buf, size_t cap) {
+    PyObject *value = PyObject_GetAttrString((PyObject *)type, attr);
+    Py_ssize_t len = 0;
+    const char *s = value != NULL && PyUnicode_Check(value) ? PyUnicode_AsUTF8AndSize(value, &len)
+                                                            : NULL;
+    int ok = s != NULL && len > 0 && (size_t)len < cap &&
+             pyxbuf__custom_type_bad_char(s, (size_t)len) == NULL;
+    if (ok) memcpy(buf, s, (size_t)len + 1);
+    Py_XDECREF(value);
+    return ok ? buf : NULL;
+}
+
+/* Whether a scalar type's module is NumPy's or Python's own (NumPy's
+ * StringDType and test dtypes): those are not custom types, as the
+ * __array_interface__ bridge rules. */
+static int numpy_owned(const char *module) {
+    return strcmp(module, "numpy") == 0 || strcmp(module, "builtins") == 0 ||
+           strncmp(module, "numpy.", 6) == 0;
+}
+
+/* The format "[module$name]" of a user dtype's scalar type whose size
+ * pyxbuf's format registry says is `elsize`: a built-in one's static string,
+ * else a copy on the heap kept for the process (the views of every array of
+ * the dtype point at it); NULL when the type cannot be named or the sizes
+ * differ (the bridge then says why). */
+static const char *user_format(PyTypeObject *type, Py_ssize_t elsize) {
+    char module[USER_NAME_MAX], name[USER_NAME_MAX], key[2 * USER_NAME_MAX + 4];
+    if (type_part(type, "__module__", module, sizeof module) == NULL ||
+        type_part(type, "__name__", name, sizeof name) == NULL || numpy_owned(module))
+        return NULL;
+    int len = snprintf(key, sizeof key, "[%s$%s]", module, name);
+    if (len < 0 || (size_t)len >= sizeof key) return NULL;
+    int64_t size = -1;
+    pyxbuf_error err;
+    if (pyxbuf_format_itemsize(key, &size, NULL, &err) < 0 || size != elsize) return NULL;
+    const char *known = pyxbuf__dtype_builtin_format(key + 1, (size_t)len - 2);
+    if (known != NULL) return known;
+    char *kept = malloc((size_t)len + 1);
+    if (kept != NULL) memcpy(kept, key, (size_t)len + 1);
+    return kept;
+}
+
+int pyxbuf__numpy_user_learn(PyObject *obj) {
+    PyObject *descr;
+    Py_BEGIN_CRITICAL_SECTION(obj); /* `a.dtype = ...` may swap it */
+    descr = Py_NewRef(((const pyxbuf__numpy_array *)obj)->descr);
+    Py_END_CRITICAL_SECTION();
+    const pyxbuf__numpy_descr *d = (const pyxbuf__numpy_descr *)descr;
+    unsigned u = (unsigned)d->type_num - PYXBUF__NPY_USERDEF;
+    int learnt = 0;
+    if (u < PYXBUF__NUMPY_NUSER && pyxbuf__numpy_code_of(d) == NULL) {
+        PyObject *exc = PyErr_GetRaisedException(); /* a caller's pending error survives */
+        uint64_t generation = atomic_load(&pyxbuf__dtype_registry_generation);
+        pyxbuf__numpy_user *rec = malloc(sizeof *rec);
+        if (rec != NULL) {
+            rec->typeobj = (PyTypeObject *)Py_NewRef(d->typeobj);
+            rec->code.format = user_format(d->typeobj, d->elsize);
+            rec->code.itemsize = d->elsize;
+            rec->code.flat_ndim = 1;
+            rec->generation = generation;
+            /* The record it replaces stays allocated: a reader on another
+             * thread may hold it; a new one per registry change and dtype. */
+            PYXBUF__FT_STORE_RELEASE(&pyxbuf__numpy_users[u], rec);
+            learnt = rec->code.format != NULL;
+        }
+        PyErr_Clear();
+        PyErr_SetRaisedException(exc);
+    }
+    Py_DECREF(descr);
+    return learnt;
 }

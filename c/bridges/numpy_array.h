@@ -22,6 +22,12 @@
  *   aligned ('|' for one-byte types): NumPy's export then writes the bare
  *   struct code, as the table below; other byte orders and unaligned arrays
  *   get a prefix ("=f", ">f");
+ * - or a NumPy user dtype (ml_dtypes' bfloat16, float8, ...; any other whose
+ *   custom type pyxbuf's format registry knows), native and aligned, not
+ *   warn-on-write for a writable request, without fields: read as NumPy
+ *   has no export for them, with the answer the __array_interface__ bridge
+ *   gives (its format "[ml_dtypes$bfloat16]", ndim 1 without PyBUF_ND), so
+ *   that a request gets one answer whichever path reads it;
  * - up to PYXBUF_INLINE_NDIM dimensions (the view's own storage: NumPy may
  *   swap its dimensions array when Python code sets `a.shape`);
  * - a request NumPy would grant: its contiguity checks pass, and a writable
@@ -36,6 +42,7 @@
 #ifndef PYXBUF_BRIDGES_NUMPY_ARRAY_H
 #define PYXBUF_BRIDGES_NUMPY_ARRAY_H
 
+#include "format/format.h"
 #include "view/view.h"
 
 #include <string.h>
@@ -107,10 +114,66 @@ static inline int pyxbuf__numpy_array_type(PyTypeObject *type) {
 typedef struct pyxbuf__numpy_code {
     const char *format;
     Py_ssize_t itemsize;
+    /* ndim without PyBUF_ND: 0 as NumPy's own export says it; 1 for user
+     * dtypes, which NumPy does not export, as CPython's producers and the
+     * __array_interface__ bridge say it (one flat run). */
+    int flat_ndim;
 } pyxbuf__numpy_code;
 
 #define PYXBUF__NUMPY_NCODES 24
 extern PYXBUF_HIDDEN const pyxbuf__numpy_code pyxbuf__numpy_codes[PYXBUF__NUMPY_NCODES];
+
+/* NumPy's *user* dtypes (legacy ones, numbered from NPY_USERDEF = 256 in
+ * registration order: ml_dtypes' bfloat16, float8, ... and any other
+ * library's), read like the built-in ones with the custom format pyxbuf
+ * gives them ("[ml_dtypes$bfloat16]", "[module$name]" of the dtype's scalar
+ * type, the __array_interface__ bridge's rule). One record per type number,
+ * learnt once (numpy_array.c, pyxbuf__numpy_user_learn) and immutable once
+ * published: the scalar type it was learnt from (a strong reference, so its
+ * address names it), the code (format NULL: not this route; the bridge
+ * answers or refuses) and the format registry's generation then (a
+ * registration may change a size: the record is learnt again). The format
+ * strings live as long as the process. */
+#define PYXBUF__NPY_USERDEF 256
+#define PYXBUF__NUMPY_NUSER 64
+typedef struct pyxbuf__numpy_user {
+    PyTypeObject *typeobj;
+    pyxbuf__numpy_code code;
+    uint64_t generation;
+} pyxbuf__numpy_user;
+extern PYXBUF_HIDDEN const pyxbuf__numpy_user *pyxbuf__numpy_users[PYXBUF__NUMPY_NUSER];
+
+/* The code of descriptor d: the built-in table's for type numbers below
+ * PYXBUF__NUMPY_NCODES; a user dtype's learnt record when it is for d's
+ * scalar type and the registry's generation now; else NULL. */
+static PYXBUF_ALWAYS_INLINE const pyxbuf__numpy_code *
+pyxbuf__numpy_code_of(const pyxbuf__numpy_descr *d) {
+    unsigned type_num = (unsigned)d->type_num;
+    if (PYXBUF_LIKELY(type_num < PYXBUF__NUMPY_NCODES)) return &pyxbuf__numpy_codes[type_num];
+    unsigned u = type_num - PYXBUF__NPY_USERDEF;
+    if (u >= PYXBUF__NUMPY_NUSER) return NULL;
+    const pyxbuf__numpy_user *rec = PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__numpy_users[u]);
+    if (rec == NULL || rec->typeobj != d->typeobj ||
+        rec->generation !=
+            atomic_load_explicit(&pyxbuf__dtype_registry_generation, memory_order_relaxed))
+        return NULL;
+    return &rec->code;
+}
+
+/* numpy_array.c: the record of obj's dtype (obj an exact numpy.ndarray) when
+ * it is a user dtype without one for the registry's generation now: 1 when a
+ * record that the route reads was written (read the array again), else 0.
+ * No error escapes (a dtype pyxbuf cannot name is an answer: not this route). */
+int pyxbuf__numpy_user_learn(PyObject *obj);
+
+/* Whether obj's dtype (obj an exact numpy.ndarray) is a user dtype the route
+ * has no record of: the cheap test before pyxbuf__numpy_user_learn. */
+static inline int pyxbuf__numpy_user_unknown(PyObject *obj) {
+    const pyxbuf__numpy_array *a = (const pyxbuf__numpy_array *)obj;
+    const pyxbuf__numpy_descr *d = (const pyxbuf__numpy_descr *)a->descr;
+    unsigned u = (unsigned)d->type_num - PYXBUF__NPY_USERDEF;
+    return u < PYXBUF__NUMPY_NUSER && pyxbuf__numpy_code_of(d) == NULL;
+}
 
 /* 1 when NumPy would refuse the request `flags` on an array with NumPy flags
  * `af` (array_getbuffer's checks, in its order), else 0. */
@@ -174,15 +237,14 @@ static PYXBUF_ALWAYS_INLINE int pyxbuf__numpy_array_read(PyObject *obj, pyxbuf_v
      * `a.shape` swaps the dimensions); so does this. */
     Py_BEGIN_CRITICAL_SECTION(obj);
     const pyxbuf__numpy_descr *d = (const pyxbuf__numpy_descr *)a->descr;
-    unsigned type_num = (unsigned)d->type_num;
     int af = a->flags;
     int nd = a->nd;
-    const pyxbuf__numpy_code *code = &pyxbuf__numpy_codes[type_num < PYXBUF__NUMPY_NCODES ? type_num : 0];
+    const pyxbuf__numpy_code *code = pyxbuf__numpy_code_of(d);
     /* The table's size is checked against NumPy's (long double differs
      * between compilers); '|' is NumPy's order for one-byte types only (a
      * descriptor unpickled with '|' on a wider one gets standard-size codes
      * from NumPy's export). */
-    if (PYXBUF_LIKELY(type_num < PYXBUF__NUMPY_NCODES && code->format != NULL &&
+    if (PYXBUF_LIKELY(code != NULL && code->format != NULL &&
                       code->itemsize == d->elsize && (unsigned)nd <= PYXBUF_INLINE_NDIM &&
                       (d->byteorder == '|' ? code->itemsize == 1
                                            : d->byteorder == '=' && (af & PYXBUF__NPY_ALIGNED)) &&
@@ -198,7 +260,7 @@ static PYXBUF_ALWAYS_INLINE int pyxbuf__numpy_array_read(PyObject *obj, pyxbuf_v
                       PYXBUF__NPY_WRITEABLE;
         b->format = (flags & PyBUF_FORMAT) == PyBUF_FORMAT ? (char *)code->format : NULL;
         int nd_asked = (flags & PyBUF_ND) == PyBUF_ND;
-        b->ndim = nd_asked ? nd : 0;
+        b->ndim = nd_asked ? nd : code->flat_ndim;
         b->shape = nd_asked && nd > 0 ? shape : NULL;
         b->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES && nd > 0 ? strides : NULL;
         b->suboffsets = NULL;

@@ -27,40 +27,54 @@ static atomic_size_t registry_used;
 atomic_uint_fast64_t pyxbuf__dtype_registry_generation;
 
 /* ml_dtypes' types, known to every consumer: ml_dtypes stores each sub-byte
- * type in one byte. */
+ * type in one byte. Each is kept as its whole format, "[id$payload]": a
+ * string that lives as long as the process, which views may point at
+ * (pyxbuf__dtype_builtin_format). */
 typedef struct builtin_dtype {
-    const char *key;
+    const char *format;
     uint8_t itemsize, alignment;
 } builtin_dtype;
 
 static const builtin_dtype BUILTIN_DTYPES[] = {
-    {"ml_dtypes$bfloat16", 2, 2},        {"ml_dtypes$float8_e4m3fn", 1, 1},
-    {"ml_dtypes$float8_e5m2", 1, 1},     {"ml_dtypes$float8_e4m3fnuz", 1, 1},
-    {"ml_dtypes$float8_e5m2fnuz", 1, 1}, {"ml_dtypes$float8_e4m3b11fnuz", 1, 1},
-    {"ml_dtypes$float8_e3m4", 1, 1},     {"ml_dtypes$float8_e4m3", 1, 1},
-    {"ml_dtypes$float8_e8m0fnu", 1, 1},  {"ml_dtypes$float6_e2m3fn", 1, 1},
-    {"ml_dtypes$float6_e3m2fn", 1, 1},   {"ml_dtypes$float4_e2m1fn", 1, 1},
-    {"ml_dtypes$int2", 1, 1},            {"ml_dtypes$uint2", 1, 1},
-    {"ml_dtypes$int4", 1, 1},            {"ml_dtypes$uint4", 1, 1},
+    {"[ml_dtypes$bfloat16]", 2, 2},        {"[ml_dtypes$float8_e4m3fn]", 1, 1},
+    {"[ml_dtypes$float8_e5m2]", 1, 1},     {"[ml_dtypes$float8_e4m3fnuz]", 1, 1},
+    {"[ml_dtypes$float8_e5m2fnuz]", 1, 1}, {"[ml_dtypes$float8_e4m3b11fnuz]", 1, 1},
+    {"[ml_dtypes$float8_e3m4]", 1, 1},     {"[ml_dtypes$float8_e4m3]", 1, 1},
+    {"[ml_dtypes$float8_e8m0fnu]", 1, 1},  {"[ml_dtypes$float6_e2m3fn]", 1, 1},
+    {"[ml_dtypes$float6_e3m2fn]", 1, 1},   {"[ml_dtypes$float4_e2m1fn]", 1, 1},
+    {"[ml_dtypes$int2]", 1, 1},            {"[ml_dtypes$uint2]", 1, 1},
+    {"[ml_dtypes$int4]", 1, 1},            {"[ml_dtypes$uint4]", 1, 1},
     /* also in ml_dtypes 0.5+: complex of bfloat16 / float16, 1-bit ints */
-    {"ml_dtypes$bcomplex32", 4, 2},      {"ml_dtypes$complex32", 4, 2},
-    {"ml_dtypes$int1", 1, 1},            {"ml_dtypes$uint1", 1, 1},
+    {"[ml_dtypes$bcomplex32]", 4, 2},      {"[ml_dtypes$complex32]", 4, 2},
+    {"[ml_dtypes$int1]", 1, 1},            {"[ml_dtypes$uint1]", 1, 1},
 };
 
 static bool key_eq(const char *key, size_t key_len, const char *s, size_t n) {
     return key_len == n && memcmp(key, s, n) == 0;
 }
 
-static bool builtin_lookup(const char *alt, size_t len, int64_t *size, int64_t *align) {
+/* The built-in entry whose key ("id$payload", the format without its
+ * brackets) is alt[0..len), or NULL. */
+static const builtin_dtype *builtin_find(const char *alt, size_t len) {
     for (size_t b = 0; b < sizeof BUILTIN_DTYPES / sizeof *BUILTIN_DTYPES; b++) {
-        const char *k = BUILTIN_DTYPES[b].key;
-        if (strncmp(k, alt, len) == 0 && k[len] == '\0') {
-            *size = BUILTIN_DTYPES[b].itemsize;
-            *align = BUILTIN_DTYPES[b].alignment;
-            return true;
-        }
+        const char *k = BUILTIN_DTYPES[b].format + 1;
+        if (strncmp(k, alt, len) == 0 && k[len] == ']' && k[len + 1] == '\0')
+            return &BUILTIN_DTYPES[b];
     }
-    return false;
+    return NULL;
+}
+
+static bool builtin_lookup(const char *alt, size_t len, int64_t *size, int64_t *align) {
+    const builtin_dtype *b = builtin_find(alt, len);
+    if (b == NULL) return false;
+    *size = b->itemsize;
+    *align = b->alignment;
+    return true;
+}
+
+const char *pyxbuf__dtype_builtin_format(const char *key, size_t len) {
+    const builtin_dtype *b = builtin_find(key, len);
+    return b != NULL ? b->format : NULL;
 }
 
 static ptrdiff_t registry_find(const char *key, size_t n) {

@@ -49,6 +49,11 @@ static inline const char *pyxbuf__custom_type_bad_char(const char *s, size_t len
     return NULL;
 }
 
+/* The format "[key]" of a custom type pyxbuf knows without registration
+ * (ml_dtypes' types, dtypes.c), as a string that lives as long as the
+ * process; NULL for any other key (not NUL-terminated: key[0..len)). */
+const char *pyxbuf__dtype_builtin_format(const char *key, size_t len);
+
 /* Bumped by every pyxbuf_dtype_register/unregister (dtypes.c): caches of
  * registry answers (bridges/array_interface.c's dtype table) compare it. */
 extern PYXBUF_HIDDEN atomic_uint_fast64_t pyxbuf__dtype_registry_generation;

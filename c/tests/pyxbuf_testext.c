@@ -596,6 +596,28 @@ static PyObject *shared_info(PyObject *mod, PyObject *unused) {
                          api->installer_version);
 }
 
+/* pyxbuf_dtype_register / _unregister of a fixed-size custom type. */
+static PyObject *dtype_register(PyObject *mod, PyObject *args) {
+    (void)mod;
+    const char *key;
+    long long itemsize, alignment;
+    if (!PyArg_ParseTuple(args, "sLL", &key, &itemsize, &alignment)) return NULL;
+    pyxbuf_dtype_spec spec = {.size = sizeof spec, .key = key, .itemsize = itemsize,
+                              .alignment = alignment};
+    int rc = pyxbuf_dtype_register(&spec);
+    if (rc < 0) return PyErr_Format(PyExc_ValueError, "pyxbuf_dtype_register('%s'): %d", key, rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *dtype_unregister(PyObject *mod, PyObject *args) {
+    (void)mod;
+    const char *key;
+    if (!PyArg_ParseTuple(args, "s", &key)) return NULL;
+    int rc = pyxbuf_dtype_unregister(key);
+    if (rc < 0) return PyErr_Format(PyExc_ValueError, "pyxbuf_dtype_unregister('%s'): %d", key, rc);
+    Py_RETURN_NONE;
+}
+
 static PyObject *versions(PyObject *mod, PyObject *unused) {
     (void)mod;
     (void)unused;
@@ -849,6 +871,9 @@ static PyMethodDef module_methods[] = {
     {"exporter_poke", exporter_poke, METH_VARARGS, "Write one byte of an exporter's memory."},
     {"versions", versions, METH_NOARGS, "(abi_version, version_string)"},
     {"shared_info", shared_info, METH_NOARGS, "(shared table address, live borrows, installer)"},
+    {"dtype_register", dtype_register, METH_VARARGS,
+     "dtype_register(key, itemsize, alignment): pyxbuf_dtype_register of a fixed size"},
+    {"dtype_unregister", dtype_unregister, METH_VARARGS, "dtype_unregister(key)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -51,6 +51,13 @@ static int acquire(PyObject *obj, pyxbuf_view *view, int flags, PyObject *stream
     return given ? pyxbuf_get_stream(obj, view, flags, stream) : pyxbuf_get(obj, view, flags);
 }
 
+/* Whether a bridge filled the view: only then is `owner` the view's
+ * (pyxbuf_view: pyxbuf's bookkeeping, left alone by the other paths). */
+static int bridged(const pyxbuf_view *v) {
+    return v->path == PYXBUF_PATH_DLPACK || v->path == PYXBUF_PATH_DLPACK_C ||
+           v->path == PYXBUF_PATH_CAI || v->path == PYXBUF_PATH_ARRAY_INTERFACE;
+}
+
 /* bridge_view(obj, flags=RECORDS_RO|DEVICE, consumer_stream=None) -> dict of
  * the view, with the pyxbuf_device_info fields (sync_event as an address or
  * None, stream, dl_flags) when the device is "pyxbuf.dlpack". */
@@ -76,8 +83,9 @@ static PyObject *bridge_view(PyObject *mod, PyObject *args, PyObject *kwargs) {
              put(d, "strides", ssize_tuple(b->strides, b->ndim)) == 0 &&
              put(d, "flags", PyLong_FromLong(v.flags)) == 0 &&
              put(d, "obj_is", PyBool_FromLong(b->obj == obj)) == 0 &&
-             put(d, "owner", v.owner ? PyUnicode_FromString(Py_TYPE(v.owner)->tp_name)
-                                     : Py_NewRef(Py_None)) == 0 &&
+             put(d, "owner", bridged(&v) && v.owner
+                                 ? PyUnicode_FromString(Py_TYPE(v.owner)->tp_name)
+                                 : Py_NewRef(Py_None)) == 0 &&
              put(d, "device", v.device ? PyUnicode_FromString(v.device) : Py_NewRef(Py_None)) == 0;
     if (ok && v.device != NULL && strcmp(v.device, PYXBUF_DEVICE_DLPACK) == 0 &&
         v.device_info != NULL) {
