@@ -10,7 +10,10 @@
  * '[ml_dtypes$complex32]', bfloat16 and the float8/6/4 codes the ml_dtypes
  * custom types of the same names. Sub-byte types (bits < 8) are read only
  * when the producer flags them padded (one element per byte, exactly
- * ml_dtypes' layout: int4 -> '[ml_dtypes$int4]'); packed ones are refused.
+ * ml_dtypes' layout: int4 -> '[ml_dtypes$int4]') or packed two to a byte as
+ * 2 lanes of 4 bits (PyTorch's float4_e2m1fn_x2 ->
+ * '[pyxbuf$float4_e2m1fn_x2;struct$B]', one-byte items); other packings are
+ * refused.
  * float128 is refused (DLPack means IEEE binary128; C's long double is not
  * that on the platforms pyxbuf runs on), as are vector types (lanes != 1)
  * and opaque handles. */
@@ -19,35 +22,43 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The ml_dtypes custom types DLPack has codes for; `bits` is the DLPack bit
- * width (sub-byte types are stored one per byte by ml_dtypes). */
+/* The custom types DLPack has codes for; `bits` and `lanes` are DLPack's
+ * (sub-byte types are stored one per byte by ml_dtypes). */
 typedef struct custom_dtype {
     uint8_t code;
     uint8_t bits;
-    const char *format; /* "[ml_dtypes$...]" */
+    uint16_t lanes;
+    const char *format; /* "[ml_dtypes$...]", "[pyxbuf$...;struct$B]" */
 } custom_dtype;
 
 static const custom_dtype CUSTOM_DTYPES[] = {
-    {kDLBfloat, 16, "[ml_dtypes$bfloat16]"},
-    {kDLComplex, 32, "[ml_dtypes$complex32]"},
-    {kDLFloat8_e3m4, 8, "[ml_dtypes$float8_e3m4]"},
-    {kDLFloat8_e4m3, 8, "[ml_dtypes$float8_e4m3]"},
-    {kDLFloat8_e4m3b11fnuz, 8, "[ml_dtypes$float8_e4m3b11fnuz]"},
-    {kDLFloat8_e4m3fn, 8, "[ml_dtypes$float8_e4m3fn]"},
-    {kDLFloat8_e4m3fnuz, 8, "[ml_dtypes$float8_e4m3fnuz]"},
-    {kDLFloat8_e5m2, 8, "[ml_dtypes$float8_e5m2]"},
-    {kDLFloat8_e5m2fnuz, 8, "[ml_dtypes$float8_e5m2fnuz]"},
-    {kDLFloat8_e8m0fnu, 8, "[ml_dtypes$float8_e8m0fnu]"},
+    {kDLBfloat, 16, 1, "[ml_dtypes$bfloat16]"},
+    {kDLComplex, 32, 1, "[ml_dtypes$complex32]"},
+    {kDLFloat8_e3m4, 8, 1, "[ml_dtypes$float8_e3m4]"},
+    {kDLFloat8_e4m3, 8, 1, "[ml_dtypes$float8_e4m3]"},
+    {kDLFloat8_e4m3b11fnuz, 8, 1, "[ml_dtypes$float8_e4m3b11fnuz]"},
+    {kDLFloat8_e4m3fn, 8, 1, "[ml_dtypes$float8_e4m3fn]"},
+    {kDLFloat8_e4m3fnuz, 8, 1, "[ml_dtypes$float8_e4m3fnuz]"},
+    {kDLFloat8_e5m2, 8, 1, "[ml_dtypes$float8_e5m2]"},
+    {kDLFloat8_e5m2fnuz, 8, 1, "[ml_dtypes$float8_e5m2fnuz]"},
+    {kDLFloat8_e8m0fnu, 8, 1, "[ml_dtypes$float8_e8m0fnu]"},
     /* sub-byte: padded to one byte per element */
-    {kDLFloat6_e2m3fn, 6, "[ml_dtypes$float6_e2m3fn]"},
-    {kDLFloat6_e3m2fn, 6, "[ml_dtypes$float6_e3m2fn]"},
-    {kDLFloat4_e2m1fn, 4, "[ml_dtypes$float4_e2m1fn]"},
-    {kDLInt, 4, "[ml_dtypes$int4]"},
-    {kDLInt, 2, "[ml_dtypes$int2]"},
-    {kDLInt, 1, "[ml_dtypes$int1]"},
-    {kDLUInt, 4, "[ml_dtypes$uint4]"},
-    {kDLUInt, 2, "[ml_dtypes$uint2]"},
-    {kDLUInt, 1, "[ml_dtypes$uint1]"},
+    {kDLFloat6_e2m3fn, 6, 1, "[ml_dtypes$float6_e2m3fn]"},
+    {kDLFloat6_e3m2fn, 6, 1, "[ml_dtypes$float6_e3m2fn]"},
+    {kDLFloat4_e2m1fn, 4, 1, "[ml_dtypes$float4_e2m1fn]"},
+    {kDLInt, 4, 1, "[ml_dtypes$int4]"},
+    {kDLInt, 2, 1, "[ml_dtypes$int2]"},
+    {kDLInt, 1, 1, "[ml_dtypes$int1]"},
+    {kDLUInt, 4, 1, "[ml_dtypes$uint4]"},
+    {kDLUInt, 2, 1, "[ml_dtypes$uint2]"},
+    {kDLUInt, 1, 1, "[ml_dtypes$uint1]"},
+    /* Packed pairs: two 4-bit values in each byte, DLPack's 2 lanes of 4
+     * bits (PyTorch's float4_e2m1fn_x2, the NVFP4/MXFP4 weights' storage):
+     * one-byte items whose custom type says the packing, with a struct$B
+     * alternative so that any consumer can read the bytes. */
+    {kDLFloat4_e2m1fn, 4, 2, "[pyxbuf$float4_e2m1fn_x2;struct$B]"},
+    {kDLInt, 4, 2, "[pyxbuf$int4_x2;struct$B]"},
+    {kDLUInt, 4, 2, "[pyxbuf$uint4_x2;struct$B]"},
 };
 #define N_CUSTOM (sizeof CUSTOM_DTYPES / sizeof *CUSTOM_DTYPES)
 
@@ -66,6 +77,21 @@ PYXBUF_NOINLINE const char *pyxbuf__dlpack_dtype_to_format_slow(DLDataType dt, i
                                                                 Py_ssize_t *itemsize, char *why,
                                                                 size_t cap) {
     const char *code = dtype_code_name(dt.code);
+    for (size_t i = 0; i < N_CUSTOM; i++) {
+        const custom_dtype *c = &CUSTOM_DTYPES[i];
+        if (c->code != dt.code || c->bits != dt.bits || c->lanes != dt.lanes) continue;
+        if (dt.bits < 8 && dt.lanes == 1 && !padded) {
+            snprintf(why, cap,
+                     "sub-byte type %s of %u bits is packed (several elements per byte), which "
+                     "is not supported; pyxbuf reads sub-byte types only when the producer pads "
+                     "them to one byte each (DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) or "
+                     "packs two in a byte as 2 lanes of 4 bits",
+                     code, dt.bits);
+            return NULL;
+        }
+        *itemsize = dt.bits * dt.lanes < 8 ? 1 : dt.bits * dt.lanes / 8;
+        return c->format;
+    }
     if (dt.lanes != 1) {
         snprintf(why, cap,
                  "dtype (%s, %u %s, %u lanes) is a vector type; pyxbuf describes one scalar "
@@ -84,19 +110,6 @@ PYXBUF_NOINLINE const char *pyxbuf__dlpack_dtype_to_format_slow(DLDataType dt, i
         snprintf(why, cap, "dtype kDLOpaqueHandle (%u bits) has no agreed meaning; pyxbuf "
                  "cannot describe its elements", dt.bits);
         return NULL;
-    }
-    for (size_t i = 0; i < N_CUSTOM; i++) {
-        if (CUSTOM_DTYPES[i].code != dt.code || CUSTOM_DTYPES[i].bits != dt.bits) continue;
-        if (dt.bits < 8 && !padded) {
-            snprintf(why, cap,
-                     "sub-byte type %s of %u bits is packed (several elements per byte), which "
-                     "is not supported; pyxbuf reads sub-byte types only when the producer pads "
-                     "them to one byte each (DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED)",
-                     code, dt.bits);
-            return NULL;
-        }
-        *itemsize = dt.bits < 8 ? 1 : dt.bits / 8;
-        return CUSTOM_DTYPES[i].format;
     }
     if (dt.code > kDLFloat4_e2m1fn)
         snprintf(why, cap, "dtype code %u is unknown to pyxbuf (DLPack %d.%d knows codes 0..%d)",
@@ -135,16 +148,33 @@ static int scalar_dtype(const pyxbuf_format_node *n, DLDataType *dt, const char 
     return 1;
 }
 
-/* The dtype of a custom node: 1 for the ml_dtypes types DLPack has codes
- * for, else 0. */
+/* Whether the custom type names `id` ("id$payload") among its alternatives. */
+static int names_alternative(const pyxbuf_format_node *n, const char *id, size_t len) {
+    const char *p = n->alternatives, *end = p ? p + n->alternatives_len : NULL;
+    while (p != NULL && p < end) {
+        const char *semi = memchr(p, ';', (size_t)(end - p));
+        const char *stop = semi ? semi : end;
+        if ((size_t)(stop - p) == len && memcmp(p, id, len) == 0) return 1;
+        p = semi ? semi + 1 : end;
+    }
+    return 0;
+}
+
+/* The dtype of a custom node: 1 for the custom types DLPack has codes for
+ * (by the type chosen, or for the packed pairs any alternative naming
+ * them), else 0. */
 static int ml_dtypes_dtype(const pyxbuf_format_node *n, DLDataType *dt, int *padded) {
     for (size_t i = 0; i < N_CUSTOM; i++) {
-        const char *name = CUSTOM_DTYPES[i].format + 1; /* skip '[' */
-        size_t len = strlen(name) - 1;                  /* drop ']' */
-        if ((size_t)n->custom_len != len || memcmp(n->custom, name, len) != 0) continue;
-        dt->code = CUSTOM_DTYPES[i].code;
-        dt->bits = CUSTOM_DTYPES[i].bits;
-        *padded = dt->bits < 8;
+        const custom_dtype *c = &CUSTOM_DTYPES[i];
+        const char *name = c->format + 1; /* skip '[' */
+        const char *semi = strchr(name, ';');
+        size_t len = semi ? (size_t)(semi - name) : strlen(name) - 1; /* up to ';' or ']' */
+        int chosen = (size_t)n->custom_len == len && memcmp(n->custom, name, len) == 0;
+        if (!chosen && !(c->lanes > 1 && names_alternative(n, name, len))) continue;
+        dt->code = c->code;
+        dt->bits = c->bits;
+        dt->lanes = c->lanes;
+        *padded = dt->bits < 8 && dt->lanes == 1;
         return 1;
     }
     return 0;
@@ -152,7 +182,14 @@ static int ml_dtypes_dtype(const pyxbuf_format_node *n, DLDataType *dt, int *pad
 
 /* The dtype of format `f`: 1, or 0 with *why. */
 static int format_dtype(const pyxbuf_format *f, DLDataType *dt, int *padded, const char **why) {
-    const pyxbuf_format_node *n = f->nnodes == 2 ? &pyxbuf_format_nodes(f)[1] : NULL;
+    /* One item under the root: a scalar, or a custom type (whose struct$
+     * alternative, when the one resolved, has a node of its own below). */
+    const pyxbuf_format_node *nodes = pyxbuf_format_nodes(f);
+    const pyxbuf_format_node *n =
+        f->nnodes >= 2 && nodes[0].nchildren == 1 && nodes[0].first_child > 0
+            ? &nodes[nodes[0].first_child]
+            : NULL;
+    if (n != NULL && n->kind != PYXBUF_FMT_CUSTOM && f->nnodes != 2) n = NULL;
     *why = "DLPack describes one scalar per element, not structs, repeats or sub-arrays";
     if (n == NULL || n->repeat != 1 || n->ndim != 0 || (n->flags & PYXBUF_FMTN_POINTER)) return 0;
     *why = "DLPack has no code for this type";

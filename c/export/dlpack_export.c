@@ -134,7 +134,7 @@ static int fill_tensor(export_block *b, const DLPackVersion *version, int copied
     DLDataType dt;
     int padded = 0;
     if (pyxbuf__dlpack_format_to_dtype(base->format, &dt, &padded) < 0) return -1;
-    if ((Py_ssize_t)(dt.bits / 8) * dt.lanes != base->itemsize && !padded) {
+    if ((Py_ssize_t)(dt.bits * dt.lanes / 8) != base->itemsize && !padded) {
         PyErr_Format(PyExc_BufferError,
                      "pyxbuf: format '%s' is %d %s per item but the buffer's itemsize is %zd; "
                      "DLPack cannot describe the disagreement",

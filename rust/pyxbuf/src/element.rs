@@ -36,9 +36,14 @@ pub enum ElementKind {
 /// hand out as `&[Self]`.
 ///
 /// Implemented for every integer and float type, `bool`, [`half::f16`]
-/// (`"e"`), [`half::bf16`] (`"[ml_dtypes$bfloat16]"`) and
+/// (`"e"`), [`half::bf16`] (`"[ml_dtypes$bfloat16]"`),
 /// [`num_complex::Complex<f32>`](num_complex::Complex) /
-/// `Complex<f64>` (`"Zf"` / `"Zd"`).
+/// `Complex<f64>` (`"Zf"` / `"Zd"`), and with the default features
+/// `float8::F8E4M3` / `F8E5M2` (`"[ml_dtypes$float8_e4m3fn]"` /
+/// `"[ml_dtypes$float8_e5m2]"`) and `float4::F4E2M1x2`
+/// (`"[pyxbuf$float4_e2m1fn_x2;struct$B]"`, two float4 values per byte).
+/// The crate re-exports them all: `pyxbuf::bf16`, `pyxbuf::f16`,
+/// `pyxbuf::F8E4M3`, `pyxbuf::F8E5M2`, `pyxbuf::F4E2M1x2`.
 ///
 /// # Custom types
 ///
@@ -138,6 +143,37 @@ impl_element! {
 unsafe impl Element for half::bf16 {
     const FORMAT: &'static CStr = c"[ml_dtypes$bfloat16]";
     const KIND: ElementKind = ElementKind::Custom(&["ml_dtypes$bfloat16"]);
+}
+
+// SAFETY: float8's F8E4M3 is a `repr(transparent)` u8 (every bit pattern a
+// value) with OCP float8_e4m3fn's encoding (bias 7, no infinities, NaN
+// S.1111.111): ml_dtypes' float8_e4m3fn and PyTorch's torch.float8_e4m3fn,
+// which pyxbuf describes as `[ml_dtypes$float8_e4m3fn]` (DLPack's
+// kDLFloat8_e4m3fn too).
+#[cfg(feature = "float8")]
+unsafe impl Element for float8::F8E4M3 {
+    const FORMAT: &'static CStr = c"[ml_dtypes$float8_e4m3fn]";
+    const KIND: ElementKind = ElementKind::Custom(&["ml_dtypes$float8_e4m3fn"]);
+}
+
+// SAFETY: a `repr(transparent)` u8 with OCP float8_e5m2's encoding (IEEE-like,
+// bias 15): ml_dtypes' float8_e5m2 and torch.float8_e5m2.
+#[cfg(feature = "float8")]
+unsafe impl Element for float8::F8E5M2 {
+    const FORMAT: &'static CStr = c"[ml_dtypes$float8_e5m2]";
+    const KIND: ElementKind = ElementKind::Custom(&["ml_dtypes$float8_e5m2"]);
+}
+
+// SAFETY: float4's F4E2M1x2 is a `repr(transparent)` u8 (every bit pattern is
+// two float4_e2m1fn codes) holding the first value in bits 3:0 and the second
+// in bits 7:4, as PyTorch's float4_e2m1fn_x2 and NVIDIA's __nv_fp4x2_e2m1
+// store them; pyxbuf reads such tensors (DLPack: kDLFloat4_e2m1fn, 4 bits,
+// 2 lanes) as one-byte items of this format, whose struct$B alternative lets
+// any consumer read the bytes.
+#[cfg(feature = "float4")]
+unsafe impl Element for float4::F4E2M1x2 {
+    const FORMAT: &'static CStr = c"[pyxbuf$float4_e2m1fn_x2;struct$B]";
+    const KIND: ElementKind = ElementKind::Custom(&["pyxbuf$float4_e2m1fn_x2"]);
 }
 
 // SAFETY: one byte; only 0 and 1 are valid, which `valid_bytes`,
@@ -375,6 +411,36 @@ pub(crate) unsafe fn matches_ptr<T: Element>(format: *const c_char, itemsize: is
     }
 }
 
+/// The element type this crate has for items of this format and size, as
+/// a user writes it (`"pyxbuf::bf16"`, `"f64"`), for messages; `None` when
+/// no built-in [`Element`] reads them.
+///
+/// # Safety
+/// `format` is NULL or a NUL-terminated string.
+pub(crate) unsafe fn rust_type_for(format: *const c_char, itemsize: isize) -> Option<&'static str> {
+    macro_rules! first_of {
+        ($($t:ty => $name:literal),* $(,)?) => {$(
+            // SAFETY: the caller's contract on `format`.
+            if unsafe { matches_ptr::<$t>(format, itemsize) } {
+                return Some($name);
+            }
+        )*};
+    }
+    // Custom types first: their struct$ alternatives would match a primitive.
+    first_of!(half::bf16 => "pyxbuf::bf16");
+    #[cfg(feature = "float8")]
+    first_of!(float8::F8E4M3 => "pyxbuf::F8E4M3", float8::F8E5M2 => "pyxbuf::F8E5M2");
+    #[cfg(feature = "float4")]
+    first_of!(float4::F4E2M1x2 => "pyxbuf::F4E2M1x2");
+    first_of!(
+        f32 => "f32", f64 => "f64", half::f16 => "pyxbuf::f16",
+        Complex<f32> => "num_complex::Complex<f32>", Complex<f64> => "num_complex::Complex<f64>",
+        i8 => "i8", i16 => "i16", i32 => "i32", i64 => "i64",
+        u8 => "u8", u16 => "u16", u32 => "u32", u64 => "u64", bool => "bool",
+    );
+    None
+}
+
 /// Register `T`'s custom id with pyxbuf's process-wide custom-type registry,
 /// so that format strings naming it have a size everywhere (C consumers,
 /// `pyxbuf_format_itemsize`, exporters that compute sizes from formats).
@@ -484,6 +550,15 @@ mod tests {
         assert!(m::<half::bf16>(c"[jax$bf16;ml_dtypes$bfloat16]"));
         assert!(!m::<half::bf16>(c">[ml_dtypes$bfloat16]"));
         assert!(!m::<half::bf16>(c"e") && !m::<half::f16>(c"[ml_dtypes$bfloat16]"));
+        assert!(m::<float8::F8E4M3>(c"[ml_dtypes$float8_e4m3fn]"));
+        assert!(m::<float8::F8E5M2>(c"[ml_dtypes$float8_e5m2]"));
+        assert!(!m::<float8::F8E4M3>(c"[ml_dtypes$float8_e5m2]"));
+        assert!(!m::<float8::F8E4M3>(c"[ml_dtypes$float8_e4m3fnuz]"));
+        assert!(!m::<float8::F8E4M3>(c"B") && !m::<u8>(c"[ml_dtypes$float8_e4m3fn]"));
+        // Packed float4: its own type, and bytes to anyone (struct$B).
+        let packed = c"[pyxbuf$float4_e2m1fn_x2;struct$B]";
+        assert!(m::<float4::F4E2M1x2>(packed) && m::<u8>(packed));
+        assert!(!m::<float4::F4E2M1x2>(c"B") && !m::<i8>(packed));
         assert!(m::<f32>(c"[struct$f]") && m::<i16>(c"[buffer$<h]"));
     }
 

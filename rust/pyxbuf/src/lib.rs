@@ -242,8 +242,14 @@
 //!   `typing_extensions.Buffer` before), as PyO3's `PyBuffer` is.
 //! - `emulated-device`: compile pyxbuf's guarded emulated device into the
 //!   library and expose the `emulated` module (tests only).
-//! - bf16 / f16 items are [`half`]'s types (`half::bf16`, `half::f16`):
-//!   add the `half` crate to your dependencies to name them.
+//! - `float8` (**on by default**): the `float8` crate's `F8E4M3` and
+//!   `F8E5M2` as element types (ml_dtypes' and PyTorch's float8_e4m3fn and
+//!   float8_e5m2), re-exported as `pyxbuf::F8E4M3` and `pyxbuf::F8E5M2`.
+//! - `float4` (**on by default**): the `float4` crate's `F4E2M1x2`, two
+//!   float4_e2m1fn values in one byte (PyTorch's float4_e2m1fn_x2, NVFP4 and
+//!   MXFP4 weights), re-exported as `pyxbuf::F4E2M1x2`.
+//! - bf16 / f16 items are [`half`]'s types, re-exported as `pyxbuf::bf16`
+//!   and `pyxbuf::f16`: no `half` dependency of your own is needed.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
@@ -263,7 +269,14 @@ pub use buffer::{
 };
 pub use device::{Device, DevicePtr, SyncEvent};
 pub use element::{register_custom, Element, ElementKind, RegisterCustomError};
+#[cfg(feature = "float4")]
+pub use float4::F4E2M1x2;
+#[cfg(feature = "float8")]
+pub use float8::{F8E4M3, F8E5M2};
 pub use format::{ByteOrder, Custom, Field, Format, FormatError, FormatKind};
+/// The element types of the machine-learning dtypes, from the crates that
+/// define them (their arithmetic and conversions are theirs).
+pub use half::{bf16, f16};
 /// The raw bindings (`pyxbuf-sys`), for what this crate does not wrap.
 pub use pyxbuf_sys as sys;
 

@@ -353,6 +353,62 @@ fn bfloat16_ml_dtypes_arrays() {
 }
 
 #[test]
+fn float8_ml_dtypes_arrays_read_as_the_float8_crate_types() {
+    Python::attach(|py| {
+        let a = eval(
+            py,
+            "np.array([0.5, -448.0, 3.0], dtype=__import__('ml_dtypes').float8_e4m3fn)",
+            &[],
+        );
+        let buf = PyXBuffer::<pyxbuf::F8E4M3>::get(&a).unwrap();
+        assert_eq!(buf.path(), Path::Numpy);
+        let v: Vec<f32> = buf.to_vec().unwrap().iter().map(|x| x.to_f32()).collect();
+        assert_eq!(v, [0.5, -448.0, 3.0]);
+        let b = eval(
+            py,
+            "np.array([57344.0, -0.25], dtype=__import__('ml_dtypes').float8_e5m2)",
+            &[],
+        );
+        let buf = PyXBuffer::<pyxbuf::F8E5M2>::get(&b).unwrap();
+        let v: Vec<f32> = buf.to_vec().unwrap().iter().map(|x| x.to_f32()).collect();
+        assert_eq!(v, [57344.0, -0.25]);
+        // One float8 is not the other.
+        let err = PyXBuffer::<pyxbuf::F8E5M2>::get(&a).unwrap_err();
+        assert!(err.is_instance_of::<PyTypeError>(py));
+        assert!(
+            err.to_string()
+                .contains("use pyxbuf::F8E4M3 and PyXBuffer<F8E4M3>"),
+            "{err}"
+        );
+    });
+}
+
+#[test]
+fn a_type_mismatch_names_the_rust_type_of_the_items() {
+    Python::attach(|py| {
+        let a = eval(
+            py,
+            "np.zeros(3, dtype=__import__('ml_dtypes').bfloat16)",
+            &[],
+        );
+        let err = PyXBuffer::<f32>::get(&a).unwrap_err();
+        assert!(err.is_instance_of::<PyTypeError>(py));
+        assert!(
+            err.to_string()
+                .contains("use pyxbuf::bf16 and PyXBuffer<bf16>"),
+            "{err}"
+        );
+        let d = eval(py, "np.zeros(3)", &[]);
+        let err = PyXBuffer::<f32>::get(&d).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("read its own items: PyXBuffer<f64>"),
+            "{err}"
+        );
+    });
+}
+
+#[test]
 fn refcounts_are_unchanged_after_many_cycles() {
     Python::attach(|py| {
         let a = eval(

@@ -12,10 +12,9 @@
 //! pyxbuf_sum.sum_bf16(np.ones(4, dtype=ml_dtypes.bfloat16))     # 4.0
 //! ```
 
-use half::bf16;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyxbuf::{Device, Element, PyXBuffer, PyXUntypedBuffer};
+use pyxbuf::{bf16, Device, Element, F4E2M1x2, PyXBuffer, PyXUntypedBuffer, F8E4M3, F8E5M2};
 
 /// The sum of a buffer's items, wherever they are.
 ///
@@ -137,6 +136,57 @@ fn sum_any(x: &Bound<'_, PyAny>) -> PyResult<f64> {
     total(v.as_typed::<f64>()?, |v| v)
 }
 
+/// Sum a float8_e4m3fn array (ml_dtypes', PyTorch's `torch.float8_e4m3fn`)
+/// on any device, through `pyxbuf::F8E4M3`.
+#[pyfunction]
+fn sum_f8e4m3(x: &Bound<'_, PyAny>) -> PyResult<f64> {
+    let x = PyXBuffer::<F8E4M3>::request().device().get(x)?;
+    total(&x, |v| f64::from(v.to_f32()))
+}
+
+/// Sum a packed float4 array (PyTorch's `torch.float4_e2m1fn_x2`, two
+/// float4_e2m1fn values per byte, the first in the low four bits).
+#[pyfunction]
+fn sum_f4x2(x: &Bound<'_, PyAny>) -> PyResult<f64> {
+    let x = PyXBuffer::<F4E2M1x2>::request().device().get(x)?;
+    total(&x, |v| {
+        let (first, second) = v.to_f32_pair();
+        f64::from(first) + f64::from(second)
+    })
+}
+
+/// A copy of `x` made from Rust: its items read as `T`, written into a new
+/// `pyxbuf.Exporter` of the same shape and format (what a function that
+/// returns a computed array of these types does).
+fn copy_as<'py, T: Element>(x: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let x = PyXBuffer::<T>::get(x)?;
+    let items = x.to_vec()?;
+    let shape = x.shape().to_vec();
+    let out = pyxbuf::export::new_exporter::<T>(x.py(), &shape, Device::Cpu)?;
+    PyXBuffer::<T>::request()
+        .borrow_exclusive()
+        .get(&out)?
+        .copy_from_slice(&items)?;
+    Ok(out)
+}
+
+/// A copy of a float8_e4m3fn, float8_e5m2, bfloat16 or packed float4
+/// (float4_e2m1fn_x2) array, read and written from Rust: `dtype` names the
+/// item type.
+#[pyfunction]
+fn copy_ml<'py>(x: &Bound<'py, PyAny>, dtype: &str) -> PyResult<Bound<'py, PyAny>> {
+    match dtype {
+        "float8_e4m3fn" => copy_as::<F8E4M3>(x),
+        "float8_e5m2" => copy_as::<F8E5M2>(x),
+        "bfloat16" => copy_as::<bf16>(x),
+        "float4_e2m1fn_x2" => copy_as::<F4E2M1x2>(x),
+        other => Err(PyValueError::new_err(format!(
+            "copy_ml: dtype {other:?} is not one of float8_e4m3fn, float8_e5m2, bfloat16, \
+             float4_e2m1fn_x2"
+        ))),
+    }
+}
+
 /// A new `pyxbuf.Exporter` of `n` zeroed float32 items: pyxbuf's own
 /// producer, which enforces borrows itself.
 #[pyfunction]
@@ -169,6 +219,9 @@ fn pyxbuf_sum(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(describe, m)?)?;
     m.add_function(wrap_pyfunction!(sum_any, m)?)?;
     m.add_function(wrap_pyfunction!(zeros_f32, m)?)?;
+    m.add_function(wrap_pyfunction!(sum_f8e4m3, m)?)?;
+    m.add_function(wrap_pyfunction!(sum_f4x2, m)?)?;
+    m.add_function(wrap_pyfunction!(copy_ml, m)?)?;
     #[cfg(feature = "emulated-device")]
     m.add_function(wrap_pyfunction!(to_emulated_device, m)?)?;
     Ok(())

@@ -635,10 +635,26 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
 
     fn type_error<T: Element>(&self, owner: &str) -> PyErr {
         let format = self.format();
+        // SAFETY: the view's format is NULL or NUL-terminated while it lives.
+        let theirs =
+            unsafe { element::rust_type_for(self.view.base.format, self.view.base.itemsize) };
+        let fix = match theirs {
+            Some(path) => {
+                let name = path.rsplit("::").next().unwrap_or(path);
+                if path.contains("::") {
+                    format!("or read its own items: use {path} and PyXBuffer<{name}>")
+                } else {
+                    format!("or read its own items: PyXBuffer<{name}>")
+                }
+            }
+            None => "or read it with an Element type of that format (pyxbuf::Element, \
+                     pyxbuf::custom_element!)"
+                .to_owned(),
+        };
         PyTypeError::new_err(format!(
             "pyxbuf: the buffer of '{owner}' holds items of format '{}' ({} each), but \
              PyXBuffer<{}> needs format '{}' ({} each); convert the array (e.g. \
-             numpy's .astype) or use the matching Rust type",
+             numpy's .astype) {fix}",
             format.to_string_lossy(),
             count(self.view.base.itemsize.max(0) as u64, "byte", "bytes"),
             short_type_name::<T>(),
