@@ -13,13 +13,16 @@
 //   if (auto s = v.try_span()) use(s->data(), s->size()); // C-contiguous only
 //
 // Types: T is one of int8_t..int64_t, uint8_t..uint64_t, float, double, bool,
-// std::complex<float>, std::complex<double>, pyxbuf::bfloat16, optionally
-// const. The view's format must be one scalar of T's kind and size in native
-// byte order ("f", "=f", "<f" on a little-endian host, "Zd" for
+// std::complex<float>, std::complex<double>, pyxbuf::bfloat16,
+// pyxbuf::float8_e4m3fn, pyxbuf::float8_e5m2, pyxbuf::float4_e2m1fn_x2,
+// optionally const. The view's format must be one scalar of T's kind and size
+// in native byte order ("f", "=f", "<f" on a little-endian host, "Zd" for
 // std::complex<double>, any integer code of T's signedness and size: "i", "l",
 // "=l", "q" ...); for pyxbuf::bfloat16 the custom type "[ml_dtypes$bfloat16]"
 // (one of its alternatives, as "[jax$bf16;ml_dtypes$bfloat16]"), which is
-// what ml_dtypes' bfloat16 arrays and DLPack's kDLBfloat 16 get from pyxbuf. A
+// what ml_dtypes' bfloat16 arrays and DLPack's kDLBfloat 16 get from pyxbuf;
+// likewise "[ml_dtypes$float8_e4m3fn]", "[ml_dtypes$float8_e5m2]" and, for
+// PyTorch's packed float4_e2m1fn_x2, "[pyxbuf$float4_e2m1fn_x2;struct$B]". A
 // view of a non-const T requests PyBUF_WRITABLE; view<const T> reads only.
 // get() and try_get() request no borrow unless `flags` names one
 // (PYXBUF_BORROW_SHARED / PYXBUF_BORROW_EXCLUSIVE); the nanobind and pybind11
@@ -52,6 +55,7 @@
 #include "pyxbuf.h"
 
 #include <atomic>
+#include <cmath>
 #include <complex>
 #include <cstddef>
 #include <cstdint>
@@ -60,6 +64,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <new>
 #include <optional>
@@ -140,6 +145,65 @@ static_assert(sizeof(bfloat16) == 2 && std::is_trivially_copyable<bfloat16>::val
               "pyxbuf::bfloat16 is two plain bytes");
 
 namespace detail {
+// The value of a small float's fields: sign, biased exponent, mantissa of
+// `mbits` bits (exponent 0: subnormal).
+inline float minifloat(unsigned sign, unsigned exp, unsigned man, unsigned mbits, int bias) {
+    const float m = static_cast<float>(man) / static_cast<float>(1u << mbits);
+    const float v = exp == 0 ? std::ldexp(m, 1 - bias)
+                             : std::ldexp(1.0f + m, static_cast<int>(exp) - bias);
+    return sign ? -v : v;
+}
+} // namespace detail
+
+// One float8 value as ml_dtypes and PyTorch store it (the OCP 8-bit floats;
+// "[ml_dtypes$float8_e4m3fn]", "[ml_dtypes$float8_e5m2]"; DLPack's
+// kDLFloat8_e4m3fn / kDLFloat8_e5m2). Plain bytes: every bit pattern is valid.
+// E4M3FN: 4 exponent bits (bias 7), 3 mantissa bits, no infinities; S.1111.111
+// is NaN, so the largest value is 448.
+struct float8_e4m3fn {
+    std::uint8_t bits;
+    // The exact float.
+    float to_float() const noexcept {
+        const unsigned exp = (bits >> 3) & 0xfu, man = bits & 7u;
+        if (exp == 0xfu && man == 7u) return std::numeric_limits<float>::quiet_NaN();
+        return detail::minifloat(bits >> 7, exp, man, 3, 7);
+    }
+    explicit operator float() const noexcept { return to_float(); }
+};
+// E5M2: IEEE binary16's top byte (5 exponent bits, bias 15, 2 mantissa bits,
+// infinities and NaNs).
+struct float8_e5m2 {
+    std::uint8_t bits;
+    float to_float() const noexcept {
+        const unsigned exp = (bits >> 2) & 0x1fu, man = bits & 3u;
+        if (exp == 0x1fu)
+            return man != 0 ? std::numeric_limits<float>::quiet_NaN()
+                            : (bits >> 7 ? -std::numeric_limits<float>::infinity()
+                                         : std::numeric_limits<float>::infinity());
+        return detail::minifloat(bits >> 7, exp, man, 2, 15);
+    }
+    explicit operator float() const noexcept { return to_float(); }
+};
+// Two float4_e2m1fn values in one byte, as PyTorch's float4_e2m1fn_x2 and
+// NVIDIA's __nv_fp4x2_e2m1 store them (NVFP4/MXFP4 weights): the first in
+// bits 3:0, the second in bits 7:4; each 1 sign, 2 exponent bits (bias 1), 1
+// mantissa bit: +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}. pyxbuf reads such tensors as
+// one-byte items "[pyxbuf$float4_e2m1fn_x2;struct$B]".
+struct float4_e2m1fn_x2 {
+    std::uint8_t bits;
+    static float decode(unsigned code) noexcept {
+        return detail::minifloat((code >> 3) & 1u, (code >> 1) & 3u, code & 1u, 1, 1);
+    }
+    float first() const noexcept { return decode(bits & 0xfu); }
+    float second() const noexcept { return decode(bits >> 4); }
+};
+static_assert(sizeof(float8_e4m3fn) == 1 && sizeof(float8_e5m2) == 1 &&
+                  sizeof(float4_e2m1fn_x2) == 1 &&
+                  std::is_trivially_copyable<float8_e4m3fn>::value &&
+                  std::is_trivially_copyable<float4_e2m1fn_x2>::value,
+              "pyxbuf's float8 and packed float4 types are one plain byte");
+
+namespace detail {
 
 // Take the pending Python exception (cleared): its type name and str().
 // Needs the GIL.
@@ -214,12 +278,19 @@ PYXBUF_HPP_ITEM(std::complex<double>, floating, "Zd", true)
 #undef PYXBUF_HPP_ITEM
 // A custom type of the custom-dtype proposal: `custom_id` is the "id$payload"
 // one of the format's alternatives must be.
-template <> struct item_traits<bfloat16> {
-    static constexpr kind k = kind::custom;
-    static constexpr bool complex = false;
-    static constexpr const char *format = "[ml_dtypes$bfloat16]";
-    static constexpr const char *custom_id = "ml_dtypes$bfloat16";
-};
+#define PYXBUF_HPP_CUSTOM_ITEM(U, FORMAT, ID)                                  \
+    template <> struct item_traits<U> {                                        \
+        static constexpr kind k = kind::custom;                                \
+        static constexpr bool complex = false;                                 \
+        static constexpr const char *format = FORMAT;                          \
+        static constexpr const char *custom_id = ID;                           \
+    };
+PYXBUF_HPP_CUSTOM_ITEM(bfloat16, "[ml_dtypes$bfloat16]", "ml_dtypes$bfloat16")
+PYXBUF_HPP_CUSTOM_ITEM(float8_e4m3fn, "[ml_dtypes$float8_e4m3fn]", "ml_dtypes$float8_e4m3fn")
+PYXBUF_HPP_CUSTOM_ITEM(float8_e5m2, "[ml_dtypes$float8_e5m2]", "ml_dtypes$float8_e5m2")
+PYXBUF_HPP_CUSTOM_ITEM(float4_e2m1fn_x2, "[pyxbuf$float4_e2m1fn_x2;struct$B]",
+                       "pyxbuf$float4_e2m1fn_x2")
+#undef PYXBUF_HPP_CUSTOM_ITEM
 
 inline bool native_order(int32_t order) {
     const uint16_t probe = 1;
@@ -282,6 +353,23 @@ template <class U> inline bool format_is_own_code(const char *format) noexcept {
     return *own == '\0' && *format == '\0';
 }
 
+// The one scalar item of `f`: its only node, or the payload of a custom type
+// that a struct$ or buffer$ alternative resolved ("[struct$B]",
+// "[mylib$x;struct$B]": any consumer may read such items as that scalar);
+// nullptr otherwise.
+inline const pyxbuf_format_node *single_scalar(const pyxbuf_format &f) {
+    const pyxbuf_format_node *nodes = pyxbuf_format_nodes(&f);
+    if ((f.flags & PYXBUF_FMTF_SINGLE_SCALAR) && f.nnodes >= 2) return nodes + 1;
+    if (f.nnodes < 3 || nodes[0].nchildren != 1 || nodes[0].first_child <= 0) return nullptr;
+    const pyxbuf_format_node *n = nodes + nodes[0].first_child;
+    if (n->kind != PYXBUF_FMT_CUSTOM || n->repeat != 1 || n->ndim != 0 || n->nchildren != 1 ||
+        n->first_child <= 0 || (n->flags & (PYXBUF_FMTN_COMPLEX | PYXBUF_FMTN_POINTER)) ||
+        !native_order(n->byte_order))
+        return nullptr;
+    const pyxbuf_format_node *c = nodes + n->first_child;
+    return c->kind == PYXBUF_FMT_SCALAR && c->repeat == 1 && c->ndim == 0 ? c : nullptr;
+}
+
 // Does `format` (NULL = "B") describe one item of type U? Pure: no Python.
 // Every spelling but U's own code goes through the parser.
 template <class U> bool format_matches_parsed(const char *format) {
@@ -291,9 +379,9 @@ template <class U> bool format_matches_parsed(const char *format) {
     bool ok = false;
     if (tr::k == kind::custom) {
         ok = custom_matches<U>(f, std::integral_constant<bool, tr::k == kind::custom>());
-    } else if ((f.flags & PYXBUF_FMTF_SINGLE_SCALAR) && f.nnodes >= 2 &&
-        f.itemsize == static_cast<int64_t>(sizeof(U))) {
-        const pyxbuf_format_node *n = pyxbuf_format_nodes(&f) + 1;
+    } else if (const pyxbuf_format_node *n = f.itemsize == static_cast<int64_t>(sizeof(U))
+                                                 ? single_scalar(f)
+                                                 : nullptr) {
         const bool cplx = (n->flags & PYXBUF_FMTN_COMPLEX) != 0;
         const int c = n->code;
         bool code_ok = false;
@@ -493,7 +581,8 @@ private:
     // The acquisition itself: the held storage, or null with a Python
     // exception set (what a function argument's loader stores directly).
     static PYXBUF_HPP_INLINE storage_ptr acquire_storage(PyObject *obj, int flags,
-                                                         bool with_stream, int64_t stream) {
+                                                         bool with_stream, int64_t stream,
+                                                         bool *read = nullptr) {
         detail::view_storage *block = detail::take_view_storage();
         if (block == nullptr) {
             PyErr_NoMemory();
@@ -507,10 +596,13 @@ private:
             return nullptr;
         }
         storage_ptr s(block); // released by the deleter from here on, on every path
+        if (read != nullptr) *read = true; // pyxbuf read it: a refusal now is of T
         const Py_buffer &b = s->v.base;
         if (!detail::format_matches<value_type>(b.format)) {
             const char *have = b.format != nullptr ? b.format : "B";
-            PyErr_Format(PyExc_BufferError,
+            // An item type that is not T: TypeError, as Rust's PyXBuffer says it
+            // (the memory is fine, the argument is of the wrong kind).
+            PyErr_Format(PyExc_TypeError,
                          "pyxbuf::view: the buffer's format is '%s', expected '%s' (%zd-byte "
                          "items); pass an array of that item type (convert it first)",
                          have, detail::item_traits<value_type>::format,
@@ -522,7 +614,7 @@ private:
         const bool flat_bytes = b.format == nullptr && b.shape == nullptr;
         const Py_ssize_t item = flat_bytes ? 1 : b.itemsize;
         if (item != static_cast<Py_ssize_t>(sizeof(value_type))) {
-            PyErr_Format(PyExc_BufferError,
+            PyErr_Format(PyExc_TypeError,
                          "pyxbuf::view: itemsize %zd, expected %zd; pass an array of that item type",
                          item, static_cast<Py_ssize_t>(sizeof(value_type)));
             return nullptr;
@@ -530,7 +622,8 @@ private:
         if (writable && b.readonly) {
             PyErr_SetString(PyExc_BufferError,
                             "pyxbuf::view: read-only memory for a writable view; pass writable "
-                            "memory, or read it through a view of const items");
+                            "memory (a copy: numpy's a.copy()), or read it through a view of "
+                            "const items (a shared borrow)");
             return nullptr;
         }
         const int nd = b.ndim;
@@ -757,10 +850,11 @@ namespace detail {
 // is a refusal with MemoryError set.
 template <class T>
 PYXBUF_HPP_INLINE argument_status load_argument(PyObject *obj, view<T> &out) noexcept {
+    bool read = false;
 #if PYXBUF_HPP_EXCEPTIONS
     try {
 #endif
-        out.s_ = view<T>::acquire_storage(obj, view<T>::argument_flags, false, 0);
+        out.s_ = view<T>::acquire_storage(obj, view<T>::argument_flags, false, 0, &read);
         if (out.s_) return argument_status::acquired;
 #if PYXBUF_HPP_EXCEPTIONS
     } catch (const std::bad_alloc &) {
@@ -768,7 +862,9 @@ PYXBUF_HPP_INLINE argument_status load_argument(PyObject *obj, view<T> &out) noe
         return argument_status::refused;
     }
 #endif
-    if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+    // pyxbuf_get's TypeError: no buffer protocol pyxbuf knows. An array of
+    // another item type (TypeError too, raised after it was read) is refused.
+    if (!read && PyErr_ExceptionMatches(PyExc_TypeError)) {
         PyErr_Clear();
         return argument_status::not_an_array;
     }

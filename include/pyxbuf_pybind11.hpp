@@ -27,7 +27,8 @@
 //     pybind11's no-convert pass (the first pass over an overloaded function,
 //     or an argument marked py::arg().noconvert()), and in a pass that allows
 //     conversion -- the only pass of a function with one overload -- its
-//     exception (pyxbuf's BufferError, naming what was asked and found) is
+//     exception (pyxbuf's TypeError for another item type, BufferError for
+//     memory it cannot hand out; each naming what was asked and found) is
 //     raised to the caller at once (py::error_already_set from load()), so
 //     later overloads are not tried: order overloads accordingly;
 //   - by value, the view is moved into the parameter and released when the

@@ -47,7 +47,9 @@ def test_module_sees_what_getbuffer_gives(name, factory, request_name):
 
 
 def test_bridges_through_the_module():
-    assert pyxbuf.inspect(np.ones(3, dtype=ml_dtypes.bfloat16))["path"] == "array-interface"
+    assert pyxbuf.inspect(np.ones(3, dtype=ml_dtypes.bfloat16))["path"] == "numpy"
+    swapped = np.dtype(ml_dtypes.bfloat16).newbyteorder()
+    assert pyxbuf.inspect(np.ones(3, dtype=swapped))["path"] == "array-interface"
     assert pyxbuf.inspect(np.ones(2, dtype=ml_dtypes.float8_e5m2))["format"] == (
         "[ml_dtypes$float8_e5m2]")
     jnp = pytest.importorskip("jax.numpy")

@@ -26,7 +26,19 @@
  * Producers disagree on the type of a refusal (NumPy raises ValueError for
  * contiguity, bytes BufferError for writability); consumers of pyxbuf catch
  * one. Other exceptions (MemoryError, KeyboardInterrupt...) keep their type. */
+/* What to do about read-only memory refused to a writable request. */
+#define READ_ONLY_FIX                                                                      \
+    "to write, pass a writable copy (numpy's a.copy()); to read, ask for read-only access " \
+    "(no PyBUF_WRITABLE, a shared borrow: PyXBuffer<T> in Rust, view<const T> in C++)"
+
+static void add_context_fix(PyObject *obj, const char *path, int32_t flags, const char *fix);
+
 static void add_context(PyObject *obj, const char *path, int32_t flags) {
+    add_context_fix(obj, path, flags, NULL);
+}
+
+/* add_context, with `fix` (when not NULL) after the producer's reason. */
+static void add_context_fix(PyObject *obj, const char *path, int32_t flags, const char *fix) {
     char names[256];
     pyxbuf__flag_names(flags, names, sizeof names);
     if (!PyErr_Occurred()) {
@@ -52,8 +64,8 @@ static void add_context(PyObject *obj, const char *path, int32_t flags) {
         PyErr_GivenExceptionMatches(cause, PyExc_TypeError) ||
         PyErr_GivenExceptionMatches(cause, PyExc_BufferError))
         raised = PyExc_BufferError;
-    PyErr_Format(raised, "pyxbuf: %s buffer of '%.200s' refused the request %s: %s", path,
-                 Py_TYPE(obj)->tp_name, names, reason);
+    PyErr_Format(raised, "pyxbuf: %s buffer of '%.200s' refused the request %s: %s%s%s", path,
+                 Py_TYPE(obj)->tp_name, names, reason, fix ? "; " : "", fix ? fix : "");
     Py_XDECREF(text);
     PyObject *context = PyErr_GetRaisedException();
     PyException_SetCause(context, cause); /* steals cause */
@@ -111,7 +123,7 @@ typedef struct refusal {
 static int acquire_by_bridges(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream,
                               size_t first, refusal *r);
 static void refusal_take(refusal *r, const char *path, int32_t flags);
-static int classic_cannot_describe(PyObject *obj, int32_t flags, int raw);
+static int classic_cannot_describe(PyObject *obj, int32_t flags, int raw, int *read_only);
 
 static int acquire_classic(PyObject *obj, pyxbuf_view *view, int32_t flags) {
     int32_t passed = flags & CLASSIC_RANGE;
@@ -130,12 +142,13 @@ static int after_classic_failed(PyObject *obj, pyxbuf_view *view, int32_t flags,
                                 int rc) {
     int32_t passed = flags & CLASSIC_RANGE;
     const char *pending = rc == CLASSIC_REFUSED ? "classic" : NULL;
-    if (classic_cannot_describe(obj, flags, pending != NULL)) {
+    int read_only = 0;
+    if (classic_cannot_describe(obj, flags, pending != NULL, &read_only)) {
         refusal r;
         refusal_take(&r, pending, passed);
         return acquire_by_bridges(obj, view, flags, stream, 0, &r) == 1 ? 1 : -1;
     }
-    if (pending != NULL) add_context(obj, pending, passed);
+    if (pending != NULL) add_context_fix(obj, pending, passed, read_only ? READ_ONLY_FIX : NULL);
     return -1;
 }
 
@@ -215,8 +228,9 @@ static int acquire_without_buffer(PyObject *obj, pyxbuf_view *view, int32_t flag
  * layout it refuses). Not when the memory is read-only and the request
  * writable: a bridge must not hand out writable access the producer refused
  * (JAX arrays are immutable, yet their DLPack capsules carry no read-only
- * flag). Not for errors other than refusals (MemoryError, KeyboardInterrupt). */
-static int classic_cannot_describe(PyObject *obj, int32_t flags, int raw) {
+ * flag): *read_only says that case. Not for errors other than refusals
+ * (MemoryError, KeyboardInterrupt). */
+static int classic_cannot_describe(PyObject *obj, int32_t flags, int raw, int *read_only) {
     /* A raw producer error counts as a refusal when add_context would make
      * it a BufferError (ValueError, TypeError, BufferError). */
     if (!PyErr_ExceptionMatches(PyExc_BufferError) &&
@@ -232,6 +246,7 @@ static int classic_cannot_describe(PyObject *obj, int32_t flags, int raw) {
     else
         PyErr_Clear();
     PyErr_SetRaisedException(refused);
+    *read_only = readable == 0; /* readable, not writable: the memory is read-only */
     return readable != 0;
 }
 

@@ -219,6 +219,47 @@ CXX_TEST(format_checks) {
     CHECK(!pyxbuf::detail::format_matches<float>("not a format"));
 }
 
+CXX_TEST(float8_and_packed_float4_formats) {
+    using e4 = pyxbuf::float8_e4m3fn;
+    using e5 = pyxbuf::float8_e5m2;
+    using f4 = pyxbuf::float4_e2m1fn_x2;
+    CHECK(pyxbuf::detail::format_matches<e4>("[ml_dtypes$float8_e4m3fn]"));
+    CHECK(pyxbuf::detail::format_matches<e5>("[ml_dtypes$float8_e5m2]"));
+    CHECK(!pyxbuf::detail::format_matches<e4>("[ml_dtypes$float8_e5m2]"));
+    CHECK(!pyxbuf::detail::format_matches<e4>("[ml_dtypes$float8_e4m3fnuz]"));
+    CHECK(!pyxbuf::detail::format_matches<e4>("B"));
+    CHECK(!pyxbuf::detail::format_matches<std::uint8_t>("[ml_dtypes$float8_e4m3fn]"));
+    // Packed float4: its own type, and bytes to anyone through struct$B.
+    CHECK(pyxbuf::detail::format_matches<f4>("[pyxbuf$float4_e2m1fn_x2;struct$B]"));
+    CHECK(pyxbuf::detail::format_matches<std::uint8_t>("[pyxbuf$float4_e2m1fn_x2;struct$B]"));
+    CHECK(!pyxbuf::detail::format_matches<f4>("B"));
+    // Decoding, against the encodings' definitions (ml_dtypes agrees).
+    CHECK(e4{0x7e}.to_float() == 448.0f && e4{0xfe}.to_float() == -448.0f);
+    CHECK(e4{0x38}.to_float() == 1.0f && e4{0x01}.to_float() == 0.001953125f);
+    CHECK(e4{0x7f}.to_float() != e4{0x7f}.to_float()); // NaN; no infinities
+    CHECK(e5{0x7b}.to_float() == 57344.0f && e5{0x3c}.to_float() == 1.0f);
+    CHECK(e5{0x7c}.to_float() == std::numeric_limits<float>::infinity());
+    CHECK(e5{0x01}.to_float() == 1.52587890625e-05f);
+    const float fp4[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+    for (unsigned c = 0; c < 16; c++) {
+        CHECK(f4{static_cast<std::uint8_t>(c)}.first() == fp4[c]);
+        CHECK(f4{static_cast<std::uint8_t>(c << 4)}.second() == fp4[c]);
+    }
+    // A view over an exporter of packed float4 bytes, read both halves.
+    PyObject *e = exporter("[pyxbuf$float4_e2m1fn_x2;struct$B]", 2, 0);
+    CHECK(e != nullptr);
+    {
+        auto w = pyxbuf::view<f4>::get(e);
+        CHECK_EQ(w.itemsize(), 1);
+        w(0) = f4{0x72}; // first 1.0, second 6.0
+        w(1) = f4{0x9f}; // first -6.0, second -0.5
+        auto r = pyxbuf::view<const f4>::get(e);
+        CHECK(r(0).first() == 1.0f && r(0).second() == 6.0f);
+        CHECK(r(1).first() == -6.0f && r(1).second() == -0.5f);
+    }
+    Py_DECREF(e);
+}
+
 CXX_TEST(bfloat16_custom_format) {
     using bf = pyxbuf::bfloat16;
     // Format matching: the custom type by any alternative, native order, one item.
@@ -303,7 +344,8 @@ CXX_TEST(argument_casters_request_and_classify) {
         CHECK(pyxbuf::detail::load_argument(e, b) == st::acquired); // shared twice
         CHECK(a.grants().shared && b.grants().shared);
         pyxbuf::view<const double> d;
-        CHECK(pyxbuf::detail::load_argument(e, d) == st::refused); // format
+        CHECK(pyxbuf::detail::load_argument(e, d) == st::refused); // format: TypeError kept
+        CHECK(PyErr_ExceptionMatches(PyExc_TypeError));
         CHECK_CONTAINS(pyxbuf::detail::take_python_error().second, "expected 'd'");
     }
     // Not an array at all: TypeError, cleared, so another overload may try.
@@ -332,7 +374,7 @@ CXX_TEST(format_mismatch_throws_naming_both_and_releases) {
     std::string msg = THROWN(pyxbuf::view<float>::get(cast));
     CHECK_CONTAINS(msg, "'d'");
     CHECK_CONTAINS(msg, "'f'");
-    CHECK_CONTAINS(msg, "BufferError");
+    CHECK_CONTAINS(msg, "TypeError"); // an item type that is not T (DESIGN: Errors)
     CHECK_EQ(Py_REFCNT(cast), before);
     // Released: the bytearray can be resized again (no export left).
     Py_XDECREF(cast);
@@ -345,7 +387,7 @@ CXX_TEST(format_mismatch_throws_naming_both_and_releases) {
     // try_get: nullopt, the Python exception left set.
     auto t = pyxbuf::view<float>::try_get(a);
     CHECK(!t);
-    CHECK(PyErr_ExceptionMatches(PyExc_BufferError));
+    CHECK(PyErr_ExceptionMatches(PyExc_TypeError));
     PyErr_Clear();
     Py_XDECREF(d);
     Py_XDECREF(a);

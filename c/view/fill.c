@@ -163,7 +163,10 @@ int pyxbuf_export_fill(Py_buffer *view, PyObject *exporter, int flags,
     }
     if ((flags & PyBUF_WRITABLE) && d->readonly) {
         PyErr_Format(PyExc_BufferError,
-                     "pyxbuf: '%.200s' is read-only; the request asks for PyBUF_WRITABLE",
+                     "pyxbuf: '%.200s' is read-only; the request asks for PyBUF_WRITABLE: "
+                     "to write, pass a writable copy (numpy's a.copy()); to read, ask for "
+                     "read-only access (no PyBUF_WRITABLE, a shared borrow: PyXBuffer<T> in "
+                     "Rust, view<const T> in C++)",
                      type_name(exporter));
         return -1;
     }

@@ -74,7 +74,7 @@ def test_bfloat16_from_ml_dtypes(consumer):
     a = np.array([[1.5, -2.0], [4.25, 0.125]], dtype=ml_dtypes.bfloat16)
     got = consumer.describe(a)
     assert got["sum"] == 3.875 and got["shape"] == (2, 2) and got["itemsize"] == 2
-    assert got["format"] == "[ml_dtypes$bfloat16]" and got["path"] == "array-interface"
+    assert got["format"] == "[ml_dtypes$bfloat16]" and got["path"] == "numpy"
 
 
 def test_refusal_reaches_python(consumer):

@@ -86,7 +86,7 @@ def test_xview_exports_its_view_to_python_too():
 def test_bfloat16_from_ml_dtypes():
     a = np.array([1.5, -2.0, 4.25, 0.125], dtype=ml_dtypes.bfloat16)
     got = cy.describe(a)
-    assert (got["format"], got["itemsize"], got["path"]) == ("[ml_dtypes$bfloat16]", 2, "array-interface")
+    assert (got["format"], got["itemsize"], got["path"]) == ("[ml_dtypes$bfloat16]", 2, "numpy")
     assert cy.total_bf16(a) == 3.875
     assert cy.total_bf16(a[::-2]) == float(a[::-2].astype(np.float32).sum())
     with pytest.raises(TypeError, match=r"reads bfloat16 .* not format 'f'"):
@@ -94,6 +94,14 @@ def test_bfloat16_from_ml_dtypes():
     # A float32 memoryview of bfloat16 items: Cython's own format check.
     with pytest.raises(ValueError, match=r"Does not understand character buffer dtype format string \('\['\)"):
         cy.total(a)
+
+
+def test_float8_from_ml_dtypes():
+    a = np.array([0.5, -448.0, 3.0, 0.001953125], dtype=ml_dtypes.float8_e4m3fn)
+    assert cy.total_f8e4m3(a) == float(a.astype(np.float64).sum())
+    assert cy.total_f8e4m3(a[::-2]) == float(a[::-2].astype(np.float64).sum())
+    with pytest.raises(TypeError, match=r"reads float8_e4m3fn .* not format '\[ml_dtypes\$float8_e5m2\]'"):
+        cy.total_f8e4m3(np.zeros(2, ml_dtypes.float8_e5m2))
 
 
 def test_read_only_refusal():

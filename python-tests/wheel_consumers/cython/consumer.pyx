@@ -5,7 +5,7 @@ cimport`, the XView guard from pyxbuf_xview.pxi, typed memoryviews over
 NumPy float32 arrays, ml_dtypes bfloat16 arrays, PyTorch CPU tensors (the
 DLPack C exchange table) and arrays on a device this module emulates."""
 
-from libc.stdint cimport uint16_t
+from libc.stdint cimport uint8_t, uint16_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
@@ -169,6 +169,22 @@ def total_bf16(obj):
         bits = v.as_bits()
         for i in range(bits.shape[0]):
             s += pyxbuf_bfloat16_to_float(bits[i])
+    return s
+
+
+def total_f8e4m3(obj):
+    """The sum of a 1-D float8_e4m3fn array (ml_dtypes', PyTorch's), read as
+    its bytes."""
+    cdef const uint8_t[:] bits
+    cdef double s = 0
+    cdef Py_ssize_t i
+    with XView(obj, PyBUF_RECORDS_RO | PYXBUF_BORROW_SHARED) as v:
+        if v.format != "[ml_dtypes$float8_e4m3fn]":
+            raise TypeError(f"total_f8e4m3: reads float8_e4m3fn ('[ml_dtypes$float8_e4m3fn]'), "
+                            f"not format '{v.format}'; pass an ml_dtypes.float8_e4m3fn array")
+        bits = v.as_bits()
+        for i in range(bits.shape[0]):
+            s += pyxbuf_float8_e4m3fn_to_float(bits[i])
     return s
 
 
