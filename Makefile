@@ -15,7 +15,7 @@ CMAKE_ARGS ?=
 export PYTHONDONTWRITEBYTECODE := 1
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build build-release-check check-layers test test-c test-python test-rust test-pymodules test-torch torch test-packaged-crates test-wheel pymodules pythons pythons-tsan python-pep test-python-pep bench-pep test-matrix test-tsan-ft demo demo-needs clean \
+.PHONY: all wheel build build-release-check check-layers test test-c test-python test-rust test-pymodules test-torch torch test-packaged-crates test-wheel pymodules pythons pythons-tsan python-pep test-python-pep bench-pep test-matrix test-tsan-ft demo demo-needs clean \
 	distclean venv libclang bindings asan-build test-asan test-asan-c test-asan-python \
 	clang fuzz fuzz-build fuzz-borrows \
 	valgrind-build test-valgrind tsan-build test-tsan
@@ -28,6 +28,7 @@ all: build
 help:
 	@echo 'make TARGET  (JOBS=$(JOBS), WERROR=$(WERROR), BUILD=$(BUILD); CONTRIBUTING.md says more)'
 	@echo 'Start here:'
+	@echo '  wheel                 the pyxbuf wheel into dist/ (module, pyxbuf.h, libpyxbuf.a, .pxd, CMake package)'
 	@echo '  demo                  build everything, then show what pyxbuf finds in real arrays'
 	@echo '  demo-needs            say what make demo needs and downloads; stop early without cargo'
 	@echo '  test                  build, then every suite listed under Test; what CI runs first'
@@ -192,6 +193,13 @@ test-wheel: venv
 	        src/setuptools src/cmake src/cython src/nanobind src/pybind11 && \
 	    PYXBUF_WHEEL=$$(ls dist/pyxbuf-*.whl) venv/bin/python -m pytest -q --noconftest \
 	        -p no:cacheprovider src/check_consumers.py src/check_cython.py src/check_cxx_bindings.py
+
+# The release wheel a user installs (README, Quick start: Python): the
+# `pyxbuf` module with pyxbuf.h, pyxbuf.hpp, libpyxbuf.a, the Cython
+# declarations and the CMake package, into dist/.
+wheel: venv
+	$(MATURIN_ENV) $(VENV)/bin/maturin build --release -m rust/pyxbuf-python/Cargo.toml -o dist
+	@ls dist/pyxbuf-*.whl
 
 # The `pyxbuf` Python module and the example crate, built into the venv.
 pymodules: venv

@@ -349,8 +349,9 @@ template <class U> inline bool format_is_own_code(const char *format) noexcept {
     if (format == nullptr) format = "B";
     if (own[0] != '\0' && own[1] == '\0') // one character, the common case: two loads
         return format[0] == own[0] && format[1] == '\0';
-    while (*own != '\0' && *format == *own) ++format, ++own;
-    return *own == '\0' && *format == '\0';
+    // A custom type's 20-odd characters: the C library's word-at-a-time
+    // comparison, not a byte loop (5 instructions a byte).
+    return std::strcmp(format, own) == 0;
 }
 
 // The one scalar item of `f`: its only node, or the payload of a custom type

@@ -7,7 +7,9 @@
  *   pyxbuf(x)         pyxbuf_get + pyxbuf_release, the same request
  *   pyxbuf_shared(x)  the same with PYXBUF_BORROW_SHARED: what PyXBuffer<f32>,
  *                     pyxbuf::view<const float> and the Cython route ask for
- *   pyxbuf_bf16(x)    pyxbuf_shared's request on a 1-D bfloat16 array
+ *   pyxbuf_bf16(x), pyxbuf_shared_bf16(x), pyxbuf_f8(x), pyxbuf_shared_f8(x)
+ *                     pyxbuf's and pyxbuf_shared's requests on a 1-D ml_dtypes
+ *                     bfloat16 / float8_e4m3fn array (its format checked)
  * Refusals raise as any extension would (wrong ndim or format: TypeError).
  *
  * ir_zero() and ir_dump(label) are Callgrind's client requests (no-ops
@@ -77,22 +79,45 @@ static PyObject *pyxbuf_shared(PyObject *mod, PyObject *x) {
     return acquire(x, PyBUF_RECORDS_RO | PYXBUF_BORROW_SHARED);
 }
 
-/* The bfloat16 route: ml_dtypes' arrays reach pyxbuf through NumPy's array
- * interface as the custom format "[ml_dtypes$bfloat16]"; the classic
- * protocol cannot say bfloat16 at all. */
-static PyObject *pyxbuf_bf16(PyObject *mod, PyObject *x) {
-    (void)mod;
+/* The machine-learning dtypes: ml_dtypes' arrays, read from NumPy's array
+ * struct with the custom formats pyxbuf gives them (the classic protocol
+ * cannot say them at all), checked as a consumer checks float32: one
+ * dimension, the format it reads. */
+static PyObject *acquire_custom(PyObject *x, int32_t flags, const char *format, const char *what) {
     pyxbuf_view v;
-    if (pyxbuf_get(x, &v, PyBUF_RECORDS_RO | PYXBUF_BORROW_SHARED) < 0) return NULL;
+    if (pyxbuf_get(x, &v, flags) < 0) return NULL;
     const char *fmt = v.base.format ? v.base.format : "B";
     PyObject *out = NULL;
-    if (v.base.ndim == 1 && strcmp(fmt, "[ml_dtypes$bfloat16]") == 0)
+    if (v.base.ndim == 1 && strcmp(fmt, format) == 0)
         out = PyLong_FromSsize_t(v.base.shape[0]);
     else
-        PyErr_Format(PyExc_TypeError, "expected a 1-D bfloat16 array, found %d-D '%s'",
+        PyErr_Format(PyExc_TypeError, "expected a 1-D %s array, found %d-D '%s'", what,
                      v.base.ndim, fmt);
     pyxbuf_release(&v);
     return out;
+}
+
+#define BF16 "[ml_dtypes$bfloat16]"
+#define F8 "[ml_dtypes$float8_e4m3fn]"
+
+static PyObject *pyxbuf_bf16(PyObject *mod, PyObject *x) {
+    (void)mod;
+    return acquire_custom(x, PyBUF_RECORDS_RO, BF16, "bfloat16");
+}
+
+static PyObject *pyxbuf_shared_bf16(PyObject *mod, PyObject *x) {
+    (void)mod;
+    return acquire_custom(x, PyBUF_RECORDS_RO | PYXBUF_BORROW_SHARED, BF16, "bfloat16");
+}
+
+static PyObject *pyxbuf_f8(PyObject *mod, PyObject *x) {
+    (void)mod;
+    return acquire_custom(x, PyBUF_RECORDS_RO, F8, "float8_e4m3fn");
+}
+
+static PyObject *pyxbuf_shared_f8(PyObject *mod, PyObject *x) {
+    (void)mod;
+    return acquire_custom(x, PyBUF_RECORDS_RO | PYXBUF_BORROW_SHARED, F8, "float8_e4m3fn");
 }
 
 static PyObject *ir_zero(PyObject *mod, PyObject *unused) {
@@ -140,6 +165,12 @@ static PyMethodDef methods[] = {
      "pyxbuf_shared(x, /)\n--\n\nLength via pyxbuf_get with a shared borrow."},
     {"pyxbuf_bf16", pyxbuf_bf16, METH_O,
      "pyxbuf_bf16(x, /)\n--\n\nLength of a 1-D bfloat16 array via pyxbuf_get."},
+    {"pyxbuf_shared_bf16", pyxbuf_shared_bf16, METH_O,
+     "pyxbuf_shared_bf16(x, /)\n--\n\nThe same with a shared borrow."},
+    {"pyxbuf_f8", pyxbuf_f8, METH_O,
+     "pyxbuf_f8(x, /)\n--\n\nLength of a 1-D float8_e4m3fn array via pyxbuf_get."},
+    {"pyxbuf_shared_f8", pyxbuf_shared_f8, METH_O,
+     "pyxbuf_shared_f8(x, /)\n--\n\nThe same with a shared borrow."},
     {"ir_zero", ir_zero, METH_NOARGS, "ir_zero()\n--\n\nZero Callgrind's counters."},
     {"ir_dump", ir_dump, METH_O, "ir_dump(label, /)\n--\n\nDump Callgrind's counters."},
     {"under_callgrind", under_callgrind, METH_NOARGS,

@@ -206,6 +206,22 @@ def targets(ir: dict, wall: dict | None = None) -> list[tuple[str, str, str, boo
     adds("3-pyo3-adds", "pyo3/PyXBuffer", 200)
     ratio("4-torch-view-vs-nb::ndarray", "nanobind/pyxbuf::view", "nanobind/nb::ndarray", 0.50,
           inp="torch_f32")
+    # Issue 39: the machine-learning dtypes at float32's cost, each route on
+    # ml_dtypes bfloat16 and float8_e4m3fn against the same route on float32.
+    for route in ("c/pyxbuf", "c/pyxbuf_shared", "pyo3/PyXBuffer", "nanobind/pyxbuf::view",
+                  "pybind11/pyxbuf::view"):
+        for inp, short in (("numpy_bf16", "bf16"), ("numpy_f8", "f8")):
+            a, b = arg.get(f"{route}/{inp}"), arg.get(f"{route}/numpy_f32")
+            name = f"6-{route.replace('/', '-')}-{short}-vs-f32"
+            if a is None or b is None:
+                rows.append((name, "n/a", "<=1.25", None, f"{route}/{inp} unmeasured"))
+            else:
+                rows.append((name, f"{a / b:.3f}", "<=1.25", a / b <= 1.25,
+                             f"{a:.0f} / {b:.0f} Ir"))
+    # Issue 39: Cython's idiomatic guard no dearer than Cython's own argument.
+    for inp in ("numpy_f32", "memoryview_f32"):
+        ratio(f"7-cython-XView-vs-float[:]-{inp.split('_')[0]}", "cython/XView",
+              "cython/float[:]", 1.00, inp=inp)
     # Issue 38, part 5: the tracked shared grant on a producer that knows
     # nothing of borrows (memoryview), and PyXBuffer<f32>, which takes it,
     # against PyO3's PyBuffer<f32>, which grants nothing.

@@ -35,10 +35,16 @@ ROUTES = [
     ("pybind11", "pyxbuf::view", "_args_pybind11", "pyxbuf"),
 ]
 
-# bfloat16 where a framework can say it: (framework, route, module, function).
-BF16_ROUTES = [
-    ("c", "pyxbuf", "_args_c", "pyxbuf_bf16"),
-    ("pyo3", "PyXBuffer", "_args_pyo3", "pyxbuf_bf16"),
+# The machine-learning dtypes where a framework can say them, as the same
+# route on float32 (issue 39: each at most 1.25x its float32 cost): input ->
+# the suffix of the routes' functions.
+ML_INPUTS = {"numpy_bf16": "bf16", "numpy_f8": "f8"}
+ML_ROUTES = [
+    ("c", "pyxbuf", "_args_c", "pyxbuf_{}"),
+    ("c", "pyxbuf_shared", "_args_c", "pyxbuf_shared_{}"),
+    ("pyo3", "PyXBuffer", "_args_pyo3", "pyxbuf_{}"),
+    ("nanobind", "pyxbuf::view", "_args_nanobind", "pyxbuf_{}"),
+    ("pybind11", "pyxbuf::view", "_args_pybind11", "pyxbuf_{}"),
 ]
 
 N_ITEMS = 1000
@@ -64,11 +70,18 @@ def _bf16():
     return np.arange(N_ITEMS, dtype=ml_dtypes.bfloat16)
 
 
+def _f8():
+    import ml_dtypes
+    import numpy as np
+    return (np.arange(N_ITEMS) % 64).astype(ml_dtypes.float8_e4m3fn)
+
+
 INPUTS: dict[str, Callable[[], object]] = {
     "numpy_f32": _numpy_f32,
     "memoryview_f32": _memoryview_f32,
     "torch_f32": _torch_f32,
     "numpy_bf16": _bf16,
+    "numpy_f8": _f8,
 }
 
 
@@ -106,7 +119,10 @@ def cases() -> list[Case]:
     objs: dict[str, object] = {}
     out = []
     for inp in INPUTS:
-        routes = BF16_ROUTES if inp == "numpy_bf16" else ROUTES
+        if inp in ML_INPUTS:
+            routes = [(fw, r, m, fn.format(ML_INPUTS[inp])) for fw, r, m, fn in ML_ROUTES]
+        else:
+            routes = ROUTES
         for fw, route, mod_name, fn_name in routes:
             case = Case(fw, route, inp)
             if not only.search(case.label):

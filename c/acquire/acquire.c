@@ -449,6 +449,11 @@ static PYXBUF_NOINLINE int get_by_numpy(PyObject *obj, pyxbuf_view *view, int32_
     if (PYXBUF_LIKELY(pyxbuf__numpy_array_read(obj, view, flags & CLASSIC_RANGE)) ||
         PYXBUF_UNLIKELY(numpy_read_learning(obj, view, flags))) {
         view->state = PYXBUF__STATE_ACQUIRED;
+        /* A shared borrow: the common grant inline, as on the classic fast
+         * path (an array read from its struct is host memory). */
+        if ((flags & (BORROW_FLAGS | PyBUF_WRITABLE)) == PYXBUF_BORROW_SHARED &&
+            PYXBUF_LIKELY(pyxbuf__tracked_shared_fast(view, 1)))
+            return 0;
         return track_if_asked(obj, view, flags);
     }
     int fast = classic_fast_call(obj, Py_TYPE(obj), view, flags);

@@ -12,6 +12,7 @@ garbage) fails here, whatever its own doctest says.
   memoryview through XView.
 - myext_cpp: README's nanobind extension (scikit-build-core), taking
   pyxbuf::view<const float> and pyxbuf::view<float> arguments.
+- myext_pb: the same functions through pybind11 (scikit-build-core).
 """
 
 
@@ -110,7 +111,7 @@ def test_cpp_total_reads_any_strides():
     assert myext_cpp.total(a[::-3]) == 11 + 8 + 5 + 2
     assert myext_cpp.total(a.reshape(3, 4)[:, ::2]) == 0 + 2 + 4 + 6 + 8 + 10
     assert myext_cpp.total(pyxbuf.exporter([3], "f")) == 0.0  # the native path
-    with pytest.raises(BufferError, match="format"):
+    with pytest.raises(TypeError, match="format is 'd', expected 'f'"):
         myext_cpp.total(np.zeros(3))  # float64: pyxbuf's refusal, not nanobind's
     assert pyxbuf.live_borrows() == 0
 
@@ -130,3 +131,36 @@ def test_cpp_add_into_writes_through_an_exclusive_borrow():
     with pytest.raises(BufferError):
         myext_cpp.add_into(r, np.ones(3, np.float32))  # read-only memory
     assert pyxbuf.live_borrows() == 0
+
+
+@pytest.mark.parametrize("module", ["myext_cpp", "myext_pb"])
+def test_cpp_bindings_agree(module):
+    """nanobind's and pybind11's quick starts: the same functions, the same
+    answers and refusals (an item type: TypeError; memory: BufferError)."""
+    ext = __import__(module)
+    a = np.arange(8, dtype=np.float32)
+    assert ext.total(a[::-2]) == 7 + 5 + 3 + 1
+    ext.add_into(a[::2], a[1::2])
+    assert a.tolist() == [1.0, 1.0, 5.0, 3.0, 9.0, 5.0, 13.0, 7.0]
+    with pytest.raises(TypeError, match="format is 'd', expected 'f'"):
+        ext.total(np.zeros(3))
+    with pytest.raises(BufferError, match="exclusive"):
+        ext.add_into(a, a)
+    r = np.ones(3, np.float32)
+    r.flags.writeable = False
+    with pytest.raises(BufferError, match="read-only"):
+        ext.add_into(r, np.ones(3, np.float32))
+    assert pyxbuf.live_borrows() == 0
+
+
+def test_rust_bfloat16_total_and_the_hint_naming_its_type():
+    import ml_dtypes
+    from myext_rs import total, total_bf16
+
+    b = np.arange(6, dtype=np.float32).astype(ml_dtypes.bfloat16)
+    assert total_bf16(b) == 15.0
+    assert total_bf16(b[::-2]) == 5 + 3 + 1
+    with pytest.raises(TypeError, match=r"use pyxbuf::bf16 and PyXBuffer<bf16>"):
+        total(b)
+    with pytest.raises(TypeError, match=r"read its own items: PyXBuffer<f64>"):
+        total(np.zeros(2))

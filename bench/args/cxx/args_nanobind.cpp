@@ -1,7 +1,8 @@
 // args_nanobind.cpp -- the nanobind routes of the per-argument race
 // (make bench-args): nanobind's own nb::ndarray against pyxbuf::view through
-// pyxbuf_nanobind.hpp, each taking one 1-D float32 array and returning its
-// length; noop takes any object and returns 0 (the call alone).
+// pyxbuf_nanobind.hpp, each taking one 1-D float32 array (pyxbuf's bfloat16
+// and float8_e4m3fn routes: one such array) and returning its length; noop
+// takes any object and returns 0 (the call alone).
 #include <pyxbuf_nanobind.hpp>
 
 #include <nanobind/ndarray.h>
@@ -15,6 +16,15 @@ NB_MODULE(_args_nanobind, m) {
     });
     m.def("pyxbuf", [](const pyxbuf::view<const float> &x) {
         if (x.ndim() != 1) throw nb::type_error("expected a 1-D float32 array");
+        return x.shape()[0];
+    });
+    // The machine-learning dtypes, through the same caster.
+    m.def("pyxbuf_bf16", [](const pyxbuf::view<const pyxbuf::bfloat16> &x) {
+        if (x.ndim() != 1) throw nb::type_error("expected a 1-D bfloat16 array");
+        return x.shape()[0];
+    });
+    m.def("pyxbuf_f8", [](const pyxbuf::view<const pyxbuf::float8_e4m3fn> &x) {
+        if (x.ndim() != 1) throw nb::type_error("expected a 1-D float8_e4m3fn array");
         return x.shape()[0];
     });
 }

@@ -49,7 +49,13 @@ fn by_pybuffer(x: PyBuffer<f32>) -> PyResult<usize> {
 
 /// bfloat16, which neither `PyBuffer` nor rust-numpy can say.
 #[pyfunction(name = "pyxbuf_bf16")]
-fn by_pyxbuf_bf16(x: PyXBuffer<'_, half::bf16>) -> PyResult<usize> {
+fn by_pyxbuf_bf16(x: PyXBuffer<'_, pyxbuf::bf16>) -> PyResult<usize> {
+    one_dimension(x.shape())
+}
+
+/// float8_e4m3fn (the float8 crate's F8E4M3, re-exported by pyxbuf).
+#[pyfunction(name = "pyxbuf_f8")]
+fn by_pyxbuf_f8(x: PyXBuffer<'_, pyxbuf::F8E4M3>) -> PyResult<usize> {
     one_dimension(x.shape())
 }
 
@@ -81,5 +87,8 @@ fn by_dlpark(x: &Bound<'_, PyAny>) -> PyResult<usize> {
 #[pymodule]
 mod _args_pyo3 {
     #[pymodule_export]
-    use super::{by_dlpark, by_numpy, by_pybuffer, by_pyxbuf, by_pyxbuf1, by_pyxbuf_bf16, noop};
+    use super::{
+        by_dlpark, by_numpy, by_pybuffer, by_pyxbuf, by_pyxbuf1, by_pyxbuf_bf16, by_pyxbuf_f8,
+        noop,
+    };
 }
