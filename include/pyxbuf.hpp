@@ -496,7 +496,7 @@ inline bool keep_spare_view_storage(view_storage *s) noexcept {
 }
 #endif
 
-inline view_storage *take_view_storage() noexcept {
+PYXBUF_HPP_INLINE view_storage *take_view_storage() noexcept {
     view_storage *s = take_spare_view_storage();
     return s != nullptr ? s : new (std::nothrow) view_storage; // v left unwritten
 }
@@ -855,8 +855,13 @@ PYXBUF_HPP_INLINE argument_status load_argument(PyObject *obj, view<T> &out) noe
 #if PYXBUF_HPP_EXCEPTIONS
     try {
 #endif
-        out.s_ = view<T>::acquire_storage(obj, view<T>::argument_flags, false, 0, &read);
-        if (out.s_) return argument_status::acquired;
+        // A swap into the empty view: the move assignment's reset() is what
+        // compilers leave out of line.
+        auto s = view<T>::acquire_storage(obj, view<T>::argument_flags, false, 0, &read);
+        if (s) {
+            out.s_.swap(s);
+            return argument_status::acquired;
+        }
 #if PYXBUF_HPP_EXCEPTIONS
     } catch (const std::bad_alloc &) {
         PyErr_NoMemory();
