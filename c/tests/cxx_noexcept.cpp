@@ -19,8 +19,8 @@ int main() {
     auto w = pyxbuf::view<std::uint8_t>::try_get(b); // read-only memory
     if (w || !PyErr_ExceptionMatches(PyExc_BufferError)) failures++;
     PyErr_Clear();
-    auto f = pyxbuf::view<const float>::try_get(b); // format 'B'
-    if (f || !PyErr_ExceptionMatches(PyExc_BufferError)) failures++;
+    auto f = pyxbuf::view<const float>::try_get(b); // format 'B': another item type
+    if (f || !PyErr_ExceptionMatches(PyExc_TypeError)) failures++;
     PyErr_Clear();
     Py_DECREF(b);
     if (Py_FinalizeEx() < 0) failures++;

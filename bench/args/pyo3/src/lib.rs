@@ -88,7 +88,6 @@ fn by_dlpark(x: &Bound<'_, PyAny>) -> PyResult<usize> {
 mod _args_pyo3 {
     #[pymodule_export]
     use super::{
-        by_dlpark, by_numpy, by_pybuffer, by_pyxbuf, by_pyxbuf1, by_pyxbuf_bf16, by_pyxbuf_f8,
-        noop,
+        by_dlpark, by_numpy, by_pybuffer, by_pyxbuf, by_pyxbuf1, by_pyxbuf_bf16, by_pyxbuf_f8, noop,
     };
 }
