@@ -11,26 +11,27 @@
 PyTypeObject *pyxbuf__numpy_ndarray;
 
 /* NumPy's type numbers (numpy/ndarraytypes.h) to the codes its classic export
- * writes for native, aligned arrays (buffer.c, _buffer_format_string). */
+ * writes for native, aligned arrays (buffer.c, _buffer_format_string); flat
+ * views without PyBUF_ND have ndim 0, as NumPy's export says. */
 const pyxbuf__numpy_code pyxbuf__numpy_codes[PYXBUF__NUMPY_NCODES] = {
-    [0] = {"?", 1},                             /* NPY_BOOL */
-    [1] = {"b", 1},                             /* NPY_BYTE */
-    [2] = {"B", 1},                             /* NPY_UBYTE */
-    [3] = {"h", sizeof(short)},                 /* NPY_SHORT */
-    [4] = {"H", sizeof(unsigned short)},        /* NPY_USHORT */
-    [5] = {"i", sizeof(int)},                   /* NPY_INT */
-    [6] = {"I", sizeof(unsigned int)},          /* NPY_UINT */
-    [7] = {"l", sizeof(long)},                  /* NPY_LONG */
-    [8] = {"L", sizeof(unsigned long)},         /* NPY_ULONG */
-    [9] = {"q", sizeof(long long)},             /* NPY_LONGLONG */
-    [10] = {"Q", sizeof(unsigned long long)},   /* NPY_ULONGLONG */
-    [11] = {"f", sizeof(float)},                /* NPY_FLOAT */
-    [12] = {"d", sizeof(double)},               /* NPY_DOUBLE */
-    [13] = {"g", sizeof(long double)},          /* NPY_LONGDOUBLE */
-    [14] = {"Zf", 2 * sizeof(float)},           /* NPY_CFLOAT */
-    [15] = {"Zd", 2 * sizeof(double)},          /* NPY_CDOUBLE */
-    [16] = {"Zg", 2 * sizeof(long double)},     /* NPY_CLONGDOUBLE */
-    [23] = {"e", 2},                            /* NPY_HALF */
+    [0] = {"?", 1, 0},                             /* NPY_BOOL */
+    [1] = {"b", 1, 0},                             /* NPY_BYTE */
+    [2] = {"B", 1, 0},                             /* NPY_UBYTE */
+    [3] = {"h", sizeof(short), 0},                 /* NPY_SHORT */
+    [4] = {"H", sizeof(unsigned short), 0},        /* NPY_USHORT */
+    [5] = {"i", sizeof(int), 0},                   /* NPY_INT */
+    [6] = {"I", sizeof(unsigned int), 0},          /* NPY_UINT */
+    [7] = {"l", sizeof(long), 0},                  /* NPY_LONG */
+    [8] = {"L", sizeof(unsigned long), 0},         /* NPY_ULONG */
+    [9] = {"q", sizeof(long long), 0},             /* NPY_LONGLONG */
+    [10] = {"Q", sizeof(unsigned long long), 0},   /* NPY_ULONGLONG */
+    [11] = {"f", sizeof(float), 0},                /* NPY_FLOAT */
+    [12] = {"d", sizeof(double), 0},               /* NPY_DOUBLE */
+    [13] = {"g", sizeof(long double), 0},          /* NPY_LONGDOUBLE */
+    [14] = {"Zf", 2 * sizeof(float), 0},           /* NPY_CFLOAT */
+    [15] = {"Zd", 2 * sizeof(double), 0},          /* NPY_CDOUBLE */
+    [16] = {"Zg", 2 * sizeof(long double), 0},     /* NPY_CLONGDOUBLE */
+    [23] = {"e", 2, 0},                            /* NPY_HALF */
 };
 
 /* NumPy's C ABI version this route knows the array struct of
