@@ -228,3 +228,33 @@ def test_a_device_exporter_through_the_table():
     obj = to_object(table(dev), m)
     assert t.copy_to_host(obj) == host.tobytes()
     del obj
+
+
+@pytest.mark.parametrize("fmt,dtype", [("[pyxbuf$float4_e2m1fn_x2;struct$B]", (17, 4, 2)),
+                                       ("[pyxbuf$int4_x2;struct$B]", (0, 4, 2)),
+                                       ("[pyxbuf$uint4_x2;struct$B]", (1, 4, 2))])
+def test_packed_4_bit_pairs_are_two_lanes_of_one_byte_items(fmt, dtype):
+    """PyTorch's float4_e2m1fn_x2 (and int4 / uint4 pairs) as DLPack says
+    them: 4 bits, 2 lanes, one byte per element, through __dlpack__ and the
+    C exchange table alike."""
+    e = t.exporter(fmt, (3, 2))
+    assert t.capsule_info(e.__dlpack__(max_version=(1, 3)))["dtype"] == dtype
+    out = DLTensor()
+    api = table(e)
+    assert DLTENSOR_FROM_PY(api.dltensor_from_py_object_no_sync)(e, ctypes.byref(out)) == 0
+    assert (out.dtype.code, out.dtype.bits, out.dtype.lanes) == dtype
+    assert out.strides[:2] == [2, 1]
+
+
+@pytest.mark.parametrize("fmt", ["[pyxbuf$float4_e2m1fn_x2;struct$BB]",
+                                 "[struct$e;pyxbuf$uint4_x2]"])
+def test_a_packed_type_that_did_not_size_the_items_is_not_exported(fmt):
+    """A format naming a packed type among alternatives whose chosen one
+    has other items (2 bytes here): DLPack's (4 bits, 2 lanes) would
+    describe other bytes, so neither path exports it."""
+    e = t.exporter(fmt, (4,))
+    with pytest.raises(BufferError, match=r"items' size is not the DLPack dtype's"):
+        e.__dlpack__(max_version=(1, 3))
+    out = DLTensor()
+    with pytest.raises(BufferError, match=r"items' size is not the DLPack dtype's"):
+        DLTENSOR_FROM_PY(table(e).dltensor_from_py_object_no_sync)(e, ctypes.byref(out))

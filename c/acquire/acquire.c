@@ -360,7 +360,10 @@ static inline int get_classic_fast(PyObject *obj, pyxbuf_view *view, int32_t fla
  * dtype the route has not learnt yet (ml_dtypes' bfloat16 the first time),
  * learn it and read again. 1 when read. */
 static PYXBUF_NOINLINE int numpy_read_learning(PyObject *obj, pyxbuf_view *view, int32_t flags) {
-    return pyxbuf__numpy_user_unknown(obj) && pyxbuf__numpy_user_learn(obj) &&
+    /* The learning reads the array's descriptor under its critical section
+     * (a.dtype = ... may swap and free it on a free-threaded build): no
+     * cheaper test of it here. */
+    return pyxbuf__numpy_user_learn(obj) &&
            pyxbuf__numpy_array_read(obj, view, flags & CLASSIC_RANGE);
 }
 

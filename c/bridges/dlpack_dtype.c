@@ -221,6 +221,15 @@ int pyxbuf__dlpack_format_to_dtype(const char *fmt, DLDataType *dt, int *padded)
     *padded = 0;
     dt->lanes = 1;
     int ok = format_dtype(&f, dt, padded, &why);
+    /* The dtype must describe the format's items byte for byte (a custom
+     * type found among the alternatives may not be the one that sized
+     * them: "[pyxbuf$float4_e2m1fn_x2;struct$BB]" has 2-byte items). */
+    int64_t dtype_bytes = *padded ? 1 : (int64_t)dt->bits * dt->lanes / 8;
+    if (ok && f.itemsize != dtype_bytes) {
+        ok = 0;
+        why = "its items' size is not the DLPack dtype's (bits x lanes), which would describe "
+              "other bytes";
+    }
     pyxbuf_format_clear(&f);
     if (ok) return 0;
     PyErr_Format(PyExc_BufferError, "pyxbuf: format '%s' cannot be exported by DLPack: %s",

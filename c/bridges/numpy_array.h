@@ -166,15 +166,6 @@ pyxbuf__numpy_code_of(const pyxbuf__numpy_descr *d) {
  * No error escapes (a dtype pyxbuf cannot name is an answer: not this route). */
 int pyxbuf__numpy_user_learn(PyObject *obj);
 
-/* Whether obj's dtype (obj an exact numpy.ndarray) is a user dtype the route
- * has no record of: the cheap test before pyxbuf__numpy_user_learn. */
-static inline int pyxbuf__numpy_user_unknown(PyObject *obj) {
-    const pyxbuf__numpy_array *a = (const pyxbuf__numpy_array *)obj;
-    const pyxbuf__numpy_descr *d = (const pyxbuf__numpy_descr *)a->descr;
-    unsigned u = (unsigned)d->type_num - PYXBUF__NPY_USERDEF;
-    return u < PYXBUF__NUMPY_NUSER && pyxbuf__numpy_code_of(d) == NULL;
-}
-
 /* 1 when NumPy would refuse the request `flags` on an array with NumPy flags
  * `af` (array_getbuffer's checks, in its order), else 0. */
 static inline int pyxbuf__numpy_refuses(int af, int flags) {

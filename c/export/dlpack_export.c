@@ -138,8 +138,8 @@ static int fill_tensor(export_block *b, const DLPackVersion *version, int copied
         PyErr_Format(PyExc_BufferError,
                      "pyxbuf: format '%s' is %d %s per item but the buffer's itemsize is %zd; "
                      "DLPack cannot describe the disagreement",
-                     base->format, (int)dt.bits, PYXBUF__PLURAL(dt.bits, "bit", "bits"),
-                     base->itemsize);
+                     base->format, (int)dt.bits * dt.lanes,
+                     PYXBUF__PLURAL(dt.bits * dt.lanes, "bit", "bits"), base->itemsize);
         return -1;
     }
     int legacy = version->major == 0;

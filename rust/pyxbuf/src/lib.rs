@@ -245,6 +245,11 @@
 //! - `float8` (**on by default**): the `float8` crate's `F8E4M3` and
 //!   `F8E5M2` as element types (ml_dtypes' and PyTorch's float8_e4m3fn and
 //!   float8_e5m2), re-exported as `pyxbuf::F8E4M3` and `pyxbuf::F8E5M2`.
+//!   Their bits and `to_f32`/`from_f32` follow the OCP encodings (ml_dtypes
+//!   agrees); their named constants do not all: in float8 0.7
+//!   `F8E5M2::INFINITY` is 0x7B (57344, the largest finite value; infinity
+//!   is 0x7C) and `F8E4M3::INFINITY` is 0x7E (448: E4M3FN has no infinity).
+//!   Compare with values you built from bits or floats.
 //! - `float4` (**on by default**): the `float4` crate's `F4E2M1x2`, two
 //!   float4_e2m1fn values in one byte (PyTorch's float4_e2m1fn_x2, NVFP4 and
 //!   MXFP4 weights), re-exported as `pyxbuf::F4E2M1x2`.
