@@ -119,20 +119,12 @@ static int find_user_dtype(PyObject *obj, const names *n, user_dtype *u) {
     if ((rc = pyxbuf__optional_attr(type, n->name, &u->name)) <= 0) goto done;
     rc = 0;
     if (!PyUnicode_Check(u->module) || !PyUnicode_Check(u->name)) goto done;
-    PyObject *prefix = PyUnicode_FromStringAndSize("numpy.", 6);
-    if (prefix == NULL) {
+    const char *module = PyUnicode_AsUTF8(u->module);
+    if (module == NULL) {
         rc = -1;
         goto done;
     }
-    int numpy_owned = PyUnicode_CompareWithASCIIString(u->module, "numpy") == 0 ||
-                      PyUnicode_CompareWithASCIIString(u->module, "builtins") == 0 ||
-                      PyUnicode_Tailmatch(u->module, prefix, 0, PY_SSIZE_T_MAX, -1) == 1;
-    Py_DECREF(prefix);
-    if (PyErr_Occurred()) {
-        rc = -1;
-        goto done;
-    }
-    rc = numpy_owned ? 0 : 1;
+    rc = pyxbuf__numpy_owned_module(module) ? 0 : 1;
 done:
     Py_XDECREF(num);
     Py_XDECREF(type);

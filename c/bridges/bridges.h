@@ -6,6 +6,8 @@
 
 #include "view/view.h"
 
+#include <string.h>
+
 /* Each bridge returns 1 when it acquired the view, 0 when it does not apply
  * to `obj` (nothing set), -1 with a Python exception when it applies but
  * failed (the next bridge is then tried; the first error is what the consumer
@@ -41,5 +43,14 @@ int pyxbuf__dlpack_get_c(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_
 int pyxbuf__cai_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream);
 int pyxbuf__array_interface_acquire(PyObject *obj, pyxbuf_view *view, int32_t flags,
                                     int64_t stream);
+
+/* Whether a dtype's scalar type comes from NumPy or Python itself (module
+ * "numpy", "numpy.*" or "builtins": StringDType's str, NumPy's test dtypes):
+ * not a custom type, for the __array_interface__ bridge and NumPy's struct
+ * route alike. */
+static inline int pyxbuf__numpy_owned_module(const char *module) {
+    return strcmp(module, "numpy") == 0 || strcmp(module, "builtins") == 0 ||
+           strncmp(module, "numpy.", 6) == 0;
+}
 
 #endif

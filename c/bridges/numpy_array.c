@@ -2,6 +2,7 @@
  * check that the type named numpy.ndarray is NumPy's, of a C ABI whose array
  * struct the route reads, and the table of the codes it writes. */
 
+#include "bridges/bridges.h"
 #include "bridges/numpy_array.h"
 
 #include <stdio.h>
@@ -109,14 +110,6 @@ static const char *type_part(PyTypeObject *type, const char *attr, char *buf, si
     return ok ? buf : NULL;
 }
 
-/* Whether a scalar type's module is NumPy's or Python's own (NumPy's
- * StringDType and test dtypes): those are not custom types, as the
- * __array_interface__ bridge rules. */
-static int numpy_owned(const char *module) {
-    return strcmp(module, "numpy") == 0 || strcmp(module, "builtins") == 0 ||
-           strncmp(module, "numpy.", 6) == 0;
-}
-
 /* The format "[module$name]" of a user dtype's scalar type whose size
  * pyxbuf's format registry says is `elsize`: a built-in one's static string,
  * else a copy on the heap kept for the process (the views of every array of
@@ -125,7 +118,7 @@ static int numpy_owned(const char *module) {
 static const char *user_format(PyTypeObject *type, Py_ssize_t elsize) {
     char module[USER_NAME_MAX], name[USER_NAME_MAX], key[2 * USER_NAME_MAX + 4];
     if (type_part(type, "__module__", module, sizeof module) == NULL ||
-        type_part(type, "__name__", name, sizeof name) == NULL || numpy_owned(module))
+        type_part(type, "__name__", name, sizeof name) == NULL || pyxbuf__numpy_owned_module(module))
         return NULL;
     int len = snprintf(key, sizeof key, "[%s$%s]", module, name);
     if (len < 0 || (size_t)len >= sizeof key) return NULL;
