@@ -523,7 +523,22 @@ typedef struct pyxbuf_backend {
     int (*pointer_query)(void *ctx, const void *ptr, pyxbuf_device *device, pyxbuf_error *err);
     /* Block the host until everything queued on `stream` has run. */
     int (*synchronize)(void *ctx, int32_t device_id, int64_t stream, pyxbuf_error *err);
-    void *reserved[4];
+    /* Optional, all four or none (NULL: every copy is the direct call above).
+     * With them pyxbuf keeps a pool of page-locked host memory per backend
+     * and moves large copies of pageable memory through it (see
+     * pyxbuf_transfer_config). host_alloc: `n` bytes of host memory the
+     * device copies to and from at the link's rate (cuMemHostAlloc). */
+    int (*host_alloc)(void *ctx, int32_t device_id, size_t n, void **ptr, pyxbuf_error *err);
+    int (*host_free)(void *ctx, int32_t device_id, void *ptr, pyxbuf_error *err);
+    /* Enqueue a copy of `n` bytes between host_alloc memory and the device on
+     * `stream` and return at once (to_host: device -> host); the host bytes
+     * must stay untouched until an event recorded after it has happened. */
+    int (*copy_async)(void *ctx, int32_t device_id, int32_t to_host, void *dst, const void *src,
+                      size_t n, int64_t stream, pyxbuf_error *err);
+    /* 1 when `event` has happened, 0 when not yet; with `block`, the host
+     * first waits for it (so 1 or an error). */
+    int (*event_query)(void *ctx, int32_t device_id, void *event, int32_t block,
+                       pyxbuf_error *err);
 } pyxbuf_backend;
 
 /* Register (or replace) the backend of backend->device_type; the struct is
@@ -534,6 +549,44 @@ PYXBUF_API int pyxbuf_backend_unregister(int32_t device_type);
 /* Copy the backend of `device_type` into `out`; PYXBUF_EUNSUPPORTED with a
  * message naming the device type if none is registered. */
 PYXBUF_API int pyxbuf_backend_get(int32_t device_type, pyxbuf_backend *out, pyxbuf_error *err);
+
+/* How pyxbuf moves large copies between pageable host memory and a device
+ * whose backend has host_alloc (CUDA's does): through a pool of page-locked
+ * staging buffers that a few host threads fill (or drain) while the device
+ * copies the previous chunk, instead of the driver's one-thread staging.
+ * Results of pyxbuf_to_device(view, cpu) at or above `threshold` live in
+ * pooled page-locked memory (returned to the pool when the exporter dies).
+ * Read once from the environment: PYXBUF_STAGING=0 turns it all off;
+ * PYXBUF_STAGING_THRESHOLD, PYXBUF_STAGING_CHUNK, PYXBUF_PINNED_POOL_CAP
+ * (bytes, suffixes K, M, G) and PYXBUF_STAGING_THREADS set the fields. */
+typedef struct pyxbuf_transfer_config {
+    uint32_t size;          /* sizeof(pyxbuf_transfer_config) */
+    int32_t enabled;        /* 0: every copy is the backend's direct call */
+    int32_t threads;        /* host threads filling or draining a chunk, 1..64 */
+    int32_t buffers;        /* staging buffers in flight per copy, 2..16 */
+    uint64_t threshold;     /* bytes: smaller copies (and results) stay direct */
+    uint64_t chunk;         /* bytes per staging buffer, at least 64 KiB */
+    uint64_t pool_cap;      /* bytes of page-locked memory the pool may hold */
+    int64_t reserved[4];
+} pyxbuf_transfer_config;
+
+/* The configuration in force (environment applied on first use). */
+PYXBUF_API void pyxbuf_transfer_config_get(pyxbuf_transfer_config *out);
+/* Replace it; PYXBUF_EINVAL naming the field when one is out of range. A
+ * smaller pool_cap frees idle pooled memory now. */
+PYXBUF_API int pyxbuf_transfer_config_set(const pyxbuf_transfer_config *config,
+                                          pyxbuf_error *err);
+/* The pool's state, for tests and tuning: bytes held and in use, and how
+ * many blocks were allocated and reused since the start. */
+typedef struct pyxbuf_pinned_pool_stats {
+    uint64_t held_bytes, used_bytes;
+    uint64_t allocations, reuses;
+    int64_t reserved[4];
+} pyxbuf_pinned_pool_stats;
+PYXBUF_API void pyxbuf_pinned_pool_stats_get(pyxbuf_pinned_pool_stats *out);
+/* Free every idle pooled block now (blocks in use are freed when returned
+ * only if over the cap). */
+PYXBUF_API void pyxbuf_pinned_pool_trim(void);
 
 /* The device of a view: {PYXBUF_DL_CPU, 0} for host memory. Views whose
  * device is not PYXBUF_DEVICE_DLPACK fail with PYXBUF_EUNSUPPORTED. */

@@ -12,7 +12,7 @@ static int backend_present[PYXBUF__MAX_DEVICE_TYPES];
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 
 int pyxbuf__backend_check(const pyxbuf_backend *b, pyxbuf_error *err) {
-    if (b == NULL || b->size < offsetof(pyxbuf_backend, reserved))
+    if (b == NULL || b->size < offsetof(pyxbuf_backend, host_alloc))
         return pyxbuf__error(err, PYXBUF_EINVAL, -1,
                              "pyxbuf_backend_register: backend is NULL or its size %u is too "
                              "small; set size = sizeof(pyxbuf_backend)",
@@ -26,6 +26,15 @@ int pyxbuf__backend_check(const pyxbuf_backend *b, pyxbuf_error *err) {
                              "pyxbuf_backend_register: backend '%s' lacks copy_to_host, "
                              "copy_from_host, alloc, free or pointer_query",
                              b->name ? b->name : "?");
+    /* A registrant whose struct predates the staging functions has none. */
+    int have = b->size >= sizeof(pyxbuf_backend);
+    int staging = have ? !!b->host_alloc + !!b->host_free + !!b->copy_async + !!b->event_query : 0;
+    if (staging != 0 && (staging != 4 || !b->event_record || !b->event_destroy))
+        return pyxbuf__error(err, PYXBUF_EINVAL, -1,
+                             "pyxbuf_backend_register: backend '%s' has %d of host_alloc, "
+                             "host_free, copy_async and event_query; give all four (with "
+                             "event_record and event_destroy) or none",
+                             b->name ? b->name : "?", staging);
     return 0;
 }
 

@@ -48,6 +48,7 @@ enum {
     CUDA_ERROR_INVALID_DEVICE = 101,
     CUDA_ERROR_INVALID_CONTEXT = 201,
     CUDA_ERROR_INVALID_HANDLE = 400,
+    CUDA_ERROR_NOT_READY = 600,
     CUDA_ERROR_ILLEGAL_ADDRESS = 700,
     CUDA_ERROR_ASSERT = 710,
     CUDA_ERROR_HARDWARE_STACK_ERROR = 714, /* .. 719 CUDA_ERROR_LAUNCH_FAILED */
@@ -68,6 +69,7 @@ enum {
 };
 
 #define CU_EVENT_DISABLE_TIMING 0x2u
+#define CU_MEMHOSTALLOC_PORTABLE 0x1u
 #define CU_STREAM_LEGACY ((CUstream)0x1)
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)
 
@@ -98,6 +100,10 @@ typedef struct cuda_api {
     CUresult (*event_create)(CUevent *event, unsigned int flags);
     CUresult (*event_record)(CUevent event, CUstream s);
     CUresult (*event_destroy)(CUevent event);
+    CUresult (*mem_host_alloc)(void **ptr, size_t bytes, unsigned int flags);
+    CUresult (*mem_free_host)(void *ptr);
+    CUresult (*event_query)(CUevent event);
+    CUresult (*event_synchronize)(CUevent event);
 } cuda_api;
 
 static const struct {
@@ -126,6 +132,10 @@ static const struct {
     {"cuEventCreate", offsetof(cuda_api, event_create)},
     {"cuEventRecord", offsetof(cuda_api, event_record)},
     {"cuEventDestroy_v2", offsetof(cuda_api, event_destroy)},
+    {"cuMemHostAlloc", offsetof(cuda_api, mem_host_alloc)},
+    {"cuMemFreeHost", offsetof(cuda_api, mem_free_host)},
+    {"cuEventQuery", offsetof(cuda_api, event_query)},
+    {"cuEventSynchronize", offsetof(cuda_api, event_synchronize)},
 };
 
 /* dlsym returns an object pointer; it is copied into the function pointer
@@ -405,6 +415,8 @@ static const char *stream_name(int64_t stream, char *buf, size_t cap) {
 
 static CUdeviceptr dptr(const void *p) { return (CUdeviceptr)(uintptr_t)p; }
 
+static int begin(int32_t device_id, int64_t stream, CUstream *s, pyxbuf_error *err);
+
 /* ------------------------------------------------------------------------- */
 /* Copies                                                                     */
 /* ------------------------------------------------------------------------- */
@@ -548,6 +560,69 @@ static int cuda_free(void *ctx, int32_t device_id, void *ptr, pyxbuf_error *err)
         return cu_error(err, r, "cuMemFree of 0x%" PRIxPTR " on CUDA device %d", (uintptr_t)ptr,
                         (int)device_id);
     return 0;
+}
+
+/* Page-locked host memory for the staging pool: portable, so a block serves
+ * copies to any device's context. */
+static int cuda_host_alloc(void *ctx, int32_t device_id, size_t n, void **ptr,
+                           pyxbuf_error *err) {
+    (void)ctx;
+    int rc = driver_ready(err);
+    if (rc != 0) return rc;
+    if ((rc = check_ordinal(device_id, err)) != 0) return rc;
+    *ptr = NULL;
+    if (n == 0) return 0;
+    if ((rc = enter(device_id, err)) != 0) return rc;
+    CUresult r = drv.api.mem_host_alloc(ptr, n, CU_MEMHOSTALLOC_PORTABLE);
+    leave();
+    if (r != CUDA_SUCCESS)
+        return cu_error(err, r, "cuMemHostAlloc of %zu %s (CUDA device %d)", n,
+                        PYXBUF__PLURAL(n, "byte", "bytes"), (int)device_id);
+    return 0;
+}
+
+static int cuda_host_free(void *ctx, int32_t device_id, void *ptr, pyxbuf_error *err) {
+    (void)ctx;
+    int rc = driver_ready(err);
+    if (rc != 0 || ptr == NULL) return rc;
+    if ((rc = enter(device_id, err)) != 0) return rc;
+    CUresult r = drv.api.mem_free_host(ptr);
+    leave();
+    if (r != CUDA_SUCCESS)
+        return cu_error(err, r, "cuMemFreeHost of 0x%" PRIxPTR, (uintptr_t)ptr);
+    return 0;
+}
+
+/* One chunk of a staged copy: enqueued, not waited for. */
+static int cuda_copy_async(void *ctx, int32_t device_id, int32_t to_host, void *dst,
+                           const void *src, size_t n, int64_t stream, pyxbuf_error *err) {
+    (void)ctx;
+    copy_job job = to_host ? (copy_job){COPY_TO_HOST, -1, device_id, dst, src, n, stream}
+                           : (copy_job){COPY_FROM_HOST, device_id, -1, dst, src, n, stream};
+    CUstream s = NULL;
+    int rc = begin(device_id, stream, &s, err);
+    if (rc != 0 || n == 0) return rc;
+    if ((rc = enter(device_id, err)) != 0) return rc;
+    CUresult r = enqueue(&job, s, NULL, NULL);
+    leave();
+    return r != CUDA_SUCCESS ? copy_error(&job, r, "", err) : 0;
+}
+
+static int cuda_event_query(void *ctx, int32_t device_id, void *event, int32_t block,
+                            pyxbuf_error *err) {
+    (void)ctx;
+    int rc = driver_ready(err);
+    if (rc != 0) return rc;
+    if (event == NULL) return 1;
+    if ((rc = enter(device_id, err)) != 0) return rc;
+    CUresult r = block ? drv.api.event_synchronize((CUevent)event)
+                       : drv.api.event_query((CUevent)event);
+    leave();
+    if (r == CUDA_SUCCESS) return 1;
+    if (r == CUDA_ERROR_NOT_READY && !block) return 0;
+    return cu_error(err, r, "%s of event 0x%" PRIxPTR " (CUDA device %d)",
+                    block ? "cuEventSynchronize" : "cuEventQuery", (uintptr_t)event,
+                    (int)device_id);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -767,6 +842,10 @@ static const pyxbuf_backend cuda_backend = {
     .event_destroy = cuda_event_destroy,
     .pointer_query = cuda_pointer_query,
     .synchronize = cuda_synchronize,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .copy_async = cuda_copy_async,
+    .event_query = cuda_event_query,
 };
 
 /* Nothing is loaded here: the driver is opened by the first call that needs it. */

@@ -43,4 +43,50 @@ void pyxbuf__describe_view_device(const pyxbuf_view *view, char *buf, size_t cap
  * BufferError or ValueError. */
 int pyxbuf__check_copy_size(const pyxbuf_view *view, size_t nbytes);
 
+/* transfer_config.c: the staging configuration in force (a copy). */
+#define PYXBUF__STAGING_MAX_THREADS 64
+#define PYXBUF__STAGING_MAX_BUFFERS 16
+#define PYXBUF__STAGING_MIN_CHUNK ((uint64_t)64 << 10)
+void pyxbuf__transfer_config(pyxbuf_transfer_config *out);
+
+/* pinned_pool.c: page-locked host memory from a backend's host_alloc,
+ * cached. A block is the caller's from take to give. */
+typedef struct pyxbuf__pinned_block {
+    pyxbuf_backend backend; /* the one that allocated it (and frees it) */
+    int32_t device_id;
+    void *ptr;
+    size_t size;  /* its size class: at least what was asked */
+    void *event;  /* behind its last use, owned by the pool; NULL = finished */
+    int in_use;
+    struct pyxbuf__pinned_block *next;
+} pyxbuf__pinned_block;
+/* A block of at least n bytes, or NULL when the backend has no host_alloc,
+ * the cap leaves no room (after freeing idle blocks and waiting for a
+ * busy one of the size) or the allocation fails: callers copy directly. */
+pyxbuf__pinned_block *pyxbuf__pinned_take(const pyxbuf_backend *b, int32_t device_id, size_t n);
+/* Back to the pool; `event` (may be NULL) is behind its last use, and the
+ * block is handed out again only once it has happened. */
+void pyxbuf__pinned_give(pyxbuf__pinned_block *blk, void *event);
+/* pyxbuf__pinned_give(blk, NULL) as a free function for exporters. */
+void pyxbuf__pinned_give_finished(void *blk);
+/* 1 if [p, p+n) lies in one pooled block. */
+int pyxbuf__pinned_contains(const void *p, size_t n);
+/* Free idle finished blocks until the pool holds at most `cap` bytes. */
+void pyxbuf__pinned_pool_fit(uint64_t cap);
+
+/* fill_threads.c: memcpy(dst, src, n) split across up to `threads` threads. */
+void pyxbuf__parallel_copy(void *dst, const void *src, size_t n, int32_t threads);
+
+/* staging.c: the backend's copy_from_host / copy_to_host of n contiguous
+ * bytes, through pinned staging buffers when the configuration says the copy
+ * is worth it (same ordering and completion as the direct call). */
+int pyxbuf__copy_from_host(const pyxbuf_backend *b, int32_t id, void *dst, const void *src,
+                           size_t n, int64_t stream, pyxbuf_error *err);
+int pyxbuf__copy_to_host(const pyxbuf_backend *b, int32_t id, void *dst, const void *src,
+                         size_t n, int64_t stream, pyxbuf_error *err);
+/* staging.c: pooled page-locked memory for n bytes copied from the device
+ * (device_type, device_id) into a new host result, or NULL when staging is
+ * off, n is under the threshold or the pool cannot give it. */
+pyxbuf__pinned_block *pyxbuf__pinned_result(int32_t device_type, int32_t device_id, size_t n);
+
 #endif

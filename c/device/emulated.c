@@ -57,12 +57,16 @@ typedef struct event {
     int refs; /* the creator's handle plus queued operations that name it */
 } event;
 
-enum op_kind { OP_WRITE, OP_RECORD, OP_WAIT };
+/* OP_WRITE: a "kernel" writing bytes captured when it was queued; OP_COPY:
+ * an asynchronous copy between host memory and the device, which touches the
+ * host bytes only when it runs (as a DMA engine does), so a host that refills
+ * a staging buffer before the copy's event has happened sends the new bytes. */
+enum op_kind { OP_WRITE, OP_RECORD, OP_WAIT, OP_COPY };
 
 typedef struct op {
     enum op_kind kind;
-    char *dst; /* backing address */
-    char *data;
+    char *dst; /* backing address, or host memory for a copy to the host */
+    char *data; /* OP_COPY: the source (host memory, or a backing address) */
     size_t n;
     event *ev;
     struct op *next;
@@ -70,6 +74,7 @@ typedef struct op {
 
 typedef struct stream {
     int used;
+    int running; /* run_stream is draining it (an OP_WAIT inside runs the others) */
     int32_t device_id;
     op *head, *tail;
 } stream;
@@ -78,6 +83,8 @@ static device devices[PYXBUF_EMULATED_MAX_DEVICES];
 static stream streams[MAX_STREAMS]; /* handle h < DEFAULT_STREAMS: per-device default */
 static stream default_streams[PYXBUF_EMULATED_MAX_DEVICES];
 static int64_t live_allocations = 0;
+static int64_t live_host_allocations = 0;
+static int64_t copy_async_budget = -1; /* copies that succeed before one fails; -1: all */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int map_device(int32_t id, pyxbuf_error *err) {
@@ -242,6 +249,12 @@ static void run_op(op *o) {
         touch(o->dst, o->n, 1);
         memcpy(o->dst, o->data, o->n);
         break;
+    case OP_COPY:
+        touch(o->dst, o->n, 1); /* no-op for host memory */
+        touch(o->data, o->n, 0);
+        memcpy(o->dst, o->data, o->n);
+        o->data = NULL; /* not the op's to free */
+        break;
     case OP_RECORD: o->ev->done = 1; break;
     case OP_WAIT:
         /* Run every queue until the event has happened: its recording stream
@@ -257,13 +270,19 @@ static void run_op(op *o) {
     free(o);
 }
 
+/* A stream already being drained is left to its own loop: an OP_WAIT that
+ * runs every queue must not run the operations queued after itself on its
+ * own stream before the event it waits for. */
 static void run_stream(stream *s) {
+    if (s->running) return;
+    s->running = 1;
     while (s->head != NULL) {
         op *o = s->head;
         s->head = o->next;
         if (s->head == NULL) s->tail = NULL;
         run_op(o);
     }
+    s->running = 0;
 }
 
 static int enqueue(stream *s, op *o) {
@@ -419,6 +438,74 @@ static int td_synchronize(void *ctx, int32_t id, int64_t handle, pyxbuf_error *e
     return rc;
 }
 
+/* "Page-locked" host memory: ordinary memory here (the emulated device copies
+ * any host memory); counted, so tests see the pinned pool free what it took. */
+static int td_host_alloc(void *ctx, int32_t id, size_t n, void **ptr, pyxbuf_error *err) {
+    (void)ctx;
+    pthread_mutex_lock(&lock);
+    int rc = check_id(id, err);
+    if (rc == 0 && (*ptr = malloc(n ? n : 1)) == NULL)
+        rc = td_error(err, PYXBUF_ENOMEM, "emulated: cannot allocate %zu host bytes", n);
+    if (rc == 0) live_host_allocations++;
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+static int td_host_free(void *ctx, int32_t id, void *ptr, pyxbuf_error *err) {
+    (void)ctx, (void)id, (void)err;
+    if (ptr == NULL) return 0;
+    free(ptr);
+    pthread_mutex_lock(&lock);
+    live_host_allocations--;
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
+/* Queued like a kernel: it runs when its stream runs (see OP_COPY). */
+static int td_copy_async(void *ctx, int32_t id, int32_t to_host, void *dst, const void *src,
+                         size_t n, int64_t handle, pyxbuf_error *err) {
+    (void)ctx;
+    pthread_mutex_lock(&lock);
+    int rc = check_id(id, err);
+    stream *s = rc == 0 ? find_stream(id, handle) : NULL;
+    const void *dev = to_host ? src : dst;
+    char *b = rc == 0 ? backing_of(id, dev, n) : NULL;
+    op *o = NULL;
+    if (rc == 0 && s == NULL) rc = no_stream(id, handle, err);
+    else if (rc == 0 && b == NULL) rc = bad_address(id, dev, n, err);
+    else if (rc == 0 && copy_async_budget == 0)
+        rc = td_error(err, PYXBUF_EDEVICE, "emulated: injected failure of an asynchronous copy "
+                      "of %zu bytes (pyxbuf_emulated_fail_copies_after)", n);
+    if (rc == 0 && copy_async_budget > 0) copy_async_budget--;
+    if (rc == 0 && (o = calloc(1, sizeof *o)) == NULL)
+        rc = td_error(err, PYXBUF_ENOMEM, "emulated: OOM");
+    if (rc == 0) {
+        *o = to_host ? (op){OP_COPY, dst, b, n, NULL, NULL}
+                     : (op){OP_COPY, b, (char *)src, n, NULL, NULL};
+        enqueue(s, o);
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+/* Not done until something runs its stream; `wait` runs every queue until
+ * it is (as OP_WAIT does: the recording stream is not kept). */
+static int td_event_query(void *ctx, int32_t id, void *ev, int32_t wait, pyxbuf_error *err) {
+    (void)ctx;
+    pthread_mutex_lock(&lock);
+    int rc = check_id(id, err);
+    event *e = ev;
+    if (rc == 0 && wait) {
+        for (int i = 0; !e->done && i < PYXBUF_EMULATED_MAX_DEVICES; i++)
+            run_stream(&default_streams[i]);
+        for (int i = 0; !e->done && i < MAX_STREAMS; i++)
+            if (streams[i].used) run_stream(&streams[i]);
+    }
+    if (rc == 0) rc = e->done;
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
 /* Like cuPointerGetAttributes: only addresses inside a live allocation are
  * device memory (so a producer claiming more bytes than it owns is caught). */
 static int in_live_block(int32_t id, const void *ptr) {
@@ -458,6 +545,10 @@ int pyxbuf_emulated_register(pyxbuf_error *err) {
         .event_destroy = td_event_destroy,
         .pointer_query = td_pointer_query,
         .synchronize = td_synchronize,
+        .host_alloc = td_host_alloc,
+        .host_free = td_host_free,
+        .copy_async = td_copy_async,
+        .event_query = td_event_query,
     };
     return pyxbuf_backend_register(&backend, err);
 }
@@ -465,6 +556,19 @@ int pyxbuf_emulated_register(pyxbuf_error *err) {
 int64_t pyxbuf_emulated_live_allocations(void) {
     pthread_mutex_lock(&lock);
     int64_t n = live_allocations;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+void pyxbuf_emulated_fail_copies_after(int64_t copies) {
+    pthread_mutex_lock(&lock);
+    copy_async_budget = copies;
+    pthread_mutex_unlock(&lock);
+}
+
+int64_t pyxbuf_emulated_live_host_allocations(void) {
+    pthread_mutex_lock(&lock);
+    int64_t n = live_host_allocations;
     pthread_mutex_unlock(&lock);
     return n;
 }
@@ -478,7 +582,7 @@ int pyxbuf_emulated_stream_create(int32_t id, int64_t *handle, pyxbuf_error *err
     if (rc == 0 && slot < 0)
         rc = td_error(err, PYXBUF_ENOMEM, "emulated: all %d streams are in use", MAX_STREAMS);
     if (rc == 0) {
-        streams[slot] = (stream){1, id, NULL, NULL};
+        streams[slot] = (stream){1, 0, id, NULL, NULL};
         *handle = slot + DEFAULT_STREAMS;
     }
     pthread_mutex_unlock(&lock);

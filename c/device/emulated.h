@@ -29,6 +29,11 @@ int pyxbuf_emulated_register(pyxbuf_error *err);
 
 /* Live allocations across all emulated devices (tests assert 0 at the end). */
 int64_t pyxbuf_emulated_live_allocations(void);
+/* Live host_alloc blocks (the pinned pool's; freed by pyxbuf_pinned_pool_trim). */
+int64_t pyxbuf_emulated_live_host_allocations(void);
+/* Let `copies` more asynchronous copies succeed, then fail every one until
+ * called with -1 (tests of a staged copy failing midway). */
+void pyxbuf_emulated_fail_copies_after(int64_t copies);
 
 /* A new stream on `device_id`; streams 0, 1 and 2 are its default stream. */
 int pyxbuf_emulated_stream_create(int32_t device_id, int64_t *stream, pyxbuf_error *err);

@@ -285,10 +285,22 @@ static void free_device_block(void *p) {
     free(block);
 }
 
-/* Allocate `nbytes` on `device`; free_fn(free_ctx) releases it. */
-static void *allocate_on(const pyxbuf_device *device, size_t nbytes, void (**free_fn)(void *),
-                         void **free_ctx) {
+/* Allocate `nbytes` on `device`; free_fn(free_ctx) releases it. Host memory
+ * that a device `from` fills is pooled page-locked memory when large (the
+ * copy then runs at the link's rate, with no page faulted in during it). */
+static void *allocate_on(const pyxbuf_device *device, size_t nbytes, const pyxbuf_device *from,
+                         void (**free_fn)(void *), void **free_ctx) {
     pyxbuf_error err;
+    if (from != NULL && device->device_type == PYXBUF_DL_CPU &&
+        !pyxbuf__host_accessible(from->device_type)) {
+        pyxbuf__pinned_block *pinned = pyxbuf__pinned_result(from->device_type, from->device_id,
+                                                             nbytes);
+        if (pinned != NULL) {
+            *free_fn = pyxbuf__pinned_give_finished; /* the copy completed before return */
+            *free_ctx = pinned;
+            return pinned->ptr;
+        }
+    }
     device_block *block = calloc(1, sizeof *block);
     if (block == NULL) return PyErr_NoMemory();
     if (pyxbuf_backend_get(device->device_type, &block->backend, &err) < 0 ||
@@ -304,6 +316,11 @@ static void *allocate_on(const pyxbuf_device *device, size_t nbytes, void (**fre
     return block->ptr;
 }
 
+static PyObject *exporter_new_filled_from(const char *format, Py_ssize_t itemsize_given,
+                                          int32_t ndim, const Py_ssize_t *shape, int32_t readonly,
+                                          const pyxbuf_device *device,
+                                          const pyxbuf_device *from);
+
 PyObject *pyxbuf_exporter_new(const char *format, int32_t ndim, const Py_ssize_t *shape,
                               int32_t readonly, const pyxbuf_device *device) {
     return pyxbuf__exporter_new_sized(format, 0, ndim, shape, readonly, device);
@@ -312,6 +329,15 @@ PyObject *pyxbuf_exporter_new(const char *format, int32_t ndim, const Py_ssize_t
 PyObject *pyxbuf__exporter_new_sized(const char *format, Py_ssize_t itemsize_given, int32_t ndim,
                                      const Py_ssize_t *shape, int32_t readonly,
                                      const pyxbuf_device *device) {
+    return exporter_new_filled_from(format, itemsize_given, ndim, shape, readonly, device, NULL);
+}
+
+/* A new exporter on `device`, its memory to be filled from device `from`
+ * (NULL: by the caller). */
+static PyObject *exporter_new_filled_from(const char *format, Py_ssize_t itemsize_given,
+                                          int32_t ndim, const Py_ssize_t *shape, int32_t readonly,
+                                          const pyxbuf_device *device,
+                                          const pyxbuf_device *from) {
     static const pyxbuf_device host = {PYXBUF_DL_CPU, 0};
     if (device == NULL) device = &host;
     if (ndim < 0 || ndim > PYXBUF_MAX_NDIM || (ndim > 0 && shape == NULL)) {
@@ -349,7 +375,7 @@ PyObject *pyxbuf__exporter_new_sized(const char *format, Py_ssize_t itemsize_giv
     }
     void (*free_fn)(void *) = NULL;
     void *free_ctx = NULL;
-    d.buf = allocate_on(device, (size_t)nbytes, &free_fn, &free_ctx);
+    d.buf = allocate_on(device, (size_t)nbytes, from, &free_fn, &free_ctx);
     if (d.buf == NULL) return NULL;
     PyObject *e = pyxbuf_exporter_wrap(&d, free_fn, free_ctx);
     if (e == NULL) free_fn(free_ctx);
@@ -393,8 +419,8 @@ PyObject *pyxbuf_to_device(const pyxbuf_view *view, const pyxbuf_device *target,
     int32_t ndim = view->base.shape ? view->base.ndim
                                     : (view->base.ndim == 0 && flat == 1 ? 0 : 1);
     const Py_ssize_t *shape = view->base.shape ? view->base.shape : &flat;
-    PyObject *out = pyxbuf__exporter_new_sized(view_format(view, fmt, sizeof fmt),
-                                               view->base.itemsize, ndim, shape, 0, target);
+    PyObject *out = exporter_new_filled_from(view_format(view, fmt, sizeof fmt),
+                                             view->base.itemsize, ndim, shape, 0, target, &src);
     if (out == NULL) return NULL;
     void *dst = ((pyxbuf__exporter *)out)->desc.buf;
     void *event = NULL;

@@ -72,12 +72,12 @@ static int device_to_host(const pyxbuf_backend *b, const pyxbuf_view *view, cons
     if (l.count == 0) return 0;
     const char *src = (const char *)view->base.buf + l.lo;
     size_t span = (size_t)(l.hi - l.lo);
-    if (l.c_contiguous) return b->copy_to_host(b->ctx, d->device_id, dst, src, span, stream, err);
+    if (l.c_contiguous) return pyxbuf__copy_to_host(b, d->device_id, dst, src, span, stream, err);
     char *staging = malloc(span);
     if (staging == NULL)
         return pyxbuf__error(err, PYXBUF_ENOMEM, -1, "cannot allocate %zu %s to stage a copy",
                              span, PYXBUF__PLURAL(span, "byte", "bytes"));
-    int rc = b->copy_to_host(b->ctx, d->device_id, staging, src, span, stream, err);
+    int rc = pyxbuf__copy_to_host(b, d->device_id, staging, src, span, stream, err);
     if (rc == 0) pyxbuf__gather_c_order(&view->base, staging - l.lo, dst);
     free(staging);
     return rc;
@@ -142,8 +142,8 @@ int pyxbuf__copy_view_into(const pyxbuf_view *view, const pyxbuf_device *src, vo
         return tb.copy_on_device(tb.ctx, target->device_id, dst, src->device_id,
                                  (const char *)view->base.buf + l.lo, n, stream, err);
     if (src_host && l.c_contiguous)
-        return tb.copy_from_host(tb.ctx, target->device_id, dst,
-                                 (const char *)view->base.buf + l.lo, n, stream, err);
+        return pyxbuf__copy_from_host(&tb, target->device_id, dst,
+                                      (const char *)view->base.buf + l.lo, n, stream, err);
     /* Strided, or across backends: pack on the host, then upload once. */
     char *staging = malloc(n ? n : 1);
     if (staging == NULL)
@@ -153,7 +153,7 @@ int pyxbuf__copy_view_into(const pyxbuf_view *view, const pyxbuf_device *src, vo
         pyxbuf__gather_c_order(&view->base, view->base.buf, staging);
     else
         rc = device_to_host(&sb, view, src, staging, stream, err);
-    if (rc == 0) rc = tb.copy_from_host(tb.ctx, target->device_id, dst, staging, n, stream, err);
+    if (rc == 0) rc = pyxbuf__copy_from_host(&tb, target->device_id, dst, staging, n, stream, err);
     free(staging);
     return rc;
 }

@@ -425,6 +425,16 @@ static PyObject *emulated_write(PyObject *mod, PyObject *args) {
     return PyLong_FromLongLong(stream);
 }
 
+static PyObject *emulated_new_stream(PyObject *mod, PyObject *arg) {
+    (void)mod;
+    pyxbuf_error err;
+    int64_t stream = 0;
+    long id = PyLong_AsLong(arg);
+    if (id == -1 && PyErr_Occurred()) return NULL;
+    if (pyxbuf_emulated_stream_create((int32_t)id, &stream, &err) < 0) return (raise_err(&err), NULL);
+    return PyLong_FromLongLong(stream);
+}
+
 static PyObject *emulated_destroy_stream(PyObject *mod, PyObject *arg) {
     (void)mod;
     pyxbuf_error err;
@@ -515,6 +525,98 @@ static PyObject *to_device(PyObject *mod, PyObject *args) {
     pyxbuf_view view;
     if (pyxbuf_get(obj, &view, flags) < 0) return NULL;
     PyObject *out = pyxbuf_to_device(&view, &device, stream);
+    pyxbuf_release(&view);
+    return out;
+}
+
+/* --- staging: the transfer configuration and the pinned pool -------------- */
+
+static int put_u64(PyObject *d, const char *key, unsigned long long v) {
+    PyObject *o = PyLong_FromUnsignedLongLong(v);
+    int rc = o ? PyDict_SetItemString(d, key, o) : -1;
+    Py_XDECREF(o);
+    return rc;
+}
+
+static PyObject *config_dict(const pyxbuf_transfer_config *c) {
+    PyObject *d = PyDict_New();
+    if (d == NULL || put_u64(d, "enabled", (unsigned long long)c->enabled) < 0 ||
+        put_u64(d, "threads", (unsigned long long)c->threads) < 0 ||
+        put_u64(d, "buffers", (unsigned long long)c->buffers) < 0 ||
+        put_u64(d, "threshold", c->threshold) < 0 || put_u64(d, "chunk", c->chunk) < 0 ||
+        put_u64(d, "pool_cap", c->pool_cap) < 0)
+        Py_CLEAR(d);
+    return d;
+}
+
+/* transfer_config(**fields) -> the configuration before the call; with
+ * fields, pyxbuf_transfer_config_set of it with those replaced. */
+static PyObject *transfer_config(PyObject *mod, PyObject *args, PyObject *kwargs) {
+    (void)mod;
+    static char *names[] = {"enabled", "threads", "buffers", "threshold", "chunk", "pool_cap",
+                            NULL};
+    pyxbuf_transfer_config c = {.size = sizeof c};
+    pyxbuf_transfer_config_get(&c);
+    PyObject *before = config_dict(&c);
+    int enabled = c.enabled, threads = c.threads, buffers = c.buffers;
+    unsigned long long threshold = c.threshold, chunk = c.chunk, cap = c.pool_cap;
+    if (before == NULL || !PyArg_ParseTupleAndKeywords(args, kwargs, "|iiiKKK", names, &enabled,
+                                                       &threads, &buffers, &threshold, &chunk,
+                                                       &cap)) {
+        Py_XDECREF(before);
+        return NULL;
+    }
+    if (kwargs == NULL || PyDict_GET_SIZE(kwargs) == 0) return before;
+    c.enabled = enabled;
+    c.threads = threads;
+    c.buffers = buffers;
+    c.threshold = threshold;
+    c.chunk = chunk;
+    c.pool_cap = cap;
+    pyxbuf_error err;
+    if (pyxbuf_transfer_config_set(&c, &err) < 0) {
+        Py_DECREF(before);
+        PyErr_SetString(PyExc_ValueError, err.message);
+        return NULL;
+    }
+    return before;
+}
+
+static PyObject *pinned_pool_stats(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    pyxbuf_pinned_pool_stats st;
+    pyxbuf_pinned_pool_stats_get(&st);
+    PyObject *d = PyDict_New();
+    if (d == NULL || put_u64(d, "held_bytes", st.held_bytes) < 0 ||
+        put_u64(d, "used_bytes", st.used_bytes) < 0 ||
+        put_u64(d, "allocations", st.allocations) < 0 || put_u64(d, "reuses", st.reuses) < 0 ||
+        put_u64(d, "emulated_host_blocks",
+                (unsigned long long)pyxbuf_emulated_live_host_allocations()) < 0)
+        Py_CLEAR(d);
+    return d;
+}
+
+static PyObject *pinned_pool_trim(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    pyxbuf_pinned_pool_trim();
+    Py_RETURN_NONE;
+}
+
+static PyObject *emulated_fail_copies_after(PyObject *mod, PyObject *arg) {
+    (void)mod;
+    long long n = PyLong_AsLongLong(arg);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    pyxbuf_emulated_fail_copies_after(n);
+    Py_RETURN_NONE;
+}
+
+/* host_address(obj) -> the address of obj's host buffer (to tell pooled
+ * page-locked results from others). */
+static PyObject *host_address(PyObject *mod, PyObject *obj) {
+    (void)mod;
+    pyxbuf_view view;
+    if (pyxbuf_get(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *out = PyLong_FromVoidPtr(view.base.buf);
     pyxbuf_release(&view);
     return out;
 }
@@ -859,9 +961,17 @@ static PyMethodDef module_methods[] = {
     {"emulated_write", emulated_write, METH_VARARGS,
      "emulated_write(exporter, data, offset=0, record=True) -> producer stream"},
     {"emulated_destroy_stream", emulated_destroy_stream, METH_O, "Destroy a emulated stream."},
+    {"emulated_new_stream", emulated_new_stream, METH_O, "A new stream on emulated device id."},
     {"emulated_pending", emulated_pending, METH_VARARGS, "emulated_pending(device_id, stream)"},
     {"emulated_peek", emulated_peek, METH_VARARGS, "emulated_peek(exporter, n): bytes now, no wait"},
     {"emulated_live_allocations", emulated_live_allocations, METH_NOARGS, "Live allocations."},
+    {"transfer_config", (PyCFunction)(void (*)(void))transfer_config, METH_VARARGS | METH_KEYWORDS,
+     "transfer_config(**fields) -> the configuration before; fields replace (pyxbuf_transfer_config_set)"},
+    {"pinned_pool_stats", pinned_pool_stats, METH_NOARGS, "pyxbuf_pinned_pool_stats_get as a dict"},
+    {"pinned_pool_trim", pinned_pool_trim, METH_NOARGS, "pyxbuf_pinned_pool_trim()"},
+    {"emulated_fail_copies_after", emulated_fail_copies_after, METH_O,
+     "pyxbuf_emulated_fail_copies_after(n): n more async copies succeed, then all fail"},
+    {"host_address", host_address, METH_O, "address of obj's host buffer"},
     {"deref_in_child", deref_in_child, METH_O, "Signal ending a child that reads the memory."},
     {"copy_to_host", copy_to_host, METH_O, "pyxbuf_copy_to_host of obj -> bytes (C order)"},
     {"to_device", to_device, METH_VARARGS, "to_device(obj, (type, id) or None, stream=0, flags=RECORDS_RO|DEVICE)"},

@@ -1,0 +1,173 @@
+/* pinned_pool.c -- page-locked host memory, cached: blocks from a backend's
+ * host_alloc, kept by size class after use and handed out again only once
+ * the event recorded after their last use has happened (a query, never a
+ * device-wide synchronisation), within a cap on the bytes held; idle blocks
+ * are freed at exit. Page-locked allocation costs milliseconds (the pages are
+ * pinned one by one), so a pipeline or a result that took one new each time
+ * would lose what the link gains. */
+
+#include "device/device.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static pyxbuf__pinned_block *blocks; /* every block held, idle or in use */
+static uint64_t held_bytes, used_bytes, allocations, reuses;
+static int exit_hook_set;
+
+/* Size classes a quarter of a power of two apart (a block is at most 25%
+ * larger than asked), in whole pages; 64 KiB at least. */
+static size_t size_class(size_t n) {
+    if (n <= ((size_t)64 << 10)) return (size_t)64 << 10;
+    size_t step = (size_t)1 << 12;
+    while (step < n / 4) step <<= 1;
+    return (n + step - 1) & ~(step - 1);
+}
+
+static int same_backend(const pyxbuf_backend *a, const pyxbuf_backend *b) {
+    return a->host_alloc == b->host_alloc && a->ctx == b->ctx;
+}
+
+/* Whether the block's last use is over; destroys its event once it is.
+ * `block`: wait for it. Under pool_lock unless the block is the caller's. */
+static int last_use_done(pyxbuf__pinned_block *blk, int32_t block) {
+    if (blk->event == NULL) return 1;
+    const pyxbuf_backend *b = &blk->backend;
+    if (b->event_query(b->ctx, blk->device_id, blk->event, block, NULL) != 1) return 0;
+    b->event_destroy(b->ctx, blk->device_id, blk->event, NULL);
+    blk->event = NULL;
+    return 1;
+}
+
+/* Unlink and free an idle, finished block. Under pool_lock. */
+static void free_block(pyxbuf__pinned_block **link) {
+    pyxbuf__pinned_block *blk = *link;
+    *link = blk->next;
+    held_bytes -= blk->size;
+    blk->backend.host_free(blk->backend.ctx, blk->device_id, blk->ptr, NULL);
+    free(blk);
+}
+
+/* Free idle finished blocks until `need` more bytes fit under `cap`.
+ * Under pool_lock. */
+static void make_room(uint64_t need, uint64_t cap) {
+    pyxbuf__pinned_block **link = &blocks;
+    while (*link != NULL && held_bytes + need > cap) {
+        if (!(*link)->in_use && last_use_done(*link, 0)) free_block(link);
+        else link = &(*link)->next;
+    }
+}
+
+static void drain_at_exit(void) {
+    pthread_mutex_lock(&pool_lock);
+    pyxbuf__pinned_block **link = &blocks;
+    while (*link != NULL) {
+        if (!(*link)->in_use && last_use_done(*link, 1)) free_block(link);
+        else link = &(*link)->next; /* an exporter still alive owns it */
+    }
+    pthread_mutex_unlock(&pool_lock);
+}
+
+/* A new block of `size` bytes, counted in held_bytes before the (slow)
+ * allocation runs outside the lock. Called and returns under pool_lock. */
+static pyxbuf__pinned_block *allocate(const pyxbuf_backend *b, int32_t device_id, size_t size) {
+    held_bytes += size;
+    pthread_mutex_unlock(&pool_lock);
+    pyxbuf__pinned_block *blk = calloc(1, sizeof *blk);
+    void *ptr = NULL;
+    int ok = blk != NULL && b->host_alloc(b->ctx, device_id, size, &ptr, NULL) == 0 && ptr;
+    pthread_mutex_lock(&pool_lock);
+    if (!ok) {
+        held_bytes -= size;
+        free(blk);
+        return NULL;
+    }
+    *blk = (pyxbuf__pinned_block){*b, device_id, ptr, size, NULL, 1, blocks};
+    blocks = blk;
+    allocations++;
+    if (!exit_hook_set) exit_hook_set = atexit(drain_at_exit) == 0;
+    return blk;
+}
+
+pyxbuf__pinned_block *pyxbuf__pinned_take(const pyxbuf_backend *b, int32_t device_id, size_t n) {
+    if (b->host_alloc == NULL) return NULL;
+    pyxbuf_transfer_config cfg;
+    pyxbuf__transfer_config(&cfg);
+    size_t size = size_class(n);
+    pthread_mutex_lock(&pool_lock);
+    pyxbuf__pinned_block *found = NULL, *pending = NULL;
+    for (pyxbuf__pinned_block *blk = blocks; blk != NULL && found == NULL; blk = blk->next) {
+        if (blk->in_use || blk->size != size || !same_backend(&blk->backend, b)) continue;
+        if (last_use_done(blk, 0)) found = blk;
+        else if (pending == NULL) pending = blk;
+    }
+    if (found != NULL) {
+        reuses++;
+    } else {
+        make_room(size, cfg.pool_cap);
+        if (held_bytes + size <= cfg.pool_cap) found = allocate(b, device_id, size);
+        if (found == NULL && pending != NULL) {
+            /* At the cap: wait for the block whose last use is queued. */
+            pending->in_use = 1;
+            pthread_mutex_unlock(&pool_lock);
+            int done = last_use_done(pending, 1);
+            pthread_mutex_lock(&pool_lock);
+            pending->in_use = 0;
+            if (done) {
+                found = pending;
+                reuses++;
+            }
+        }
+    }
+    if (found != NULL) {
+        found->in_use = 1;
+        used_bytes += found->size;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    return found;
+}
+
+void pyxbuf__pinned_give(pyxbuf__pinned_block *blk, void *event) {
+    pyxbuf_transfer_config cfg;
+    pyxbuf__transfer_config(&cfg);
+    pthread_mutex_lock(&pool_lock);
+    blk->event = event;
+    blk->in_use = 0;
+    used_bytes -= blk->size;
+    make_room(0, cfg.pool_cap); /* the cap may have shrunk while it was out */
+    pthread_mutex_unlock(&pool_lock);
+}
+
+void pyxbuf__pinned_give_finished(void *blk) { pyxbuf__pinned_give(blk, NULL); }
+
+int pyxbuf__pinned_contains(const void *p, size_t n) {
+    const char *c = p;
+    int inside = 0;
+    pthread_mutex_lock(&pool_lock);
+    for (const pyxbuf__pinned_block *blk = blocks; blk != NULL && !inside; blk = blk->next) {
+        const char *lo = blk->ptr;
+        inside = c >= lo && c < lo + blk->size && n <= (size_t)(lo + blk->size - c);
+    }
+    pthread_mutex_unlock(&pool_lock);
+    return inside;
+}
+
+void pyxbuf__pinned_pool_fit(uint64_t cap) {
+    pthread_mutex_lock(&pool_lock);
+    make_room(0, cap);
+    pthread_mutex_unlock(&pool_lock);
+}
+
+void pyxbuf_pinned_pool_trim(void) { pyxbuf__pinned_pool_fit(0); }
+
+void pyxbuf_pinned_pool_stats_get(pyxbuf_pinned_pool_stats *out) {
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&pool_lock);
+    out->held_bytes = held_bytes;
+    out->used_bytes = used_bytes;
+    out->allocations = allocations;
+    out->reuses = reuses;
+    pthread_mutex_unlock(&pool_lock);
+}

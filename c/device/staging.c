@@ -1,0 +1,151 @@
+/* staging.c -- large copies between pageable host memory and a device,
+ * through page-locked staging buffers from the pinned pool: host threads fill
+ * buffer k (fill_threads.c) while the device copies buffer k-1, and a buffer
+ * is refilled only after the event recorded behind its last copy has
+ * happened. The driver's own path stages pageable memory through one buffer
+ * with one thread (8 GB/s host to device on an H100 against 55 pinned).
+ * Semantics are the direct copy's: ordered after the work queued on the
+ * stream, complete when the call returns. */
+
+#include "device/device.h"
+
+#include <string.h>
+
+typedef struct pipeline {
+    const pyxbuf_backend *b;
+    int32_t id;
+    int64_t stream;
+    size_t n, chunk;
+    int32_t nbuf, threads;
+    pyxbuf__pinned_block *buf[PYXBUF__STAGING_MAX_BUFFERS];
+    void *event[PYXBUF__STAGING_MAX_BUFFERS]; /* behind buffer k's last copy */
+} pipeline;
+
+/* Worth staging: on, large, a backend that can, the stream given, and host
+ * memory that is pageable (neither pooled nor memory the backend knows, as
+ * CUDA knows page-locked memory another library allocated). */
+static int worth_staging(const pyxbuf_backend *b, const void *host, size_t n, int64_t stream,
+                         pyxbuf_transfer_config *cfg) {
+    pyxbuf__transfer_config(cfg);
+    if (!cfg->enabled || n < cfg->threshold || n == 0 || b->copy_async == NULL ||
+        stream == PYXBUF_STREAM_NONE || pyxbuf__pinned_contains(host, n))
+        return 0;
+    pyxbuf_device d;
+    return b->pointer_query(b->ctx, host, &d, NULL) != 0;
+}
+
+/* Take the buffers; 0 when the pool cannot give them all (the caller then
+ * copies directly). */
+static int take_buffers(pipeline *p) {
+    for (int32_t k = 0; k < p->nbuf; k++) {
+        p->event[k] = NULL;
+        p->buf[k] = pyxbuf__pinned_take(p->b, p->id, p->chunk);
+        if (p->buf[k] == NULL) {
+            while (k-- > 0) pyxbuf__pinned_give(p->buf[k], NULL);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Wait for buffer k's last copy; its event goes. */
+static int wait_buffer(pipeline *p, int32_t k, pyxbuf_error *err) {
+    if (p->event[k] == NULL) return 0;
+    int rc = p->b->event_query(p->b->ctx, p->id, p->event[k], 1, err);
+    if (rc < 0) return rc;
+    p->b->event_destroy(p->b->ctx, p->id, p->event[k], NULL);
+    p->event[k] = NULL;
+    return 0;
+}
+
+/* Every copy waited for (after a failure too: no buffer goes back to the
+ * pool with a copy in flight unless the wait itself failed, and then with
+ * the event, which the pool checks before reuse). The first error stays. */
+static int finish(pipeline *p, int rc, pyxbuf_error *err) {
+    for (int32_t k = 0; k < p->nbuf; k++) {
+        pyxbuf_error ignored;
+        int w = wait_buffer(p, k, rc < 0 ? &ignored : err);
+        if (rc == 0) rc = w;
+        pyxbuf__pinned_give(p->buf[k], p->event[k]);
+    }
+    return rc;
+}
+
+/* Enqueue chunk i's device copy through buffer k and record its event. */
+static int send_chunk(pipeline *p, size_t i, int32_t to_host, char *dev, pyxbuf_error *err) {
+    int32_t k = (int32_t)(i % (size_t)p->nbuf);
+    size_t off = i * p->chunk, len = p->n - off < p->chunk ? p->n - off : p->chunk;
+    void *host = p->buf[k]->ptr;
+    int rc = to_host ? p->b->copy_async(p->b->ctx, p->id, 1, host, dev + off, len, p->stream, err)
+                     : p->b->copy_async(p->b->ctx, p->id, 0, dev + off, host, len, p->stream, err);
+    if (rc == 0) rc = p->b->event_record(p->b->ctx, p->id, p->stream, &p->event[k], err);
+    return rc;
+}
+
+static int stage_in(pipeline *p, char *dst, const char *src, pyxbuf_error *err) {
+    int rc = 0;
+    size_t chunks = (p->n + p->chunk - 1) / p->chunk;
+    for (size_t i = 0; i < chunks && rc == 0; i++) {
+        int32_t k = (int32_t)(i % (size_t)p->nbuf);
+        size_t off = i * p->chunk, len = p->n - off < p->chunk ? p->n - off : p->chunk;
+        if ((rc = wait_buffer(p, k, err)) < 0) break;
+        pyxbuf__parallel_copy(p->buf[k]->ptr, src + off, len, p->threads);
+        rc = send_chunk(p, i, 0, dst, err);
+    }
+    return finish(p, rc, err);
+}
+
+static int stage_out(pipeline *p, char *dst, const char *src, pyxbuf_error *err) {
+    int rc = 0;
+    size_t chunks = (p->n + p->chunk - 1) / p->chunk;
+    for (size_t i = 0; i < chunks && i < (size_t)p->nbuf && rc == 0; i++)
+        rc = send_chunk(p, i, 1, (char *)src, err);
+    for (size_t i = 0; i < chunks && rc == 0; i++) {
+        int32_t k = (int32_t)(i % (size_t)p->nbuf);
+        size_t off = i * p->chunk, len = p->n - off < p->chunk ? p->n - off : p->chunk;
+        if ((rc = wait_buffer(p, k, err)) < 0) break;
+        pyxbuf__parallel_copy(dst + off, p->buf[k]->ptr, len, p->threads);
+        if (i + (size_t)p->nbuf < chunks) rc = send_chunk(p, i + (size_t)p->nbuf, 1, (char *)src, err);
+    }
+    return finish(p, rc, err);
+}
+
+static void start(pipeline *p, const pyxbuf_backend *b, int32_t id, size_t n, int64_t stream,
+                  const pyxbuf_transfer_config *cfg) {
+    size_t chunk = (size_t)cfg->chunk, chunks = (n + chunk - 1) / chunk;
+    *p = (pipeline){.b = b, .id = id, .stream = stream, .n = n, .chunk = chunk,
+                    .nbuf = (int32_t)(chunks < (size_t)cfg->buffers ? chunks : (size_t)cfg->buffers),
+                    .threads = cfg->threads};
+}
+
+int pyxbuf__copy_from_host(const pyxbuf_backend *b, int32_t id, void *dst, const void *src,
+                           size_t n, int64_t stream, pyxbuf_error *err) {
+    pyxbuf_transfer_config cfg;
+    pipeline p;
+    if (worth_staging(b, src, n, stream, &cfg)) {
+        start(&p, b, id, n, stream, &cfg);
+        if (take_buffers(&p)) return stage_in(&p, dst, src, err);
+    }
+    return b->copy_from_host(b->ctx, id, dst, src, n, stream, err);
+}
+
+int pyxbuf__copy_to_host(const pyxbuf_backend *b, int32_t id, void *dst, const void *src,
+                         size_t n, int64_t stream, pyxbuf_error *err) {
+    pyxbuf_transfer_config cfg;
+    pipeline p;
+    if (worth_staging(b, dst, n, stream, &cfg)) {
+        start(&p, b, id, n, stream, &cfg);
+        if (take_buffers(&p)) return stage_out(&p, dst, src, err);
+    }
+    return b->copy_to_host(b->ctx, id, dst, src, n, stream, err);
+}
+
+pyxbuf__pinned_block *pyxbuf__pinned_result(int32_t device_type, int32_t device_id, size_t n) {
+    pyxbuf_transfer_config cfg;
+    pyxbuf_backend b;
+    pyxbuf__transfer_config(&cfg);
+    if (!cfg.enabled || n < cfg.threshold || n == 0 ||
+        pyxbuf_backend_get(device_type, &b, NULL) < 0)
+        return NULL;
+    return pyxbuf__pinned_take(&b, device_id, n);
+}

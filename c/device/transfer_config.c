@@ -1,0 +1,127 @@
+/* transfer_config.c -- how large host <-> device copies are staged: the one
+ * configuration (defaults, the environment, pyxbuf_transfer_config_get/set),
+ * read by staging.c and pinned_pool.c. Under one lock; readers take a copy. */
+
+#include "device/device.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static pyxbuf_transfer_config config;
+static pthread_mutex_t config_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t config_once = PTHREAD_ONCE_INIT;
+
+/* Page-locked memory is taken from the kernel's free pool: a small share of
+ * RAM by default (1/16, between 256 MiB and 16 GiB). */
+static uint64_t default_pool_cap(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t ram = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : (uint64_t)4 << 30;
+    uint64_t cap = ram / 16;
+    if (cap < ((uint64_t)256 << 20)) cap = (uint64_t)256 << 20;
+    if (cap > ((uint64_t)16 << 30)) cap = (uint64_t)16 << 30;
+    return cap;
+}
+
+/* Fill threads: enough to outrun one link (about four on a PCIe 5 host),
+ * never more than the cores there are. */
+static int32_t default_threads(void) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1) cores = 1;
+    return (int32_t)(cores < 8 ? cores : 8);
+}
+
+/* "64M", "1G", "4096": bytes, or 0 when malformed (the default stays). */
+static uint64_t parse_bytes(const char *text) {
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno != 0 || end == text) return 0;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'I') end++;
+    if (*end == 'b' || *end == 'B') end++;
+    if (*end != '\0' || v > (UINT64_MAX >> shift)) return 0;
+    return (uint64_t)v << shift;
+}
+
+static void env_bytes(const char *name, uint64_t *field) {
+    const char *v = getenv(name);
+    uint64_t n = v ? parse_bytes(v) : 0;
+    if (n != 0) *field = n;
+}
+
+static void load_config(void) {
+    config = (pyxbuf_transfer_config){
+        .size = (uint32_t)sizeof config,
+        .enabled = 1,
+        .threads = default_threads(),
+        .buffers = 4,
+        .threshold = (uint64_t)8 << 20,
+        .chunk = (uint64_t)8 << 20,
+        .pool_cap = default_pool_cap(),
+    };
+    const char *on = getenv("PYXBUF_STAGING");
+    if (on != NULL && (strcmp(on, "0") == 0 || strcmp(on, "off") == 0)) config.enabled = 0;
+    env_bytes("PYXBUF_STAGING_THRESHOLD", &config.threshold);
+    env_bytes("PYXBUF_STAGING_CHUNK", &config.chunk);
+    env_bytes("PYXBUF_PINNED_POOL_CAP", &config.pool_cap);
+    const char *t = getenv("PYXBUF_STAGING_THREADS");
+    long threads = t ? strtol(t, NULL, 10) : 0;
+    if (threads >= 1 && threads <= PYXBUF__STAGING_MAX_THREADS) config.threads = (int32_t)threads;
+    if (config.chunk < PYXBUF__STAGING_MIN_CHUNK) config.chunk = PYXBUF__STAGING_MIN_CHUNK;
+}
+
+void pyxbuf__transfer_config(pyxbuf_transfer_config *out) {
+    pthread_once(&config_once, load_config);
+    pthread_mutex_lock(&config_lock);
+    *out = config;
+    pthread_mutex_unlock(&config_lock);
+}
+
+void pyxbuf_transfer_config_get(pyxbuf_transfer_config *out) {
+    pyxbuf_transfer_config c;
+    pyxbuf__transfer_config(&c);
+    uint32_t n = out->size >= sizeof c || out->size == 0 ? (uint32_t)sizeof c : out->size;
+    memcpy(out, &c, n);
+    out->size = n;
+}
+
+static int bad_field(pyxbuf_error *err, const char *field, long long value, const char *range) {
+    return pyxbuf__error(err, PYXBUF_EINVAL, -1,
+                         "pyxbuf_transfer_config_set: %s is %lld; it must be %s", field, value,
+                         range);
+}
+
+int pyxbuf_transfer_config_set(const pyxbuf_transfer_config *in, pyxbuf_error *err) {
+    if (in == NULL || in->size < offsetof(pyxbuf_transfer_config, reserved))
+        return pyxbuf__error(err, PYXBUF_EINVAL, -1,
+                             "pyxbuf_transfer_config_set: config is NULL or its size %u is too "
+                             "small; start from pyxbuf_transfer_config_get",
+                             in ? (unsigned)in->size : 0u);
+    if (in->threads < 1 || in->threads > PYXBUF__STAGING_MAX_THREADS)
+        return bad_field(err, "threads", in->threads, "1..64");
+    if (in->buffers < 2 || in->buffers > PYXBUF__STAGING_MAX_BUFFERS)
+        return bad_field(err, "buffers", in->buffers, "2..16");
+    if (in->chunk < PYXBUF__STAGING_MIN_CHUNK)
+        return bad_field(err, "chunk", (long long)in->chunk, "at least 65536 bytes");
+    if (in->pool_cap < in->chunk * (uint64_t)in->buffers && in->enabled)
+        return bad_field(err, "pool_cap", (long long)in->pool_cap,
+                         "at least chunk x buffers (or set enabled = 0)");
+    pthread_once(&config_once, load_config);
+    pthread_mutex_lock(&config_lock);
+    config = *in;
+    config.size = (uint32_t)sizeof config;
+    memset(config.reserved, 0, sizeof config.reserved);
+    pthread_mutex_unlock(&config_lock);
+    pyxbuf__pinned_pool_fit(in->pool_cap);
+    return 0;
+}

@@ -1,0 +1,207 @@
+"""Large host <-> device copies through pinned staging (issue 40), on the
+guarded emulated device.
+
+The emulated device runs an asynchronous copy only when its stream runs, and
+reads (or writes) the host side of it then, as a DMA engine does: a pipeline
+that refilled a staging buffer before the event behind its last copy had
+happened would send the new bytes, and these round trips would fail. The
+configuration is shrunk (64 KiB chunks, staging from one byte) so that small
+arrays cross every chunk boundary.
+"""
+
+import gc
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import _pyxbuf_testext as t
+
+EXT = t.PYXBUF_DL_EXT_DEV
+DEV0 = (EXT, 0)
+CHUNK = 64 << 10
+
+
+@pytest.fixture(autouse=True)
+def small_chunks():
+    before = t.transfer_config(threshold=1, chunk=CHUNK, buffers=3, threads=3,
+                               pool_cap=64 * CHUNK, enabled=1)
+    live = t.emulated_live_allocations()
+    yield
+    gc.collect()
+    t.emulated_fail_copies_after(-1)
+    t.transfer_config(**before)
+    assert t.emulated_live_allocations() == live
+    stats = t.pinned_pool_stats()
+    assert stats["used_bytes"] == 0, "a staging buffer or pooled result was not given back"
+
+
+def pattern(n, seed=1):
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8)
+
+
+def round_trip(a):
+    on_device = t.to_device(a, DEV0)
+    back = t.copy_to_host(on_device)
+    return on_device, back
+
+
+SIZES = [1, 4095, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK, 3 * CHUNK + 7, 10 * CHUNK + 4096]
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_round_trip_at_every_chunk_boundary(n):
+    a = pattern(n)
+    before = t.pinned_pool_stats()
+    _, back = round_trip(a)
+    assert back == a.tobytes()
+    after = t.pinned_pool_stats()
+    # Both directions took staging buffers (from the pool or new).
+    taken = (after["allocations"] + after["reuses"]) - (before["allocations"] + before["reuses"])
+    assert taken >= 2
+
+
+def test_empty_copy_is_direct_and_empty():
+    a = np.zeros(0, np.uint8)
+    _, back = round_trip(a)
+    assert back == b""
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 6 * CHUNK), buffers=st.integers(2, 5), threads=st.integers(1, 4),
+       chunk_pages=st.integers(16, 40))
+def test_any_size_and_configuration(n, buffers, threads, chunk_pages):
+    t.transfer_config(buffers=buffers, threads=threads, chunk=chunk_pages * 4096)
+    a = pattern(n, seed=n)
+    _, back = round_trip(a)
+    assert back == a.tobytes()
+
+
+def test_strided_views_stage_their_packed_bytes():
+    a = pattern(8 * CHUNK).reshape(64, -1)[:, ::3]
+    _, back = round_trip(a)
+    assert back == np.ascontiguousarray(a).tobytes()
+
+
+def test_result_on_the_host_is_pooled_memory_given_back():
+    a = pattern(5 * CHUNK)
+    dev = t.to_device(a, DEV0)
+    before = t.pinned_pool_stats()
+    host = t.to_device(dev, None)
+    during = t.pinned_pool_stats()
+    assert during["used_bytes"] >= a.nbytes  # the result holds a pooled block
+    assert bytes(memoryview(host)) == a.tobytes()
+    assert np.frombuffer(host, np.uint8).sum() == a.sum()  # NumPy reads it as host memory
+    address = t.host_address(host)
+    del host
+    gc.collect()
+    assert t.pinned_pool_stats()["used_bytes"] == before["used_bytes"]
+    again = t.to_device(dev, None)  # the same block, reused
+    assert t.host_address(again) == address
+    assert bytes(memoryview(again)) == a.tobytes()
+
+
+def test_small_results_and_disabled_staging_use_plain_memory():
+    a = pattern(3 * CHUNK)
+    dev = t.to_device(a, DEV0)
+    t.transfer_config(threshold=4 * CHUNK)
+    used = t.pinned_pool_stats()["used_bytes"]
+    host = t.to_device(dev, None)
+    assert t.pinned_pool_stats()["used_bytes"] == used
+    assert bytes(memoryview(host)) == a.tobytes()
+    t.transfer_config(threshold=1, enabled=0)
+    before = t.pinned_pool_stats()
+    _, back = round_trip(a)
+    after = t.pinned_pool_stats()
+    assert back == a.tobytes()
+    assert (after["allocations"], after["reuses"]) == (before["allocations"], before["reuses"])
+
+
+def test_a_staged_download_waits_for_the_producers_write():
+    """A producer's write on its own stream, with its event on the exporter,
+    lands before the staged copy reads the device."""
+    a = pattern(4 * CHUNK)
+    dev = t.to_device(a, DEV0)
+    patch = bytes([7]) * 100
+    stream = t.emulated_write(dev, patch, 5 * 4096)
+    try:
+        assert t.emulated_pending(0, stream) == 2  # the write and its event: not run yet
+        back = t.copy_to_host(dev)
+    finally:
+        t.emulated_destroy_stream(stream)
+    expect = bytearray(a.tobytes())
+    expect[5 * 4096 : 5 * 4096 + 100] = patch
+    assert back == bytes(expect)
+
+
+def test_an_upload_on_a_stream_is_read_current_from_another():
+    a = pattern(6 * CHUNK)
+    s1 = t.emulated_new_stream(0)
+    try:
+        dev = t.to_device(a, DEV0, s1)
+        # The staged upload completed before returning: nothing is pending on
+        # its stream, and a reader that does not wait at all sees the data.
+        assert t.emulated_pending(0, s1) == 0
+        assert t.emulated_peek(dev, a.nbytes) == a.tobytes()
+        assert t.copy_to_host(dev) == a.tobytes()
+    finally:
+        t.emulated_destroy_stream(s1)
+
+
+@pytest.mark.parametrize("fail_after", [0, 1, 2, 5])
+@pytest.mark.parametrize("direction", ["to device", "to host"])
+def test_a_copy_failing_midway_leaves_no_result_and_no_buffer(fail_after, direction):
+    a = pattern(8 * CHUNK)
+    dev = t.to_device(a, DEV0) if direction == "to host" else None
+    live = t.emulated_live_allocations()
+    t.emulated_fail_copies_after(fail_after)
+    with pytest.raises(BufferError, match="injected failure of an asynchronous copy"):
+        if direction == "to device":
+            t.to_device(a, DEV0)
+        else:
+            t.copy_to_host(dev)
+    t.emulated_fail_copies_after(-1)
+    gc.collect()
+    assert t.emulated_live_allocations() == live  # no half-written result kept
+    assert t.pinned_pool_stats()["used_bytes"] == 0
+    # The pool still works, and its buffers hold nothing stale that matters.
+    _, back = round_trip(a)
+    assert back == a.tobytes()
+
+
+def test_trim_frees_every_idle_block():
+    round_trip(pattern(4 * CHUNK))
+    assert t.pinned_pool_stats()["emulated_host_blocks"] > 0
+    t.pinned_pool_trim()
+    stats = t.pinned_pool_stats()
+    assert stats["held_bytes"] == 0
+    assert stats["emulated_host_blocks"] == 0
+
+
+def test_the_cap_bounds_what_the_pool_holds():
+    t.pinned_pool_trim()
+    t.transfer_config(pool_cap=6 * CHUNK, buffers=3)
+    for n in (5 * CHUNK, 9 * CHUNK, 2 * CHUNK, 7 * CHUNK):
+        a = pattern(n, seed=n)
+        dev = t.to_device(a, DEV0)
+        host = t.to_device(dev, None)  # a pooled result when it fits under the cap
+        assert bytes(memoryview(host)) == a.tobytes()
+        assert t.pinned_pool_stats()["held_bytes"] <= 6 * CHUNK
+        del host, dev
+        gc.collect()
+
+
+@pytest.mark.parametrize(
+    "field, value, words",
+    [
+        ("threads", 0, "threads is 0; it must be 1..64"),
+        ("buffers", 1, "buffers is 1; it must be 2..16"),
+        ("chunk", 4096, "chunk is 4096; it must be at least 65536 bytes"),
+        ("pool_cap", CHUNK, "pool_cap is 65536; it must be at least chunk x buffers"),
+    ],
+)
+def test_bad_configuration_is_refused_naming_the_field(field, value, words):
+    before = t.transfer_config()
+    with pytest.raises(ValueError, match=words):
+        t.transfer_config(**{field: value})
+    assert t.transfer_config() == before
