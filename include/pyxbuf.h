@@ -573,7 +573,8 @@ typedef struct pyxbuf_transfer_config {
 /* The configuration in force (environment applied on first use). */
 PYXBUF_API void pyxbuf_transfer_config_get(pyxbuf_transfer_config *out);
 /* Replace it; PYXBUF_EINVAL naming the field when one is out of range. A
- * smaller pool_cap frees idle pooled memory now. */
+ * smaller pool_cap applies at the pool's next use, which frees idle blocks
+ * beyond it (pyxbuf_pinned_pool_trim frees them all now). */
 PYXBUF_API int pyxbuf_transfer_config_set(const pyxbuf_transfer_config *config,
                                           pyxbuf_error *err);
 /* The pool's state, for tests and tuning: bytes held and in use, and how

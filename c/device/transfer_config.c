@@ -122,6 +122,5 @@ int pyxbuf_transfer_config_set(const pyxbuf_transfer_config *in, pyxbuf_error *e
     config.size = (uint32_t)sizeof config;
     memset(config.reserved, 0, sizeof config.reserved);
     pthread_mutex_unlock(&config_lock);
-    pyxbuf__pinned_pool_fit(in->pool_cap);
     return 0;
 }
