@@ -35,6 +35,8 @@ typedef int (*cu_free_fn)(unsigned long long);
 typedef int (*cu_htod_fn)(unsigned long long, const void *, size_t);
 typedef int (*cu_dtoh_fn)(void *, unsigned long long, size_t);
 typedef int (*cu_sync_fn)(void);
+typedef int (*cu_host_alloc_fn)(void **, size_t, unsigned);
+typedef int (*cu_free_host_fn)(void *);
 
 static struct {
     cu_alloc_fn alloc;
@@ -42,6 +44,8 @@ static struct {
     cu_htod_fn htod;
     cu_dtoh_fn dtoh;
     cu_sync_fn sync;
+    cu_host_alloc_fn host_alloc;
+    cu_free_host_fn free_host;
 } cu;
 
 static void *must_sym(void *lib, const char *name) {
@@ -76,6 +80,8 @@ static void load_cuda(void) {
     cu.htod = (cu_htod_fn)must_sym(lib, "cuMemcpyHtoD_v2");
     cu.dtoh = (cu_dtoh_fn)must_sym(lib, "cuMemcpyDtoH_v2");
     cu.sync = (cu_sync_fn)must_sym(lib, "cuCtxSynchronize");
+    cu.host_alloc = (cu_host_alloc_fn)must_sym(lib, "cuMemHostAlloc");
+    cu.free_host = (cu_free_host_fn)must_sym(lib, "cuMemFreeHost");
 }
 
 static double now(void) {
@@ -206,6 +212,28 @@ int main(int argc, char **argv) {
         row("device to host", label, n, raw, ours);
         check(c.host[0] == 1 && c.host[n - 1] == 1, "the copied bytes");
 
+        if (n >= (1u << 20)) { /* the same copies with page-locked host memory */
+            void *pinned = NULL;
+            check(cu.host_alloc(&pinned, n, 1) == 0, "cuMemHostAlloc");
+            memset(pinned, 1, n);
+            PyObject *mv = PyMemoryView_FromMemory(pinned, (Py_ssize_t)n, PyBUF_WRITE);
+            pyxbuf_view pinned_view;
+            check(mv && pyxbuf_get(mv, &pinned_view, PyBUF_RECORDS_RO) == 0, "pyxbuf_get(pinned)");
+            pyxbuf_view pageable_view = c.host_view;
+            c.host_view = pinned_view;
+            c.host = pinned;
+            raw = seconds_per_call(raw_alloc_htod_free, &c, "pinned HtoD");
+            ours = seconds_per_call(pyxbuf_host_to_device, &c, "pyxbuf_to_device(pinned)");
+            row("pinned host to device (alloc + copy)", label, n, raw, ours);
+            raw = seconds_per_call(raw_dtoh, &c, "pinned DtoH");
+            ours = seconds_per_call(pyxbuf_device_to_host, &c, "pyxbuf_copy_to_host(pinned)");
+            row("device to pinned host", label, n, raw, ours);
+            c.host_view = pageable_view;
+            c.host = saved;
+            pyxbuf_release(&pinned_view);
+            Py_DECREF(mv);
+            check(cu.free_host(pinned) == 0, "cuMemFreeHost");
+        }
         pyxbuf_release(&c.dev_view);
         pyxbuf_release(&c.host_view);
         Py_DECREF(dev);

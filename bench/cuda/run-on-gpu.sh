@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# run-on-gpu.sh OUTDIR -- everything pyxbuf checks on a GPU machine, in one go
+# run-on-gpu.sh OUTDIR [quick] -- everything pyxbuf checks on a GPU machine, in one go
 # (CUDA 13, PyTorch, CuPy and Python 3.12 there; no Rust toolchain, no network):
 # build with CMake in build-gpu/, CTest (every cuda.* case), the CUDA peers'
 # Python tests, the rest of python-tests/ with real PyTorch and CuPy present,
 # the copy-bandwidth benchmark and the acquisition benchmark. Each step has
 # its own time limit, so one hang costs one step; logs land in OUTDIR.
+# `quick` skips the acquisition benchmark and the rest of python-tests (a
+# short device lease: build, CUDA tests, staging tests, copy benchmarks).
 set -u
-out=${1:?usage: run-on-gpu.sh OUTDIR}
+out=${1:?usage: run-on-gpu.sh OUTDIR [quick]}
+quick=${2:-}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 py=$(command -v python3)
@@ -36,7 +39,8 @@ if ! { timeout 300 cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWit
 fi
 
 step ctest
-timeout 240 ctest --test-dir build-gpu -j16 --timeout 120 >"$out/ctest.log" 2>&1
+[ "$quick" = quick ] && only=(-R '^(device|threads)\.') || only=()
+timeout 240 ctest --test-dir build-gpu -j16 --timeout 120 "${only[@]}" >"$out/ctest.log" 2>&1
 grep -E "tests passed|tests failed|\(Failed\)|\(SEGFAULT\)|\(Timeout\)|\(Skipped\)" "$out/ctest.log" | head -40
 timeout 120 ctest --test-dir build-gpu -R '^(cuda|bench)\.' -V >"$out/ctest-cuda.log" 2>&1
 grep -E "^[0-9]+/[0-9]+ Test|SKIPPED|skipped" "$out/ctest-cuda.log" | head -60
@@ -48,9 +52,19 @@ timeout 300 "$py" -m pytest -q -p no:cacheprovider -rs --timeout 120 \
     python-tests/test_dlpack.py >"$out/pytest-gpu.log" 2>&1
 grep -E "passed|failed|FAILED|ERROR|SKIPPED" "$out/pytest-gpu.log" | tail -40
 
+step "pytest: staging (emulated device)"
+timeout 200 "$py" -m pytest -q -p no:cacheprovider -rs --timeout 120 \
+    python-tests/test_staging.py >>"$out/pytest-gpu.log" 2>&1
+grep -E "passed|failed|FAILED|ERROR|SKIPPED" "$out/pytest-gpu.log" | tail -20
+
 step "copy bandwidth"
 timeout 200 build-gpu/bench_cuda_copy >"$out/copy.md" 2>&1
 cat "$out/copy.md"
+
+step "transfers against PyTorch and CuPy (issue 40's targets)"
+timeout 300 "$py" bench/cuda/transfer.py >"$out/transfer.md" 2>&1
+cat "$out/transfer.md"
+[ "$quick" = quick ] && { step done; exit 0; }
 
 step acquisition
 timeout 120 "$py" bench/cuda/acquire.py >"$out/acquire.md" 2>&1

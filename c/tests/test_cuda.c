@@ -7,6 +7,7 @@
  * in the order of TEST_MAIN, where missing_driver_is_a_clear_error comes first
  * because it forks before this process has touched the driver. */
 #include "pyxbuf.h"
+#include "device/device.h" /* the staging entry points (linked statically) */
 #include "testing.h"
 
 #include <dlfcn.h>
@@ -265,6 +266,72 @@ TEST_CASE(alloc_copy_roundtrip) {
     CHECK_OK(b->free(b->ctx, 0, d, &last));
     free(src);
     free(dst);
+}
+
+static uint64_t pool_takes(void) {
+    pyxbuf_pinned_pool_stats st;
+    pyxbuf_pinned_pool_stats_get(&st);
+    return st.allocations + st.reuses;
+}
+
+/* Large pageable copies go through the pinned staging pipeline (here with
+ * small chunks, so every boundary is crossed); page-locked memory does not. */
+TEST_CASE(staged_copies_round_trip) {
+    require_gpu();
+    const pyxbuf_backend *b = cuda();
+    pyxbuf_transfer_config saved = {.size = sizeof saved}, small;
+    pyxbuf_transfer_config_get(&saved);
+    small = saved;
+    small.enabled = 1, small.threshold = 1, small.chunk = 64 << 10, small.buffers = 3;
+    small.threads = 4;
+    CHECK_OK(pyxbuf_transfer_config_set(&small, &last));
+    const size_t sizes[] = {1, (64 << 10) - 1, 64 << 10, (5 << 16) + 123, (size_t)40 << 20};
+    const int64_t streams[] = {0, 1, 2};
+    for (unsigned i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        size_t n = sizes[i];
+        unsigned char *src = malloc(n), *dst = malloc(n);
+        void *d = NULL;
+        CHECK_OK(b->alloc(b->ctx, 0, n, &d, &last));
+        fill(src, n, i);
+        memset(dst, 0, n);
+        uint64_t takes = pool_takes();
+        int64_t s = streams[i % 3];
+        CHECK_OK(pyxbuf__copy_from_host(b, 0, d, src, n, s, &last));
+        CHECK_OK(pyxbuf__copy_to_host(b, 0, dst, d, n, s, &last));
+        CHECK(memcmp(src, dst, n) == 0);
+        CHECK(pool_takes() > takes); /* staged both ways */
+        CHECK_OK(b->free(b->ctx, 0, d, &last));
+        free(src);
+        free(dst);
+    }
+    /* Page-locked source and destination: the direct call, no staging. */
+    size_t n = (size_t)3 << 20;
+    void *pinned = NULL, *d = NULL;
+    CHECK_OK(b->host_alloc(b->ctx, 0, n, &pinned, &last));
+    CHECK_OK(b->alloc(b->ctx, 0, n, &d, &last));
+    fill(pinned, n, 9);
+    uint64_t takes = pool_takes();
+    CHECK_OK(pyxbuf__copy_from_host(b, 0, d, pinned, n, 0, &last));
+    memset(pinned, 0, n);
+    CHECK_OK(pyxbuf__copy_to_host(b, 0, pinned, d, n, 0, &last));
+    CHECK_INT_EQ(pool_takes(), takes);
+    unsigned char *expect = malloc(n);
+    fill(expect, n, 9);
+    CHECK(memcmp(pinned, expect, n) == 0);
+    free(expect);
+    CHECK_OK(b->free(b->ctx, 0, d, &last));
+    CHECK_OK(b->host_free(b->ctx, 0, pinned, &last));
+    /* Events: a query of a finished event says so; a blocking one too. */
+    void *ev = NULL;
+    CHECK_OK(b->event_record(b->ctx, 0, 0, &ev, &last));
+    CHECK_INT_EQ(b->event_query(b->ctx, 0, ev, 1, &last), 1);
+    CHECK_INT_EQ(b->event_query(b->ctx, 0, ev, 0, &last), 1);
+    CHECK_OK(b->event_destroy(b->ctx, 0, ev, &last));
+    CHECK_OK(pyxbuf_transfer_config_set(&saved, &last));
+    pyxbuf_pinned_pool_trim();
+    pyxbuf_pinned_pool_stats st;
+    pyxbuf_pinned_pool_stats_get(&st);
+    CHECK_INT_EQ(st.held_bytes, 0);
 }
 
 TEST_CASE(device_to_device_copy) {
@@ -532,7 +599,8 @@ TEST_CASE(peer_copy_between_devices) {
 }
 
 TEST_MAIN(TEST_ENTRY(missing_driver_is_a_clear_error), TEST_ENTRY(backend_describes_cuda),
-          TEST_ENTRY(alloc_copy_roundtrip), TEST_ENTRY(device_to_device_copy),
+          TEST_ENTRY(alloc_copy_roundtrip), TEST_ENTRY(staged_copies_round_trip),
+          TEST_ENTRY(device_to_device_copy),
           TEST_ENTRY(pointer_query_on_device_and_host_memory), TEST_ENTRY(events_order_a_copy),
           TEST_ENTRY(reused_events_order_each_record),
           TEST_ENTRY(error_names_from_driver), TEST_ENTRY(invalid_arguments_are_refused),

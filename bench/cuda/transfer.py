@@ -1,0 +1,163 @@
+"""Host <-> device copies of NumPy arrays, pyxbuf against PyTorch and CuPy,
+side by side in one process (issue 40's targets).
+
+pyxbuf's figures go through the C test extension built by CMake
+(`_pyxbuf_testext.to_device`, `.copy_to_host`: pyxbuf_to_device and
+pyxbuf_copy_to_host); `copy_to_host` fills a new bytes object, new pageable
+memory the caller owns, which is what Rust's `copy_to_host` into a new `Vec`
+does with the same C call. Each figure is the median of RUNS timed calls
+after one warm-up, GB/s of the array's size. Prints a Markdown table, a
+thread/chunk sweep of the staging pipeline, then `target` lines.
+
+Run on a GPU machine: `python3 bench/cuda/transfer.py` with PYTHONPATH at
+build-gpu/python (bench/cuda/run-on-gpu.sh does it).
+"""
+
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import _pyxbuf_testext as t
+
+# TRANSFER_DEVICE=emulated: a dry run on the emulated device (no GPU, no peers).
+EMULATED = os.environ.get("TRANSFER_DEVICE") == "emulated"
+CUDA = (t.PYXBUF_DL_EXT_DEV, 0) if EMULATED else (t.PYXBUF_DL_CUDA, 0)
+SWEEP = int(os.environ.get("TRANSFER_SWEEP_MIB", "256")) << 20
+RUNS = int(os.environ.get("TRANSFER_RUNS", "7"))
+SIZES = [int(s) << 20 for s in os.environ.get("TRANSFER_MIB", "256,1024").split(",")]
+
+torch = cupy = None
+if not EMULATED:
+    import cupy
+    import torch
+
+
+def sync():
+    if torch is not None:
+        torch.cuda.synchronize()
+    if cupy is not None:
+        cupy.cuda.runtime.deviceSynchronize()
+
+
+def gbps(fn, n, runs=RUNS):
+    """Median GB/s of fn() (which returns what must stay alive until timed)."""
+    keep = fn()
+    sync()
+    del keep
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        keep = fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+        del keep
+    return n / statistics.median(times) / 1e9
+
+
+def check_equal(host_bytes, a, what):
+    got = np.frombuffer(host_bytes, np.uint8)
+    if not np.array_equal(got, a):
+        raise SystemExit(f"transfer.py: {what} copied wrong bytes")
+
+
+def measure(n):
+    rows = {}
+    a = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8)  # pageable, touched
+    # pyxbuf
+    dev = t.to_device(a, CUDA)
+    check_equal(t.copy_to_host(dev), a, "to_device then copy_to_host")
+    check_equal(memoryview(t.to_device(dev, None)), a, "to_device(cpu)")
+    rows["numpy -> device: pyxbuf.to_device"] = gbps(lambda: t.to_device(a, CUDA), n)
+    rows["device -> new host: pyxbuf.to_device(x, cpu)"] = gbps(lambda: t.to_device(dev, None), n)
+    rows["device -> new Vec/bytes: pyxbuf_copy_to_host"] = gbps(lambda: t.copy_to_host(dev), n)
+    if torch is not None:
+        ta = torch.from_numpy(a)
+        td = ta.to("cuda")
+        pinned = ta.pin_memory()
+        rows["numpy -> device: torch .to('cuda')"] = gbps(lambda: ta.to("cuda"), n)
+        rows["numpy -> device: torch pin_memory() + non_blocking"] = gbps(
+            lambda: ta.pin_memory().to("cuda", non_blocking=True), n)
+        rows["device -> new host: torch .cpu()"] = gbps(lambda: td.cpu(), n)
+        rows["device -> new host: torch .to('cpu', non_blocking) + sync"] = gbps(
+            lambda: td.to("cpu", non_blocking=True), n)
+        rows["pinned -> device: torch non_blocking (cuMemcpy rate)"] = gbps(
+            lambda: pinned.to("cuda", non_blocking=True), n)
+        rows["pinned -> device: pyxbuf.to_device"] = gbps(lambda: t.to_device(pinned, CUDA), n)
+        check_equal(t.copy_to_host(t.to_device(pinned, CUDA)), a, "pinned to_device")
+        del td, pinned
+    if cupy is not None:
+        cd = cupy.asarray(a)
+        rows["numpy -> device: cupy.asarray"] = gbps(lambda: cupy.asarray(a), n)
+        rows["device -> new host: cupy .get()"] = gbps(lambda: cd.get(), n)
+        del cd
+    del dev
+    return rows
+
+
+def sweep(n):
+    """The pipeline's knobs at one size: GB/s both ways per (threads, chunk)."""
+    a = np.random.default_rng(1).integers(0, 256, n, dtype=np.uint8)
+    dev = t.to_device(a, CUDA)
+    before = t.transfer_config()
+    out = []
+    try:
+        for threads in (2, 4, 8, 12):
+            for chunk_mib in (4, 8, 16, 32):
+                t.transfer_config(threads=threads, chunk=chunk_mib << 20)
+                up = gbps(lambda: t.to_device(a, CUDA), n, runs=3)
+                down = gbps(lambda: t.copy_to_host(dev), n, runs=3)
+                out.append((threads, chunk_mib, up, down))
+    finally:
+        t.transfer_config(**before)
+    return out
+
+
+def target(name, value, goal, unit, met):
+    print(f"target {name} ratio={value:.2f} goal={goal} {'met' if met else 'missed'}  # {unit}")
+
+
+def main():
+    cfg = t.transfer_config()
+    print(f"staging: {cfg}")
+    results = {}
+    for n in SIZES:
+        results[n] = measure(n)
+    print("\n| copy | " + " | ".join(f"{n >> 20} MiB GB/s" for n in SIZES) + " |")
+    print("|---|" + "---|" * len(SIZES))
+    for key in results[SIZES[0]]:
+        print(f"| {key} | " + " | ".join(f"{results[n].get(key, float('nan')):.1f}" for n in SIZES) + " |")
+    sys.stdout.flush()
+    print(f"\nSweep at {SWEEP >> 20} MiB (threads, chunk MiB, to device GB/s, to new bytes GB/s):")
+    for threads, chunk, up, down in sweep(SWEEP):
+        print(f"  threads={threads:2d} chunk={chunk:2d} MiB  up={up:5.1f}  down={down:5.1f}")
+    print()
+    for n in SIZES:
+        r = results[n]
+        size = f"{n >> 20}MiB"
+        up = r["numpy -> device: pyxbuf.to_device"]
+        target(f"numpy-to-device-{size}", up, ">=30 GB/s", "GB/s", up >= 30)
+        if torch is not None:
+            best = r["numpy -> device: torch pin_memory() + non_blocking"]
+            plain = r["numpy -> device: torch .to('cuda')"]
+            target(f"numpy-to-device-vs-torch-pinned-{size}", up / best, ">1", "x", up > best)
+            target(f"numpy-to-device-vs-torch-default-{size}", up / plain, ">=4", "x",
+                   up >= 4 * plain)
+        down = r["device -> new host: pyxbuf.to_device(x, cpu)"]
+        target(f"device-to-new-host-{size}", down, ">=45 GB/s", "GB/s", down >= 45)
+        if torch is not None:
+            cpu = r["device -> new host: torch .cpu()"]
+            target(f"device-to-new-host-vs-torch-cpu-{size}", down / cpu, ">=30", "x",
+                   down >= 30 * cpu)
+            pinned = r["pinned -> device: torch non_blocking (cuMemcpy rate)"]
+            ours = r["pinned -> device: pyxbuf.to_device"]
+            target(f"pinned-to-device-vs-cuMemcpy-{size}", ours / pinned, ">=0.95", "x",
+                   ours >= 0.95 * pinned)
+        vec = r["device -> new Vec/bytes: pyxbuf_copy_to_host"]
+        target(f"copy-to-host-new-memory-{size}", vec, ">=10 GB/s", "GB/s", vec >= 10)
+
+
+if __name__ == "__main__":
+    main()
