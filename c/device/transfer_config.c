@@ -26,12 +26,14 @@ static uint64_t default_pool_cap(void) {
     return cap;
 }
 
-/* Fill threads: enough to outrun one link (about four on a PCIe 5 host),
- * never more than the cores there are. */
+/* Fill threads: one memcpy thread moves about 5 GB/s between pageable and
+ * page-locked memory (and faults new pages in at about 1), so reaching a
+ * PCIe 5 link takes a dozen; never more than the cores there are. Measured
+ * on an H200 host (bench/results/2026-11-27-h200-staging.md). */
 static int32_t default_threads(void) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (cores < 1) cores = 1;
-    return (int32_t)(cores < 8 ? cores : 8);
+    return (int32_t)(cores < 16 ? cores : 16);
 }
 
 /* "64M", "1G", "4096": bytes, or 0 when malformed (the default stays). */
@@ -66,7 +68,7 @@ static void load_config(void) {
         .threads = default_threads(),
         .buffers = 4,
         .threshold = (uint64_t)8 << 20,
-        .chunk = (uint64_t)8 << 20,
+        .chunk = (uint64_t)16 << 20,
         .pool_cap = default_pool_cap(),
     };
     const char *on = getenv("PYXBUF_STAGING");
