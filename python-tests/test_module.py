@@ -123,3 +123,31 @@ def test_module_refcounts_after_10000_cycles():
         for _ in range(10_000):
             pyxbuf.inspect(obj, pyxbuf.PyBUF_RECORDS_RO)
         assert sys.getrefcount(obj) == before, name
+
+
+def test_transfer_config_and_staged_copies_through_the_module():
+    """pyxbuf.transfer_config: the knobs of pinned staging (issue 40), here
+    on the emulated device with 64 KiB chunks so a small array is staged."""
+    before = pyxbuf.transfer_config()
+    assert set(before) == {"enabled", "threads", "buffers", "threshold", "chunk", "pool_cap"}
+    assert pyxbuf.transfer_config() == before  # no arguments: nothing changes
+    try:
+        now = pyxbuf.transfer_config(threshold=1, chunk=64 << 10, buffers=3, threads=2)
+        assert (now["threshold"], now["chunk"], now["buffers"], now["threads"]) == (
+            1, 64 << 10, 3, 2)
+        a = np.arange(300_001, dtype=np.float32)
+        taken = pyxbuf.pinned_pool_stats()
+        dev = pyxbuf.to_device(a, "ext_dev:0")
+        back = pyxbuf.to_device(dev, "cpu")  # pooled page-locked memory, read by NumPy
+        assert pyxbuf.pinned_pool_stats()["used_bytes"] >= a.nbytes
+        np.testing.assert_array_equal(np.frombuffer(back, np.float32), a)
+        after = pyxbuf.pinned_pool_stats()
+        assert after["allocations"] + after["reuses"] > taken["allocations"] + taken["reuses"]
+        with pytest.raises(ValueError, match="threads is 0; it must be 1..64"):
+            pyxbuf.transfer_config(threads=0)
+        assert pyxbuf.transfer_config()["threads"] == 2
+        del back
+        pyxbuf.pinned_pool_trim()
+        assert pyxbuf.pinned_pool_stats()["used_bytes"] == 0
+    finally:
+        pyxbuf.transfer_config(**before)

@@ -415,6 +415,66 @@ fn abi_version() -> u32 {
     unsafe { sys::pyxbuf_abi_version() }
 }
 
+fn config_dict<'py>(py: Python<'py>, c: &pyxbuf::TransferConfig) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("enabled", c.enabled)?;
+    d.set_item("threads", c.threads)?;
+    d.set_item("buffers", c.buffers)?;
+    d.set_item("threshold", c.threshold)?;
+    d.set_item("chunk", c.chunk)?;
+    d.set_item("pool_cap", c.pool_cap)?;
+    Ok(d)
+}
+
+/// How large copies between pageable host memory and a device are made
+/// (pyxbuf_transfer_config): returns the configuration in force as a dict;
+/// with keyword arguments, replaces those fields first (ValueError naming a
+/// field out of range, and nothing changed). `enabled=False` turns pinned
+/// staging off; `threshold`, `chunk` and `pool_cap` are bytes.
+#[pyfunction]
+#[pyo3(signature = (*, enabled=None, threads=None, buffers=None, threshold=None, chunk=None, pool_cap=None))]
+fn transfer_config<'py>(
+    py: Python<'py>,
+    enabled: Option<bool>,
+    threads: Option<u32>,
+    buffers: Option<u32>,
+    threshold: Option<u64>,
+    chunk: Option<u64>,
+    pool_cap: Option<u64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let c = pyxbuf::TransferConfig::current();
+    let new = pyxbuf::TransferConfig {
+        enabled: enabled.unwrap_or(c.enabled),
+        threads: threads.unwrap_or(c.threads),
+        buffers: buffers.unwrap_or(c.buffers),
+        threshold: threshold.unwrap_or(c.threshold),
+        chunk: chunk.unwrap_or(c.chunk),
+        pool_cap: pool_cap.unwrap_or(c.pool_cap),
+    };
+    if new != c {
+        new.apply()?;
+    }
+    config_dict(py, &new)
+}
+
+/// The page-locked pool's state: held_bytes, used_bytes, allocations, reuses.
+#[pyfunction]
+fn pinned_pool_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let s = pyxbuf::PinnedPoolStats::current();
+    let d = PyDict::new(py);
+    d.set_item("held_bytes", s.held_bytes)?;
+    d.set_item("used_bytes", s.used_bytes)?;
+    d.set_item("allocations", s.allocations)?;
+    d.set_item("reuses", s.reuses)?;
+    Ok(d)
+}
+
+/// Free every idle block of the page-locked pool now.
+#[pyfunction]
+fn pinned_pool_trim() {
+    pyxbuf::pinned_pool_trim()
+}
+
 // libpyxbuf synchronises its own state on free-threaded builds (DESIGN.md,
 // Interpreters), and this module keeps none of its own outside pyclasses,
 // whose borrows PyO3 checks atomically: it runs with the GIL off, as
@@ -431,6 +491,9 @@ fn pyxbuf_python(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_supports, m)?)?;
     m.add_function(wrap_pyfunction!(live_borrows, m)?)?;
     m.add_function(wrap_pyfunction!(abi_version, m)?)?;
+    m.add_function(wrap_pyfunction!(transfer_config, m)?)?;
+    m.add_function(wrap_pyfunction!(pinned_pool_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(pinned_pool_trim, m)?)?;
     // SAFETY: attached thread; a borrowed reference to the type (kept by the
     // library for the process) or NULL with an exception.
     let tp = unsafe { sys::pyxbuf_exporter_type() };

@@ -580,7 +580,54 @@ pub struct pyxbuf_backend {
             err: *mut pyxbuf_error,
         ) -> ::std::os::raw::c_int,
     >,
-    pub reserved: [*mut ::std::os::raw::c_void; 4usize],
+    /** Optional, all four or none (NULL: every copy is the direct call above).
+ With them pyxbuf keeps a pool of page-locked host memory per backend
+ and moves large copies of pageable memory through it (see
+ pyxbuf_transfer_config). host_alloc: `n` bytes of host memory the
+ device copies to and from at the link's rate (cuMemHostAlloc).*/
+    pub host_alloc: ::std::option::Option<
+        unsafe extern "C" fn(
+            ctx: *mut ::std::os::raw::c_void,
+            device_id: i32,
+            n: usize,
+            ptr: *mut *mut ::std::os::raw::c_void,
+            err: *mut pyxbuf_error,
+        ) -> ::std::os::raw::c_int,
+    >,
+    pub host_free: ::std::option::Option<
+        unsafe extern "C" fn(
+            ctx: *mut ::std::os::raw::c_void,
+            device_id: i32,
+            ptr: *mut ::std::os::raw::c_void,
+            err: *mut pyxbuf_error,
+        ) -> ::std::os::raw::c_int,
+    >,
+    /** Enqueue a copy of `n` bytes between host_alloc memory and the device on
+ `stream` and return at once (to_host: device -> host); the host bytes
+ must stay untouched until an event recorded after it has happened.*/
+    pub copy_async: ::std::option::Option<
+        unsafe extern "C" fn(
+            ctx: *mut ::std::os::raw::c_void,
+            device_id: i32,
+            to_host: i32,
+            dst: *mut ::std::os::raw::c_void,
+            src: *const ::std::os::raw::c_void,
+            n: usize,
+            stream: i64,
+            err: *mut pyxbuf_error,
+        ) -> ::std::os::raw::c_int,
+    >,
+    /** 1 when `event` has happened, 0 when not yet; with `block`, the host
+ first waits for it (so 1 or an error).*/
+    pub event_query: ::std::option::Option<
+        unsafe extern "C" fn(
+            ctx: *mut ::std::os::raw::c_void,
+            device_id: i32,
+            event: *mut ::std::os::raw::c_void,
+            block: i32,
+            err: *mut pyxbuf_error,
+        ) -> ::std::os::raw::c_int,
+    >,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
@@ -629,8 +676,17 @@ const _: () = {
         "Offset of field: pyxbuf_backend::synchronize",
     ][::std::mem::offset_of!(pyxbuf_backend, synchronize) - 96usize];
     [
-        "Offset of field: pyxbuf_backend::reserved",
-    ][::std::mem::offset_of!(pyxbuf_backend, reserved) - 104usize];
+        "Offset of field: pyxbuf_backend::host_alloc",
+    ][::std::mem::offset_of!(pyxbuf_backend, host_alloc) - 104usize];
+    [
+        "Offset of field: pyxbuf_backend::host_free",
+    ][::std::mem::offset_of!(pyxbuf_backend, host_free) - 112usize];
+    [
+        "Offset of field: pyxbuf_backend::copy_async",
+    ][::std::mem::offset_of!(pyxbuf_backend, copy_async) - 120usize];
+    [
+        "Offset of field: pyxbuf_backend::event_query",
+    ][::std::mem::offset_of!(pyxbuf_backend, event_query) - 128usize];
 };
 impl Default for pyxbuf_backend {
     fn default() -> Self {
@@ -641,6 +697,102 @@ impl Default for pyxbuf_backend {
         }
     }
 }
+/** How pyxbuf moves large copies between pageable host memory and a device
+ whose backend has host_alloc (CUDA's does): through a pool of page-locked
+ staging buffers that a few host threads fill (or drain) while the device
+ copies the previous chunk, instead of the driver's one-thread staging.
+ Results of pyxbuf_to_device(view, cpu) at or above `threshold` live in
+ pooled page-locked memory (returned to the pool when the exporter dies).
+ Read once from the environment: PYXBUF_STAGING=0 turns it all off;
+ PYXBUF_STAGING_THRESHOLD, PYXBUF_STAGING_CHUNK, PYXBUF_PINNED_POOL_CAP
+ (bytes, suffixes K, M, G) and PYXBUF_STAGING_THREADS set the fields.*/
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct pyxbuf_transfer_config {
+    /// sizeof(pyxbuf_transfer_config)
+    pub size: u32,
+    /// 0: every copy is the backend's direct call
+    pub enabled: i32,
+    /// host threads filling or draining a chunk, 1..64
+    pub threads: i32,
+    /// staging buffers in flight per copy, 2..16
+    pub buffers: i32,
+    /// bytes: smaller copies (and results) stay direct
+    pub threshold: u64,
+    /// bytes per staging buffer, at least 64 KiB
+    pub chunk: u64,
+    /// bytes of page-locked memory the pool may hold
+    pub pool_cap: u64,
+    pub reserved: [i64; 4usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of pyxbuf_transfer_config",
+    ][::std::mem::size_of::<pyxbuf_transfer_config>() - 72usize];
+    [
+        "Alignment of pyxbuf_transfer_config",
+    ][::std::mem::align_of::<pyxbuf_transfer_config>() - 8usize];
+    [
+        "Offset of field: pyxbuf_transfer_config::size",
+    ][::std::mem::offset_of!(pyxbuf_transfer_config, size) - 0usize];
+    [
+        "Offset of field: pyxbuf_transfer_config::enabled",
+    ][::std::mem::offset_of!(pyxbuf_transfer_config, enabled) - 4usize];
+    [
+        "Offset of field: pyxbuf_transfer_config::threads",
+    ][::std::mem::offset_of!(pyxbuf_transfer_config, threads) - 8usize];
+    [
+        "Offset of field: pyxbuf_transfer_config::buffers",
+    ][::std::mem::offset_of!(pyxbuf_transfer_config, buffers) - 12usize];
+    [
+        "Offset of field: pyxbuf_transfer_config::threshold",
+    ][::std::mem::offset_of!(pyxbuf_transfer_config, threshold) - 16usize];
+    [
+        "Offset of field: pyxbuf_transfer_config::chunk",
+    ][::std::mem::offset_of!(pyxbuf_transfer_config, chunk) - 24usize];
+    [
+        "Offset of field: pyxbuf_transfer_config::pool_cap",
+    ][::std::mem::offset_of!(pyxbuf_transfer_config, pool_cap) - 32usize];
+    [
+        "Offset of field: pyxbuf_transfer_config::reserved",
+    ][::std::mem::offset_of!(pyxbuf_transfer_config, reserved) - 40usize];
+};
+/** The pool's state, for tests and tuning: bytes held and in use, and how
+ many blocks were allocated and reused since the start.*/
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct pyxbuf_pinned_pool_stats {
+    pub held_bytes: u64,
+    pub used_bytes: u64,
+    pub allocations: u64,
+    pub reuses: u64,
+    pub reserved: [i64; 4usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of pyxbuf_pinned_pool_stats",
+    ][::std::mem::size_of::<pyxbuf_pinned_pool_stats>() - 64usize];
+    [
+        "Alignment of pyxbuf_pinned_pool_stats",
+    ][::std::mem::align_of::<pyxbuf_pinned_pool_stats>() - 8usize];
+    [
+        "Offset of field: pyxbuf_pinned_pool_stats::held_bytes",
+    ][::std::mem::offset_of!(pyxbuf_pinned_pool_stats, held_bytes) - 0usize];
+    [
+        "Offset of field: pyxbuf_pinned_pool_stats::used_bytes",
+    ][::std::mem::offset_of!(pyxbuf_pinned_pool_stats, used_bytes) - 8usize];
+    [
+        "Offset of field: pyxbuf_pinned_pool_stats::allocations",
+    ][::std::mem::offset_of!(pyxbuf_pinned_pool_stats, allocations) - 16usize];
+    [
+        "Offset of field: pyxbuf_pinned_pool_stats::reuses",
+    ][::std::mem::offset_of!(pyxbuf_pinned_pool_stats, reuses) - 24usize];
+    [
+        "Offset of field: pyxbuf_pinned_pool_stats::reserved",
+    ][::std::mem::offset_of!(pyxbuf_pinned_pool_stats, reserved) - 32usize];
+};
 /// What a producer exports; the input of pyxbuf_export_fill.
 #[repr(C)]
 pub struct pyxbuf_export_desc {
@@ -1208,6 +1360,19 @@ unsafe extern "C" {
         out: *mut pyxbuf_backend,
         err: *mut pyxbuf_error,
     ) -> ::std::os::raw::c_int;
+    /// The configuration in force (environment applied on first use).
+    pub fn pyxbuf_transfer_config_get(out: *mut pyxbuf_transfer_config);
+    /** Replace it; PYXBUF_EINVAL naming the field when one is out of range. A
+ smaller pool_cap applies at the pool's next use, which frees idle blocks
+ beyond it (pyxbuf_pinned_pool_trim frees them all now).*/
+    pub fn pyxbuf_transfer_config_set(
+        config: *const pyxbuf_transfer_config,
+        err: *mut pyxbuf_error,
+    ) -> ::std::os::raw::c_int;
+    pub fn pyxbuf_pinned_pool_stats_get(out: *mut pyxbuf_pinned_pool_stats);
+    /** Free every idle pooled block now (blocks in use are freed when returned
+ only if over the cap).*/
+    pub fn pyxbuf_pinned_pool_trim();
     /** The device of a view: {PYXBUF_DL_CPU, 0} for host memory. Views whose
  device is not PYXBUF_DEVICE_DLPACK fail with PYXBUF_EUNSUPPORTED.*/
     pub fn pyxbuf_view_device(

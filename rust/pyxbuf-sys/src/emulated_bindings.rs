@@ -9,6 +9,11 @@ unsafe extern "C" {
     pub fn pyxbuf_emulated_register(err: *mut pyxbuf_error) -> ::std::os::raw::c_int;
     /// Live allocations across all emulated devices (tests assert 0 at the end).
     pub fn pyxbuf_emulated_live_allocations() -> i64;
+    /// Live host_alloc blocks (the pinned pool's; freed by pyxbuf_pinned_pool_trim).
+    pub fn pyxbuf_emulated_live_host_allocations() -> i64;
+    /** Let `copies` more asynchronous copies succeed, then fail every one until
+ called with -1 (tests of a staged copy failing midway).*/
+    pub fn pyxbuf_emulated_fail_copies_after(copies: i64);
     /// A new stream on `device_id`; streams 0, 1 and 2 are its default stream.
     pub fn pyxbuf_emulated_stream_create(
         device_id: i32,

@@ -266,6 +266,7 @@ mod element;
 pub mod emulated;
 pub mod export;
 mod format;
+mod transfer;
 mod words;
 
 pub use buffer::{
@@ -279,6 +280,7 @@ pub use float4::F4E2M1x2;
 #[cfg(feature = "float8")]
 pub use float8::{F8E4M3, F8E5M2};
 pub use format::{ByteOrder, Custom, Field, Format, FormatError, FormatKind};
+pub use transfer::{pinned_pool_trim, PinnedPoolStats, TransferConfig, TransferConfigError};
 /// The element types of the machine-learning dtypes, from the crates that
 /// define them (their arithmetic and conversions are theirs).
 pub use half::{bf16, f16};

@@ -44,7 +44,10 @@ from .pyxbuf import (
     from_dlpack,
     inspect,
     live_borrows,
+    pinned_pool_stats,
+    pinned_pool_trim,
     to_device,
+    transfer_config,
 )
 
 _HERE = _Path(__file__).resolve().parent

@@ -78,6 +78,27 @@ def to_device(obj: Any, device: Device, stream: int | None = None) -> Any:
     """``obj`` itself when it lives on ``device``, else a C-order copy there
     (``stream`` None: the device's default stream)."""
 
+def transfer_config(
+    *,
+    enabled: bool | None = None,
+    threads: int | None = None,
+    buffers: int | None = None,
+    threshold: int | None = None,
+    chunk: int | None = None,
+    pool_cap: int | None = None,
+) -> dict[str, Any]:
+    """How large host <-> device copies of pageable memory are staged through
+    page-locked buffers (``enabled``, fill ``threads``, ``buffers`` in flight,
+    ``threshold``, ``chunk`` and ``pool_cap`` in bytes): the configuration in
+    force, after replacing the fields given (ValueError naming a field out
+    of range)."""
+
+def pinned_pool_stats() -> dict[str, int]:
+    """The page-locked pool: held_bytes, used_bytes, allocations, reuses."""
+
+def pinned_pool_trim() -> None:
+    """Free every idle block of the page-locked pool now."""
+
 def from_dlpack(obj: Any, writable: bool = False, stream: int | None = None) -> Exporter:
     """A zero-copy Exporter over ``obj``'s memory, holding a borrow of it."""
 

@@ -1,0 +1,155 @@
+//! How large copies between pageable host memory and a device are made.
+//!
+//! A copy of pageable memory (a `Vec`, a NumPy array) at or above
+//! [`TransferConfig::threshold`] goes through page-locked staging buffers
+//! that [`TransferConfig::threads`] host threads fill (or drain) while the
+//! device copies the previous chunk; results of
+//! [`PyXBuffer::to_device`](crate::PyXBuffer::to_device) to the host live in
+//! pooled page-locked memory. On an H200 host that moved a NumPy array to the
+//! device at 43-48 GB/s against 7 for the driver's own pageable copy, and a
+//! device array into new host memory at 55 GB/s against 1.4
+//! (`bench/results/2026-11-27-h200-staging.md`). Backends without page-locked
+//! memory (and copies under the threshold) use the direct call.
+//!
+//! The configuration starts from the environment (`PYXBUF_STAGING=0` turns
+//! staging off; `PYXBUF_STAGING_THRESHOLD`, `PYXBUF_STAGING_CHUNK`,
+//! `PYXBUF_PINNED_POOL_CAP` in bytes with K/M/G suffixes;
+//! `PYXBUF_STAGING_THREADS`). It belongs to the copy of libpyxbuf this crate
+//! links (each extension module that links pyxbuf statically has its own pool
+//! and threads; the environment reaches them all).
+//!
+//! ```
+//! use pyxbuf::TransferConfig;
+//! let before = TransferConfig::current();
+//! TransferConfig { threads: 4, ..before }.apply().unwrap();
+//! assert_eq!(TransferConfig::current().threads, 4);
+//! let err = TransferConfig { buffers: 1, ..before }.apply().unwrap_err();
+//! assert!(err.to_string().contains("buffers is 1; it must be 2..16"));
+//! before.apply().unwrap();
+//! ```
+
+use std::fmt;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::PyErr;
+
+use pyxbuf_sys as sys;
+
+/// The staging configuration (`pyxbuf_transfer_config`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransferConfig {
+    /// `false`: every copy is the backend's direct call.
+    pub enabled: bool,
+    /// Host threads that fill or drain one chunk, 1..=64 (default: the
+    /// cores, at most 16).
+    pub threads: u32,
+    /// Staging buffers in flight per copy, 2..=16 (default 4).
+    pub buffers: u32,
+    /// Copies (and host results) smaller than this many bytes stay direct
+    /// (default 8 MiB).
+    pub threshold: u64,
+    /// Bytes per staging buffer, at least 64 KiB (default 16 MiB).
+    pub chunk: u64,
+    /// Bytes of page-locked memory the pool may hold (default 1/16 of RAM,
+    /// 256 MiB to 16 GiB); at least `chunk * buffers` while enabled.
+    pub pool_cap: u64,
+}
+
+/// A configuration [`TransferConfig::apply`] refused: the message names the
+/// field, its value and the range it must be in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransferConfigError(String);
+
+impl fmt::Display for TransferConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TransferConfigError {}
+
+impl From<TransferConfigError> for PyErr {
+    fn from(e: TransferConfigError) -> PyErr {
+        PyValueError::new_err(e.0)
+    }
+}
+
+impl TransferConfig {
+    /// The configuration in force (the environment applied on first use).
+    pub fn current() -> TransferConfig {
+        let mut c = sys::pyxbuf_transfer_config {
+            size: std::mem::size_of::<sys::pyxbuf_transfer_config>() as u32,
+            ..Default::default()
+        };
+        // SAFETY: `c` is a writable config whose `size` says how much to fill;
+        // the call takes no Python state.
+        unsafe { sys::pyxbuf_transfer_config_get(&mut c) };
+        TransferConfig {
+            enabled: c.enabled != 0,
+            threads: c.threads as u32,
+            buffers: c.buffers as u32,
+            threshold: c.threshold,
+            chunk: c.chunk,
+            pool_cap: c.pool_cap,
+        }
+    }
+
+    /// Make this the configuration for every later copy.
+    pub fn apply(&self) -> Result<(), TransferConfigError> {
+        let field = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
+        let c = sys::pyxbuf_transfer_config {
+            size: std::mem::size_of::<sys::pyxbuf_transfer_config>() as u32,
+            enabled: i32::from(self.enabled),
+            threads: field(self.threads),
+            buffers: field(self.buffers),
+            threshold: self.threshold,
+            chunk: self.chunk,
+            pool_cap: self.pool_cap,
+            reserved: [0; 4],
+        };
+        let mut err = sys::pyxbuf_error::default();
+        // SAFETY: both pointers are valid for the call; no Python state is used.
+        let rc = unsafe { sys::pyxbuf_transfer_config_set(&c, &mut err) };
+        if rc == 0 {
+            return Ok(());
+        }
+        // SAFETY: the C side wrote a NUL-terminated message into the buffer.
+        let msg = unsafe { std::ffi::CStr::from_ptr(err.message.as_ptr()) };
+        Err(TransferConfigError(msg.to_string_lossy().into_owned()))
+    }
+}
+
+/// What the page-locked pool holds (`pyxbuf_pinned_pool_stats`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PinnedPoolStats {
+    /// Bytes of page-locked memory held, idle or in use.
+    pub held_bytes: u64,
+    /// Bytes handed out now (staging buffers in a copy, host results alive).
+    pub used_bytes: u64,
+    /// Blocks allocated since the start.
+    pub allocations: u64,
+    /// Blocks handed out again since the start.
+    pub reuses: u64,
+}
+
+impl PinnedPoolStats {
+    /// The pool's state now.
+    pub fn current() -> PinnedPoolStats {
+        let mut s = sys::pyxbuf_pinned_pool_stats::default();
+        // SAFETY: `s` is writable; the call takes no Python state.
+        unsafe { sys::pyxbuf_pinned_pool_stats_get(&mut s) };
+        PinnedPoolStats {
+            held_bytes: s.held_bytes,
+            used_bytes: s.used_bytes,
+            allocations: s.allocations,
+            reuses: s.reuses,
+        }
+    }
+}
+
+/// Free every idle block of the page-locked pool now (blocks in use go back
+/// to the pool when their copy or host result is done).
+pub fn pinned_pool_trim() {
+    // SAFETY: no arguments; the pool has its own lock.
+    unsafe { sys::pyxbuf_pinned_pool_trim() }
+}

@@ -1,0 +1,90 @@
+//! Large copies through page-locked staging (issue 40) on the emulated
+//! device, from Rust: `to_device` of a `Vec`'s exporter and `copy_to_host`
+//! into a new `Vec`, crossing every chunk boundary, with the configuration
+//! set through [`TransferConfig`].
+#![cfg(feature = "emulated-device")]
+
+mod common;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyxbuf::{Device, Exclusive, PinnedPoolStats, PyXBuffer, TransferConfig};
+
+const EMU: Device = Device::Emulated { id: 0 };
+const CHUNK: u64 = 64 << 10;
+/// The configuration is process-wide: one test at a time changes it.
+static CONFIG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn takes() -> u64 {
+    let s = PinnedPoolStats::current();
+    s.allocations + s.reuses
+}
+
+#[test]
+fn round_trips_through_staging_at_every_chunk_boundary() {
+    let _one = CONFIG.lock().unwrap();
+    let before = TransferConfig::current();
+    TransferConfig {
+        enabled: true,
+        threshold: 1,
+        chunk: CHUNK,
+        buffers: 3,
+        threads: 3,
+        pool_cap: 64 * CHUNK,
+    }
+    .apply()
+    .unwrap();
+    Python::attach(|py| {
+        pyxbuf::emulated::register().unwrap();
+        let chunk = CHUNK as usize;
+        for n in [1, chunk - 1, chunk, chunk + 1, 5 * chunk + 7] {
+            let values: Vec<u8> = (0..n).map(|i| (i * 7 + n) as u8).collect();
+            let host = pyxbuf::export::new_exporter::<u8>(py, &[n], Device::Cpu).unwrap();
+            PyXBuffer::<u8, Exclusive>::get(&host)
+                .unwrap()
+                .as_mut_slice()
+                .unwrap()
+                .copy_from_slice(&values);
+            let taken = takes();
+            let dev = PyXBuffer::<u8>::get(&host).unwrap().to_device(EMU).unwrap();
+            let back = PyXBuffer::<u8>::request()
+                .device()
+                .get(&dev)
+                .unwrap()
+                .copy_to_host()
+                .unwrap();
+            assert_eq!(back, values, "{n} bytes");
+            assert!(takes() >= taken + 2, "{n} bytes: both copies staged");
+            // Back to the host as a new exporter: pooled page-locked memory,
+            // read as ordinary host memory.
+            let host_again = PyXBuffer::<u8>::request()
+                .device()
+                .get(&dev)
+                .unwrap()
+                .to_device(Device::Cpu)
+                .unwrap();
+            assert!(PinnedPoolStats::current().used_bytes >= n as u64);
+            assert_eq!(
+                PyXBuffer::<u8>::get(&host_again).unwrap().as_slice().unwrap(),
+                &values[..]
+            );
+        }
+    });
+    before.apply().unwrap();
+}
+
+#[test]
+fn a_bad_configuration_is_a_value_error_naming_the_field() {
+    let _one = CONFIG.lock().unwrap();
+    let c = TransferConfig::current();
+    let err = TransferConfig { chunk: 4096, ..c }.apply().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "pyxbuf_transfer_config_set: chunk is 4096; it must be at least 65536 bytes"
+    );
+    Python::attach(|py| {
+        let py_err: PyErr = err.into();
+        assert!(py_err.is_instance_of::<PyValueError>(py));
+    });
+    assert_eq!(TransferConfig::current(), c, "a refused configuration changes nothing");
+}
