@@ -280,12 +280,12 @@ pub use float4::F4E2M1x2;
 #[cfg(feature = "float8")]
 pub use float8::{F8E4M3, F8E5M2};
 pub use format::{ByteOrder, Custom, Field, Format, FormatError, FormatKind};
-pub use transfer::{pinned_pool_trim, PinnedPoolStats, TransferConfig, TransferConfigError};
 /// The element types of the machine-learning dtypes, from the crates that
 /// define them (their arithmetic and conversions are theirs).
 pub use half::{bf16, f16};
 /// The raw bindings (`pyxbuf-sys`), for what this crate does not wrap.
 pub use pyxbuf_sys as sys;
+pub use transfer::{pinned_pool_trim, PinnedPoolStats, TransferConfig, TransferConfigError};
 
 /// The version of the libpyxbuf compiled into this crate (`"0.1.0"`).
 ///

@@ -65,7 +65,10 @@ fn round_trips_through_staging_at_every_chunk_boundary() {
                 .unwrap();
             assert!(PinnedPoolStats::current().used_bytes >= n as u64);
             assert_eq!(
-                PyXBuffer::<u8>::get(&host_again).unwrap().as_slice().unwrap(),
+                PyXBuffer::<u8>::get(&host_again)
+                    .unwrap()
+                    .as_slice()
+                    .unwrap(),
                 &values[..]
             );
         }
@@ -86,5 +89,9 @@ fn a_bad_configuration_is_a_value_error_naming_the_field() {
         let py_err: PyErr = err.into();
         assert!(py_err.is_instance_of::<PyValueError>(py));
     });
-    assert_eq!(TransferConfig::current(), c, "a refused configuration changes nothing");
+    assert_eq!(
+        TransferConfig::current(),
+        c,
+        "a refused configuration changes nothing"
+    );
 }
