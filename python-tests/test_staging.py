@@ -77,6 +77,17 @@ def test_any_size_and_configuration(n, buffers, threads, chunk_pages):
     assert back == a.tobytes()
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("n", [(1 << 20) - 1, 1 << 20, (3 << 20) + 4097, 5 << 20])
+def test_fill_threads_split_megabyte_chunks(threads, n):
+    """Chunks of 1 MiB are split across the fill threads (parts of at least
+    256 KiB, page-aligned): every split, both directions."""
+    t.transfer_config(chunk=1 << 20, threads=threads, pool_cap=64 << 20)
+    a = pattern(n, seed=threads)
+    _, back = round_trip(a)
+    assert back == a.tobytes()
+
+
 def test_strided_views_stage_their_packed_bytes():
     a = pattern(8 * CHUNK).reshape(64, -1)[:, ::3]
     _, back = round_trip(a)
@@ -205,3 +216,56 @@ def test_bad_configuration_is_refused_naming_the_field(field, value, words):
     with pytest.raises(ValueError, match=words):
         t.transfer_config(**{field: value})
     assert t.transfer_config() == before
+
+
+def test_a_forked_child_stages_with_workers_of_its_own():
+    """fork() copies one thread: the child starts its own fill threads (a
+    child that waited for its parent's would hang, as DataLoader workers
+    forked from a process that staged once would)."""
+    import os
+    import warnings
+
+    t.transfer_config(chunk=1 << 20, threads=3)  # chunks the fill threads split
+    a = pattern(5 << 20)
+    _, back = round_trip(a)  # the parent's workers exist now
+    assert back == a.tobytes()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded fork"
+        pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if its staged copy is right
+        try:
+            ok = round_trip(a)[1] == a.tobytes()
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+@pytest.mark.parametrize(
+    "env, expect",
+    [
+        ({"PYXBUF_STAGING": "0"}, {"enabled": 0}),
+        ({"PYXBUF_STAGING": "off"}, {"enabled": 0}),
+        ({"PYXBUF_STAGING_THRESHOLD": "64M", "PYXBUF_STAGING_CHUNK": "2MiB",
+          "PYXBUF_PINNED_POOL_CAP": "1G", "PYXBUF_STAGING_THREADS": "5"},
+         {"enabled": 1, "threshold": 64 << 20, "chunk": 2 << 20, "pool_cap": 1 << 30,
+          "threads": 5}),
+        # Malformed values keep the defaults; a chunk under 64 KiB is raised to it.
+        ({"PYXBUF_STAGING_THRESHOLD": "lots", "PYXBUF_STAGING_THREADS": "999",
+          "PYXBUF_STAGING_CHUNK": "1K"},
+         {"threshold": 8 << 20, "chunk": 64 << 10}),
+    ],
+)
+def test_the_environment_sets_the_first_configuration(env, expect):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = "import json, _pyxbuf_testext as t; print(json.dumps(t.transfer_config()))"
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env},
+                         capture_output=True, text=True, check=True).stdout
+    got = json.loads(out)
+    assert {k: got[k] for k in expect} == expect
+    if "999" in env.get("PYXBUF_STAGING_THREADS", ""):
+        assert 1 <= got["threads"] <= 16

@@ -25,6 +25,10 @@ static fill_job job;          /* under state_lock */
 static uint64_t generation;   /* bumped per job, under state_lock */
 static int32_t parts_left;    /* parts not yet finished, under state_lock */
 static int32_t workers;       /* started so far, under state_lock */
+/* The generation each worker starts from (set under state_lock when it is
+ * created, before the job it was started for is posted): a worker that
+ * started from 0 would take a finished job for a new one. */
+static uint64_t start_generation[PYXBUF__STAGING_MAX_THREADS];
 
 static void copy_part(const fill_job *j, int32_t index) {
     size_t lo = (size_t)index * j->part;
@@ -36,8 +40,8 @@ static void copy_part(const fill_job *j, int32_t index) {
 /* Worker w copies part w (1..) of every job with that many parts. */
 static void *worker_main(void *arg) {
     int32_t index = (int32_t)(intptr_t)arg;
-    uint64_t seen = 0;
     pthread_mutex_lock(&state_lock);
+    uint64_t seen = start_generation[index];
     for (;;) {
         while (generation == seen) pthread_cond_wait(&job_posted, &state_lock);
         seen = generation;
@@ -51,11 +55,41 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
+/* fork() copies only the calling thread: the child has no workers, and no
+ * lock may be held there by a thread that does not exist. */
+static void before_fork(void) {
+    pthread_mutex_lock(&job_lock);
+    pthread_mutex_lock(&state_lock);
+}
+
+static void after_fork_parent(void) {
+    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&job_lock);
+}
+
+/* The child starts afresh: the copied condition variables still count the
+ * parent's waiting workers (a broadcast would wait for them forever). */
+static void after_fork_child(void) {
+    workers = 0;
+    pthread_cond_init(&job_posted, NULL);
+    pthread_cond_init(&job_done, NULL);
+    pthread_mutex_init(&state_lock, NULL);
+    pthread_mutex_init(&job_lock, NULL);
+}
+
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void register_fork_handlers(void) {
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
 /* Start workers up to `want` (part 0 is the caller's); returns how many run. */
 static int32_t ensure_workers(int32_t want) {
+    pthread_once(&fork_once, register_fork_handlers);
     pthread_mutex_lock(&state_lock);
-    while (workers < want) {
+    while (workers < want && workers + 1 < PYXBUF__STAGING_MAX_THREADS) {
         pthread_t t;
+        start_generation[workers + 1] = generation;
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);

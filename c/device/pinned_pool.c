@@ -70,6 +70,10 @@ static void drain_at_exit(void) {
     pthread_mutex_unlock(&pool_lock);
 }
 
+/* fork() in another thread must not leave pool_lock held in the child. */
+static void before_fork(void) { pthread_mutex_lock(&pool_lock); }
+static void after_fork(void) { pthread_mutex_unlock(&pool_lock); }
+
 /* A new block of `size` bytes, counted in held_bytes before the (slow)
  * allocation runs outside the lock. Called and returns under pool_lock. */
 static pyxbuf__pinned_block *allocate(const pyxbuf_backend *b, int32_t device_id, size_t size) {
@@ -87,7 +91,10 @@ static pyxbuf__pinned_block *allocate(const pyxbuf_backend *b, int32_t device_id
     *blk = (pyxbuf__pinned_block){*b, device_id, ptr, size, NULL, 1, blocks};
     blocks = blk;
     allocations++;
-    if (!exit_hook_set) exit_hook_set = atexit(drain_at_exit) == 0;
+    if (!exit_hook_set) {
+        exit_hook_set = atexit(drain_at_exit) == 0;
+        pthread_atfork(before_fork, after_fork, after_fork);
+    }
     return blk;
 }
 
