@@ -470,9 +470,29 @@ fn size_config(g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::Wal
     }
 }
 
+/// The staging configuration for one bench: direct copies (`threads` None),
+/// or pinned staging with that many fill threads (16 MiB chunks from 8 MiB).
+fn staging(threads: Option<u32>) {
+    let c = pyxbuf::TransferConfig::current();
+    pyxbuf::TransferConfig {
+        enabled: threads.is_some(),
+        threads: threads.unwrap_or(c.threads),
+        threshold: 8 << 20,
+        chunk: 16 << 20,
+        ..c
+    }
+    .apply()
+    .expect("a valid staging configuration");
+}
+
 fn copies(py: Python<'_>, c: &mut Criterion) -> PyResult<()> {
+    let saved = pyxbuf::TransferConfig::current();
     let mut g = c.benchmark_group("copy");
     for n in COPY_SIZES {
+        // pyxbuf_to_device and pyxbuf_copy_to_host are the direct path (the
+        // emulated device has no link to outrun: staging there is two
+        // copies); staged_* below are the staging pipeline's CPU side.
+        staging(None);
         size_config(&mut g, n);
         g.throughput(Throughput::Bytes(n as u64));
         let label = size_label(n);
@@ -531,10 +551,65 @@ fn copies(py: Python<'_>, c: &mut Criterion) -> PyResult<()> {
                 assert_eq!(rc, 0, "pyxbuf_copy_to_host failed");
             })
         });
-        // SAFETY: acquired above.
-        unsafe { sys::pyxbuf_release(&mut dev_view) };
+        // The staging pipeline on the CPU side (issue 40): page-locked pool
+        // buffers filled (or drained) by N threads while the emulated device
+        // copies the previous chunk; against `memcpy` it shows what the fill
+        // threads cost and gain on this machine's cores.
+        if n >= 16 * MIB {
+            // SAFETY: GIL held; released below.
+            unsafe {
+                assert_eq!(
+                    sys::pyxbuf_get(host.as_ptr(), &mut host_view, RECORDS_RO),
+                    0
+                );
+            }
+            for threads in [1, 2] {
+                staging(Some(threads));
+                g.bench_function(
+                    BenchmarkId::new(format!("staged_to_device_{threads}t"), &label),
+                    |b| {
+                        b.iter(|| {
+                            // SAFETY: GIL held; the view is live; a new reference.
+                            unsafe {
+                                let obj = sys::pyxbuf_to_device(&host_view, &target, 0);
+                                assert!(!obj.is_null(), "pyxbuf_to_device failed");
+                                pyo3_ffi::Py_DECREF(obj);
+                            }
+                        })
+                    },
+                );
+            }
+            // SAFETY: acquired above.
+            unsafe { sys::pyxbuf_release(&mut host_view) };
+            // SAFETY: GIL held; released below.
+            unsafe {
+                assert_eq!(sys::pyxbuf_get(dev.as_ptr(), &mut dev_view, DEVICE_VIEW), 0);
+            }
+            for threads in [1, 2] {
+                staging(Some(threads));
+                g.bench_function(
+                    BenchmarkId::new(format!("staged_copy_to_host_{threads}t"), &label),
+                    |b| {
+                        b.iter(|| {
+                            // SAFETY: dst holds exactly n bytes; the view is live.
+                            let rc = unsafe {
+                                sys::pyxbuf_copy_to_host(
+                                    &dev_view,
+                                    dst.as_mut_ptr().cast::<c_void>(),
+                                    n,
+                                )
+                            };
+                            assert_eq!(rc, 0, "pyxbuf_copy_to_host failed");
+                        })
+                    },
+                );
+            }
+            // SAFETY: acquired above.
+            unsafe { sys::pyxbuf_release(&mut dev_view) };
+        }
     }
     g.finish();
+    saved.apply().expect("the saved configuration");
     cuda_copies(py, c)
 }
 
