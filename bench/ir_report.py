@@ -108,7 +108,7 @@ def targets(c, copy):
     if copy is not None:
         ours, peer = copy
         t.append(Target("8-to-device-64MiB",
-                        "pyxbuf_to_device ÷ memcpy on the emulated device, 64 MiB "
+                        "pyxbuf_to_device (direct path) ÷ memcpy on the emulated device, 64 MiB "
                         "(Criterion medians, wall clock)", ours / peer, 1.2,
                         detail=f"{ours / 1e6:.2f} / {peer / 1e6:.2f} ms"))
     return t
