@@ -214,7 +214,39 @@ cdef extern from "pyxbuf.h":
                              pyxbuf_error *err) noexcept nogil
         int (*synchronize)(void *ctx, int32_t device_id, int64_t stream,
                            pyxbuf_error *err) noexcept nogil
-        void *reserved[4]
+        int (*host_alloc)(void *ctx, int32_t device_id, size_t n, void **ptr,
+                          pyxbuf_error *err) noexcept nogil
+        int (*host_free)(void *ctx, int32_t device_id, void *ptr,
+                         pyxbuf_error *err) noexcept nogil
+        int (*copy_async)(void *ctx, int32_t device_id, int32_t to_host, void *dst,
+                          const void *src, size_t n, int64_t stream,
+                          pyxbuf_error *err) noexcept nogil
+        int (*event_query)(void *ctx, int32_t device_id, void *event, int32_t block,
+                           pyxbuf_error *err) noexcept nogil
+
+    ctypedef struct pyxbuf_transfer_config:
+        uint32_t size
+        int32_t enabled
+        int32_t threads
+        int32_t buffers
+        uint64_t threshold
+        uint64_t chunk
+        uint64_t pool_cap
+        int64_t reserved[4]
+
+    void pyxbuf_transfer_config_get(pyxbuf_transfer_config *out) noexcept nogil
+    int pyxbuf_transfer_config_set(const pyxbuf_transfer_config *config,
+                                   pyxbuf_error *err) noexcept nogil
+
+    ctypedef struct pyxbuf_pinned_pool_stats:
+        uint64_t held_bytes
+        uint64_t used_bytes
+        uint64_t allocations
+        uint64_t reuses
+        int64_t reserved[4]
+
+    void pyxbuf_pinned_pool_stats_get(pyxbuf_pinned_pool_stats *out) noexcept nogil
+    void pyxbuf_pinned_pool_trim() noexcept nogil
 
     int pyxbuf_backend_register(const pyxbuf_backend *backend, pyxbuf_error *err) noexcept
     int pyxbuf_backend_unregister(int32_t device_type) noexcept
