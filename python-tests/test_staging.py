@@ -230,7 +230,7 @@ def test_a_forked_child_stages_with_workers_of_its_own():
     _, back = round_trip(a)  # the parent's workers exist now
     assert back == a.tobytes()
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded fork"
+        warnings.simplefilter("ignore")  # "multi-threaded fork" (Python; JAX if imported)
         pid = os.fork()
     if pid == 0:  # the child: exit 0 only if its staged copy is right
         try:
