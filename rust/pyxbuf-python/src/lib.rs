@@ -429,8 +429,11 @@ fn config_dict<'py>(py: Python<'py>, c: &pyxbuf::TransferConfig) -> PyResult<Bou
 /// How large copies between pageable host memory and a device are made
 /// (pyxbuf_transfer_config): returns the configuration in force as a dict;
 /// with keyword arguments, replaces those fields first (ValueError naming a
-/// field out of range, and nothing changed). `enabled=False` turns pinned
-/// staging off; `threshold`, `chunk` and `pool_cap` are bytes.
+/// field out of range, and nothing changed). `enabled`: False turns pinned
+/// staging off; `threads`: host threads filling a chunk (1..64); `buffers`:
+/// staging buffers in flight (2..16); `threshold`: bytes from which a copy
+/// is staged; `chunk`: bytes per staging buffer; `pool_cap`: bytes of
+/// page-locked memory the pool may hold.
 #[pyfunction]
 #[pyo3(signature = (*, enabled=None, threads=None, buffers=None, threshold=None, chunk=None, pool_cap=None))]
 fn transfer_config<'py>(
