@@ -130,8 +130,12 @@ def main():
     for key in results[SIZES[0]]:
         print(f"| {key} | " + " | ".join(f"{results[n].get(key, float('nan')):.1f}" for n in SIZES) + " |")
     sys.stdout.flush()
+    if os.environ.get("TRANSFER_SWEEP", "1") == "0":
+        SWEEP_ROWS = []
+    else:
+        SWEEP_ROWS = sweep(SWEEP)
     print(f"\nSweep at {SWEEP >> 20} MiB (threads, chunk MiB, to device GB/s, to new bytes GB/s):")
-    for threads, chunk, up, down in sweep(SWEEP):
+    for threads, chunk, up, down in SWEEP_ROWS:
         print(f"  threads={threads:2d} chunk={chunk:2d} MiB  up={up:5.1f}  down={down:5.1f}")
     print()
     for n in SIZES:

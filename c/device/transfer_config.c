@@ -14,6 +14,7 @@
 static pyxbuf_transfer_config config;
 static pthread_mutex_t config_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t config_once = PTHREAD_ONCE_INIT;
+static int huge_pages = 1; /* PYXBUF_STAGING_HUGE_PAGES=0: no madvise hint */
 
 /* Page-locked memory is taken from the kernel's free pool: a small share of
  * RAM by default (1/16, between 256 MiB and 16 GiB). */
@@ -80,6 +81,13 @@ static void load_config(void) {
     long threads = t ? strtol(t, NULL, 10) : 0;
     if (threads >= 1 && threads <= PYXBUF__STAGING_MAX_THREADS) config.threads = (int32_t)threads;
     if (config.chunk < PYXBUF__STAGING_MIN_CHUNK) config.chunk = PYXBUF__STAGING_MIN_CHUNK;
+    const char *huge = getenv("PYXBUF_STAGING_HUGE_PAGES");
+    huge_pages = !(huge != NULL && strcmp(huge, "0") == 0);
+}
+
+int pyxbuf__staging_huge_pages(void) {
+    pthread_once(&config_once, load_config);
+    return huge_pages;
 }
 
 void pyxbuf__transfer_config(pyxbuf_transfer_config *out) {
