@@ -48,8 +48,8 @@ int pyxbuf__check_copy_size(const pyxbuf_view *view, size_t nbytes);
 #define PYXBUF__STAGING_MAX_BUFFERS 16
 #define PYXBUF__STAGING_MIN_CHUNK ((uint64_t)64 << 10)
 void pyxbuf__transfer_config(pyxbuf_transfer_config *out);
-/* Whether staging asks for huge pages on new destination memory (the
- * environment's PYXBUF_STAGING_HUGE_PAGES, read with the configuration). */
+/* Whether staging asks for huge pages on destination memory (opt-in:
+ * PYXBUF_STAGING_HUGE_PAGES=1, read with the configuration). */
 int pyxbuf__staging_huge_pages(void);
 
 /* pinned_pool.c: page-locked host memory from a backend's host_alloc,

@@ -100,11 +100,13 @@ static int stage_in(pipeline *p, char *dst, const char *src, pyxbuf_error *err) 
 }
 
 /* New pageable memory is faulted in page by page as the drain threads first
- * write it (about 1 GB/s per thread with 4 KiB pages). Where the kernel
- * gives transparent huge pages on request (`madvise` mode, the common
- * default), asking for them on the whole 2 MiB-aligned interior of the
- * destination makes that one fault per 2 MiB. Only a hint: memory already
- * faulted in keeps its pages; PYXBUF_STAGING_HUGE_PAGES=0 turns it off. */
+ * write it. Asking for transparent huge pages on the 2 MiB-aligned interior
+ * of the destination makes that one fault per 2 MiB: opt-in
+ * (PYXBUF_STAGING_HUGE_PAGES=1), since it measured slower where it matters,
+ * on a 16-core H200 host (11.3-15.9 GB/s into new memory against 14.1-15.7
+ * without, bench/results/2026-11-27-h200-staging.md), though faster on a
+ * 2-core VM (8.8-9.5 against 4.3-5.4). Only a hint: pages already faulted
+ * in stay as they are. */
 static void ask_for_huge_pages(char *dst, size_t n) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     const uintptr_t huge = (uintptr_t)2 << 20;

@@ -14,7 +14,7 @@
 static pyxbuf_transfer_config config;
 static pthread_mutex_t config_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t config_once = PTHREAD_ONCE_INIT;
-static int huge_pages = 1; /* PYXBUF_STAGING_HUGE_PAGES=0: no madvise hint */
+static int huge_pages = 0; /* PYXBUF_STAGING_HUGE_PAGES=1: the madvise hint */
 
 /* Page-locked memory is taken from the kernel's free pool: a small share of
  * RAM by default (1/16, between 256 MiB and 16 GiB). */
@@ -82,7 +82,7 @@ static void load_config(void) {
     if (threads >= 1 && threads <= PYXBUF__STAGING_MAX_THREADS) config.threads = (int32_t)threads;
     if (config.chunk < PYXBUF__STAGING_MIN_CHUNK) config.chunk = PYXBUF__STAGING_MIN_CHUNK;
     const char *huge = getenv("PYXBUF_STAGING_HUGE_PAGES");
-    huge_pages = !(huge != NULL && strcmp(huge, "0") == 0);
+    huge_pages = huge != NULL && strcmp(huge, "1") == 0;
 }
 
 int pyxbuf__staging_huge_pages(void) {
