@@ -558,7 +558,9 @@ PYXBUF_API int pyxbuf_backend_get(int32_t device_type, pyxbuf_backend *out, pyxb
  * pooled page-locked memory (returned to the pool when the exporter dies).
  * Read once from the environment: PYXBUF_STAGING=0 turns it all off;
  * PYXBUF_STAGING_THRESHOLD, PYXBUF_STAGING_CHUNK, PYXBUF_PINNED_POOL_CAP
- * (bytes, suffixes K, M, G) and PYXBUF_STAGING_THREADS set the fields. */
+ * (bytes, suffixes K, M, G) and PYXBUF_STAGING_THREADS set the fields;
+ * PYXBUF_STAGING_HUGE_PAGES=1 asks the kernel for transparent huge pages on
+ * large destinations before draining into them (faster on some hosts). */
 typedef struct pyxbuf_transfer_config {
     uint32_t size;          /* sizeof(pyxbuf_transfer_config) */
     int32_t enabled;        /* 0: every copy is the backend's direct call */
