@@ -18,7 +18,7 @@ MAKEFLAGS += --no-print-directory
 .PHONY: all wheel build build-release-check check-layers test test-c test-python test-rust test-pymodules test-torch torch test-packaged-crates test-wheel pymodules pythons pythons-tsan python-pep test-python-pep bench-pep test-matrix test-tsan-ft demo demo-needs clean \
 	distclean venv libclang bindings asan-build test-asan test-asan-c test-asan-python \
 	clang fuzz fuzz-build fuzz-borrows \
-	valgrind-build test-valgrind tsan-build test-tsan
+	valgrind-build test-valgrind tsan-build test-tsan aarch64-tools aarch64-build test-aarch64-c test-aarch64
 
 all: build
 
@@ -74,6 +74,10 @@ help:
 	@echo '  python-pep            CPython 3.15 with the patch series in cpython/ (3.15-pep), likewise'
 	@echo '  test-python-pep       CPython'"'"'s own tests of what the series touches, on 3.15-pep'
 	@echo '  test-matrix           every suite on each of PYTHON_SPECS, one line per interpreter'
+	@echo '  test-aarch64          Linux aarch64: cross-built C tests and the Python suite under qemu'
+	@echo '  test-aarch64-c        its CTest part only'
+	@echo '  aarch64-build         build-aarch64/: the cross-compiled library and C tests'
+	@echo '  aarch64-tools         the cross compilers, qemu and the arm64 root (a cache)'
 	@echo '  test-tsan-ft          the thread suites on the TSan 3.14t with the GIL off'
 	@echo 'Benchmarks:'
 	@echo '  bench                 the Criterion suite; writes bench/results/<date>-<machine>.md'
@@ -511,7 +515,7 @@ test-tsan: tsan-build
 # repository ($(PYTHONS), reused; each rebuilt when missing; a few minutes
 # each on 2 cores): tools/pythons.sh says how.
 PYTHONS ?= $(HOME)/.cache/pyxbuf/pythons
-PYTHON_SPECS ?= 3.13 3.14 3.14t 3.15 3.15-pep
+PYTHON_SPECS ?= 3.11-numpy1 3.13 3.14 3.14t 3.15 3.15-pep
 pythons:
 	PYXBUF_PYTHONS=$(PYTHONS) JOBS=$(JOBS) tools/pythons.sh $(PYTHON_SPECS)
 
@@ -541,6 +545,43 @@ test-python-pep: python-pep
 # target/tsan-ft): tools/test-tsan-ft.sh says how.
 test-tsan-ft: pythons-tsan
 	PYXBUF_PYTHONS=$(PYTHONS) JOBS=$(JOBS) tools/test-tsan-ft.sh
+
+# Linux aarch64 under emulation (issue 41): the C library and its tests
+# cross-compiled with Debian's gcc-aarch64-linux-gnu against Debian bookworm's
+# arm64 CPython 3.11 and NumPy (tools/aarch64-sysroot.sh unpacks them into
+# $(AARCH64_CACHE), nothing installed), CTest under qemu-aarch64-static, then
+# the Python suite with the arm64 interpreter (suites needing a package Debian
+# lacks for arm64 -- ml_dtypes, JAX, the Rust-built pyxbuf -- are skipped and
+# say so). The compilers and qemu come from apt when missing (as root). The
+# Rust crates are not built: the Rust toolchain for aarch64 is not reachable.
+AARCH64_CACHE ?= $(HOME)/.cache/pyxbuf/aarch64
+AARCH64_BUILD ?= build-aarch64
+AARCH64_ENV = PYXBUF_AARCH64_SYSROOT=$(AARCH64_CACHE)/sysroot
+AARCH64_TOOLS = aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu aarch64-linux-gnu-g++:g++-aarch64-linux-gnu \
+	qemu-aarch64-static:qemu-user-static
+aarch64-tools:
+	@missing=""; for pair in $(AARCH64_TOOLS); do command -v $${pair%%:*} >/dev/null || \
+	    missing="$$missing $${pair#*:}"; done; \
+	if [ -n "$$missing" ]; then \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	        echo "test-aarch64: installing$$missing"; \
+	        apt-get update -qq >/dev/null && apt-get install -y -qq $$missing >/dev/null; \
+	    else echo "test-aarch64: install$$missing (apt-get) and run again"; exit 1; fi; fi
+	PYXBUF_AARCH64=$(AARCH64_CACHE) tools/aarch64-sysroot.sh >/dev/null
+
+aarch64-build: aarch64-tools
+	$(AARCH64_ENV) cmake -S . -B $(AARCH64_BUILD) -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
+	    -DPYXBUF_AARCH64_SYSROOT=$(AARCH64_CACHE)/sysroot -DPython3_EXECUTABLE=$(CURDIR)/tools/aarch64-python \
+	    $(if $(filter ON,$(WERROR)),-DPYXBUF_WERROR=ON) >/dev/null
+	$(AARCH64_ENV) cmake --build $(AARCH64_BUILD) -j $(JOBS)
+
+test-aarch64-c: aarch64-build
+	$(AARCH64_ENV) ctest --test-dir $(AARCH64_BUILD) -j $(JOBS) --output-on-failure
+
+test-aarch64: test-aarch64-c
+	cd $(CURDIR) && $(AARCH64_ENV) PYXBUF_AARCH64_PYTHON=$(CURDIR)/tools/aarch64-python \
+	    PYTHONPATH=$(CURDIR)/tools/aarch64-site:$(CURDIR)/$(AARCH64_BUILD)/python \
+	    tools/aarch64-python -m pytest -q -rs -p no:cacheprovider python-tests
 
 # Every suite on each of them (tools/test-matrix.sh; work in target/matrix),
 # ending with one line per interpreter.

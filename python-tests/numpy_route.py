@@ -11,8 +11,12 @@ import numpy as np
 ROUTE_TYPE_NUMS = frozenset(range(17)) | {23}
 
 
+# NumPy 1's ABI is not read by the route: its arrays take the classic export.
+NUMPY_2 = int(np.__version__.split(".")[0]) >= 2
+
+
 def numpy_route_applies(obj):
-    return (type(obj) is np.ndarray and obj.dtype.num in ROUTE_TYPE_NUMS
+    return (NUMPY_2 and type(obj) is np.ndarray and obj.dtype.num in ROUTE_TYPE_NUMS
             and obj.dtype.byteorder in "=|" and obj.flags.aligned and obj.ndim <= 8)
 
 

@@ -46,7 +46,10 @@ class RustNumpy:
         # pyxbuf installs its table on its first tracked borrow of an
         # ndarray when no rust-numpy extension did before (none does here).
         t.acquire(np.zeros(1), SHARED).release()
-        from numpy._core import multiarray
+        try:
+            from numpy._core import multiarray  # NumPy 2
+        except ImportError:
+            from numpy.core import multiarray  # NumPy 1
         capsule = multiarray._RUST_NUMPY_BORROW_CHECKING_API
         get = ctypes.pythonapi.PyCapsule_GetPointer
         get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]

@@ -152,8 +152,9 @@ def test_zero_dim_and_many_dims():
     v = t.bridge_view(c)
     assert (v["shape"], v["strides"]) == (deep.shape, deep.strides)
     assert t.copy_to_host(c) == deep.tobytes()
-    c64 = cai_of(np.arange(2, dtype="|u1").reshape((1,) * 63 + (2,)))
-    assert t.bridge_view(c64)["ndim"] == 64
+    if int(np.__version__.split(".")[0]) >= 2:  # NumPy 1 stops at 32 dimensions
+        c64 = cai_of(np.arange(2, dtype="|u1").reshape((1,) * 63 + (2,)))
+        assert t.bridge_view(c64)["ndim"] == 64
 
 
 def test_empty_array_with_null_pointer_is_cuda_memory():

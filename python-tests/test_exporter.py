@@ -222,7 +222,10 @@ def test_borrow_with_a_foreign_view_alive_is_tracked_then_enforced(wrap, request
         t.acquire(e, EXCLUSIVE)
     # and through the foreign view (pyxbuf's registry sees both).
     if wrap != "memoryview" or request_name == "exclusive":
-        with pytest.raises(BufferError, match="held by another view in this process"):
+        # (NumPy 1's from_dlpack makes read-only arrays: refused for that first.)
+        read_only = isinstance(seen, np.ndarray) and not seen.flags.writeable
+        match = "is read-only" if read_only else "held by another view in this process"
+        with pytest.raises(BufferError, match=match):
             t.acquire(seen, EXCLUSIVE)
     v.release()
     assert t.shared_info()[1] == 0
@@ -280,6 +283,7 @@ def test_asarray_under_an_exclusive_borrow_raises_instead_of_an_object_array():
     assert np.shares_memory(a, e.__array__())
 
 
+@pytest.mark.skipif(np.__version__ < "2", reason="np.asarray(copy=...) is NumPy 2's")
 def test_array_honours_copy_and_dtype():
     e = t.exporter("f", (3,))
     t.exporter_poke(e, 0, 0x3F)  # a nonzero byte of the first float

@@ -110,9 +110,22 @@ build_deps() {
 PATCHES_DIR=${PYXBUF_CPYTHON_PATCHES:-$(cd "$(dirname "$0")/.." && pwd)/cpython}
 series_hash() { cat "$PATCHES_DIR"/*.patch | sha256sum | cut -d' ' -f1; }
 
+# 3.11-numpy1: no build; the machine's own CPython of that version (the one
+# `make test` uses), linked into the cache so the matrix finds it as any other
+# (its venv gets NumPy 1.x: tools/test-matrix.sh).
+system_python() {
+    local spec=$1 minor=$2 prefix="$CACHE/$1" home
+    home=$("python$minor" -c 'import sys; print(sys.base_prefix)' 2>/dev/null) ||
+        { say "$spec: no python$minor on PATH (the machine's CPython $minor)"; exit 1; }
+    [ -x "$home/bin/python3" ] || { say "$spec: $home has no bin/python3"; exit 1; }
+    rm -rf "$prefix" && mkdir -p "$CACHE" && ln -sfn "$home" "$prefix"
+    say "$spec: the machine's CPython at $home"
+}
+
 build() {
     local spec=$1 minor=${1%%[t-]*} flags=() patched=0
     case $spec in
+        *-numpy1) system_python "$spec" "$minor"; return ;;
         *-pep) patched=1 ;;
         *t-tsan) flags=(--disable-gil --with-thread-sanitizer) ;;
         *t) flags=(--disable-gil) ;;
