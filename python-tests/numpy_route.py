@@ -11,8 +11,35 @@ import numpy as np
 ROUTE_TYPE_NUMS = frozenset(range(17)) | {23}
 
 
-# NumPy 1's ABI is not read by the route: its arrays take the classic export.
+# NumPy 1's ABI is not read by the route: its arrays take the classic export,
+# and user dtypes (ml_dtypes) the __array_interface__ bridge.
 NUMPY_2 = int(np.__version__.split(".")[0]) >= 2
+ROUTE = "numpy" if NUMPY_2 else "classic"
+USER_DTYPE_ROUTE = "numpy" if NUMPY_2 else "array-interface"
+
+
+def _numpy_speaks_dlpack_1():
+    try:
+        np.zeros(1).__dlpack__(max_version=(1, 0))
+    except TypeError:
+        return False
+    return True
+
+
+# NumPy 2.1 added DLPack 1.x to its producer and consumer: versioned capsules,
+# __dlpack__(max_version=, copy=), from_dlpack(copy=, device=), writable
+# imports and read-only exports. Older NumPy speaks DLPack 0.x only.
+NUMPY_DLPACK_1 = _numpy_speaks_dlpack_1()
+
+
+def needs_numpy_dlpack_1(test):
+    import pytest
+
+    return pytest.mark.skipif(
+        not NUMPY_DLPACK_1,
+        reason=f"NumPy {np.__version__} speaks DLPack 0.x only (no max_version, copy or "
+        "device, read-only from_dlpack arrays, no read-only export): NumPy 2.1 added them",
+    )(test)
 
 
 def numpy_route_applies(obj):

@@ -36,6 +36,7 @@ from _testbuffer import ND_FORTRAN, ND_GETBUF_FAIL, ND_PIL, ND_WRITABLE, ndarray
 from hypothesis import given, settings, strategies as st
 
 import _pyxbuf_testext as t
+from numpy_route import ROUTE, USER_DTYPE_ROUTE
 from dlpack_only import DLPackOnly
 
 PyBUF_READ, PyBUF_WRITE = 0x100, 0x200
@@ -345,11 +346,11 @@ def test_classic_buffer_is_tried_before_the_bridges():
     bridges only when there is none or it cannot describe the object; never
     after a read-only refusal of a writable request."""
     f32 = np.zeros((2, 3), np.float32)  # has a classic buffer and __dlpack__
-    assert t.inspect(f32, t.PyBUF_RECORDS_RO)["path"] == "numpy"  # its classic view, read
+    assert t.inspect(f32, t.PyBUF_RECORDS_RO)["path"] == ROUTE  # its classic view, read
     assert t.inspect(memoryview(f32), t.PyBUF_RECORDS_RO)["path"] == "classic"
     assert t.inspect(DLPackOnly(f32), t.PyBUF_RECORDS_RO)["path"] == "dlpack"
     bf16 = np.zeros((2, 3), ml_dtypes.bfloat16)  # read from its struct too (issue 39)
-    assert t.inspect(bf16, t.PyBUF_RECORDS_RO)["path"] == "numpy"
+    assert t.inspect(bf16, t.PyBUF_RECORDS_RO)["path"] == USER_DTYPE_ROUTE
     swapped = bf16.view(bf16.dtype.newbyteorder())  # classic: "cannot include dtype"
     assert t.inspect(swapped, t.PyBUF_RECORDS_RO)["path"] == "array-interface"
     ro = np.zeros(3)
@@ -480,7 +481,7 @@ def test_views_pyxbuf_fills_follow_cpythons_rules(name, obj, ref):
 def test_bfloat16_without_nd_is_flat():
     """Item 15, the reported case: bfloat16 (4, 6) with PyBUF_FORMAT alone."""
     v = t.inspect(np.zeros((4, 6), ml_dtypes.bfloat16), t.PyBUF_FORMAT)
-    assert v["path"] == "numpy"  # read from the struct (issue 39), flat as the bridge was
+    assert v["path"] == USER_DTYPE_ROUTE  # read from the struct (issue 39), flat as the bridge was
     assert (v["ndim"], v["shape"], v["strides"], v["len"], v["itemsize"]) == (1, None, None, 48, 2)
 
 

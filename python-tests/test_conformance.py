@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import _pyxbuf_testext as t
+from numpy_route import USER_DTYPE_ROUTE
 from dlpack_only import DLPackOnly
 
 RO = t.PyBUF_RECORDS_RO
@@ -230,7 +231,7 @@ def test_ml_dtypes_floats_through_every_path(name):
     fmt = f"[ml_dtypes${name}]"
     a = np.arange(6, dtype=np.float32).reshape(2, 3).astype(getattr(ml_dtypes, name))
     view = t.inspect(a, RO)
-    assert (view["path"], view["format"], view["itemsize"]) == ("numpy", fmt, 1 if bits < 16 else 2)
+    assert (view["path"], view["format"], view["itemsize"]) == (USER_DTYPE_ROUTE, fmt, 1 if bits < 16 else 2)
     on_device = t.to_device(a, DEV0)
     assert t.inspect(on_device, DEVICE_VIEW)["format"] == fmt
     info = t.capsule_info(on_device.__dlpack__(max_version=(1, 3)))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import _pyxbuf_testext as t
-from numpy_route import classic_path
+from numpy_route import USER_DTYPE_ROUTE, classic_path
 import pyxbuf
 from test_acquire import CLASSIC_REQUESTS, PRODUCERS
 
@@ -47,7 +47,7 @@ def test_module_sees_what_getbuffer_gives(name, factory, request_name):
 
 
 def test_bridges_through_the_module():
-    assert pyxbuf.inspect(np.ones(3, dtype=ml_dtypes.bfloat16))["path"] == "numpy"
+    assert pyxbuf.inspect(np.ones(3, dtype=ml_dtypes.bfloat16))["path"] == USER_DTYPE_ROUTE
     swapped = np.dtype(ml_dtypes.bfloat16).newbyteorder()
     assert pyxbuf.inspect(np.ones(3, dtype=swapped))["path"] == "array-interface"
     assert pyxbuf.inspect(np.ones(2, dtype=ml_dtypes.float8_e5m2))["format"] == (

@@ -11,7 +11,11 @@ import numpy as np
 import pytest
 
 import _pyxbuf_testext as t
-from numpy_route import classic_path, numpy_route_applies
+from numpy_route import NUMPY_2, classic_path, numpy_route_applies
+
+pytestmark = pytest.mark.skipif(
+    not NUMPY_2, reason=f"the struct route reads NumPy 2's ABI only (NumPy {np.__version__} "
+    "arrays take the classic export, which test_classic_differential.py checks)")
 
 RO = t.PyBUF_RECORDS_RO
 W = t.PyBUF_RECORDS

@@ -39,6 +39,7 @@ import numpy as np
 import pytest
 
 import _pyxbuf_testext as t
+from numpy_route import ROUTE, USER_DTYPE_ROUTE
 from cai_producers import cai_over
 
 UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "")
@@ -91,9 +92,9 @@ SOAK = [
     ("native-host", lambda: t.exporter("f", (256,)), RO, "native"),
     ("native-device", lambda: t.to_device(f32(), DEV0), DEVICE_VIEW, "native"),
     ("native-shared-borrow", lambda: t.exporter("f", (256,)), SHARED, "native"),
-    ("numpy", f32, RO, "numpy"),
-    ("numpy-strided", lambda: f32(1024).reshape(32, 32)[::2, ::3], RO, "numpy"),
-    ("numpy-tracked-exclusive", f32, EXCLUSIVE, "numpy"),
+    ("numpy", f32, RO, ROUTE),
+    ("numpy-strided", lambda: f32(1024).reshape(32, 32)[::2, ::3], RO, ROUTE),
+    ("numpy-tracked-exclusive", f32, EXCLUSIVE, ROUTE),
     ("classic-bytes", lambda: bytes(range(256)), RO, "classic"),
     ("classic-memoryview-strided", lambda: memoryview(f32(1024).reshape(32, 32))[::2], RO,
      "classic"),
@@ -105,7 +106,7 @@ SOAK = [
     ("dlpack-jax-bfloat16", lambda: jax_bf16(256), RO, "dlpack"),
     ("dlpack-c", lambda: t.DLPackCProducer(f32()), RO, "dlpack-c"),
     ("cuda-array-interface", lambda: cai_over(f32()), DEVICE_VIEW, "cuda-array-interface"),
-    ("numpy-bfloat16", lambda: np.ones(256, dtype=ml_dtypes.bfloat16), RO, "numpy"),
+    ("numpy-bfloat16", lambda: np.ones(256, dtype=ml_dtypes.bfloat16), RO, USER_DTYPE_ROUTE),
     ("array-interface", lambda: swapped_bf16(np.ones(256)), RO, "array-interface"),
 ]
 
@@ -187,17 +188,17 @@ def orphan_native_borrowed():
 
 def orphan_numpy():
     a = values(100, np.int64)
-    return Case(t.acquire(a, RO), a.tobytes(), "numpy", alive=weakref.ref(a))
+    return Case(t.acquire(a, RO), a.tobytes(), ROUTE, alive=weakref.ref(a))
 
 
 def orphan_numpy_strided():
     a = values(400, np.float64).reshape(20, 20)[::-3, 1::2]  # the base dies with the slice
-    return Case(t.acquire(a, RO), a.tobytes(), "numpy", alive=weakref.ref(a))
+    return Case(t.acquire(a, RO), a.tobytes(), ROUTE, alive=weakref.ref(a))
 
 
 def orphan_numpy_tracked():
     a = values(32, np.int32)
-    return Case(t.acquire(a, EXCLUSIVE), a.tobytes(), "numpy", alive=weakref.ref(a))
+    return Case(t.acquire(a, EXCLUSIVE), a.tobytes(), ROUTE, alive=weakref.ref(a))
 
 
 def orphan_bytes():

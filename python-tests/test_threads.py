@@ -38,6 +38,7 @@ import numpy as np
 import pytest
 
 import _pyxbuf_testext as t
+from numpy_route import ROUTE, USER_DTYPE_ROUTE
 from cai_producers import cai_over
 
 UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "")
@@ -121,9 +122,9 @@ PATHS = [
     ("native-device", lambda: t.to_device(host_values(), DEV0), DEVICE_VIEW, "native"),
     ("native-shared-borrow", lambda: t.to_device(host_values(), DEV1),
      DEVICE_VIEW | t.PYXBUF_BORROW_SHARED, "native"),
-    ("numpy", host_values, RO, "numpy"),
-    ("numpy-strided", lambda: host_values(512).reshape(16, 32)[::3, ::-2], RO, "numpy"),
-    ("numpy-tracked-shared", host_values, SHARED, "numpy"),
+    ("numpy", host_values, RO, ROUTE),
+    ("numpy-strided", lambda: host_values(512).reshape(16, 32)[::3, ::-2], RO, ROUTE),
+    ("numpy-tracked-shared", host_values, SHARED, ROUTE),
     ("classic-bytes", lambda: bytes(range(200)), RO, "classic"),
     ("classic-memoryview-strided", lambda: memoryview(host_values(512).reshape(16, 32))[::3],
      RO, "classic"),
@@ -138,7 +139,7 @@ PATHS = [
      DEVICE_VIEW, "dlpack-c"),
     ("cuda-array-interface", lambda: cai_over(host_values()), DEVICE_VIEW,
      "cuda-array-interface"),
-    ("numpy-bfloat16", lambda: host_values().astype(ml_dtypes.bfloat16), RO, "numpy"),
+    ("numpy-bfloat16", lambda: host_values().astype(ml_dtypes.bfloat16), RO, USER_DTYPE_ROUTE),
     # The byte order opposite to the machine's: the struct route leaves it
     # to the bridge.
     ("array-interface", lambda: host_values().astype(ml_dtypes.bfloat16).view(

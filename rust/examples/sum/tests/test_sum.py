@@ -29,7 +29,9 @@ def test_float32_sums_match_numpy(make):
 def test_bfloat16_sums_match_numpy():
     a = (np.arange(100) / 8).astype(ml_dtypes.bfloat16)
     assert close(s.sum_bf16(a), float(a.astype(np.float64).sum()))
-    assert "path=Numpy" in s.describe(a)  # read from the array struct (issue 39)
+    # read from the array struct (issue 39); NumPy 1's through __array_interface__
+    numpy_2 = int(np.__version__.split(".")[0]) >= 2
+    assert ("path=Numpy" if numpy_2 else "path=ArrayInterface") in s.describe(a)
     assert close(s.sum_any(a), float(a.astype(np.float64).sum()))
 
 
@@ -91,7 +93,10 @@ def test_own_array_passed_back_while_python_holds_a_view(wrap):
         s.add_f32(e, e)
     # The view as the exclusive argument, the exporter as the shared one: one
     # memory, refused by pyxbuf's registry, which holds both borrows.
-    with pytest.raises(BufferError, match="held by another view in this process"):
+    # (NumPy 1's from_dlpack makes read-only arrays: refused for that first.)
+    read_only = isinstance(seen, np.ndarray) and not seen.flags.writeable
+    with pytest.raises(BufferError, match="read-only" if read_only else
+                       "held by another view in this process"):
         s.add_f32(seen, e)
     del seen
     assert "borrow=shared (granted by the producer)" in s.describe(e)

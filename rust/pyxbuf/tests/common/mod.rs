@@ -33,6 +33,35 @@ pub fn run<'py>(py: Python<'py>, code: &str, locals: &[(&str, &Bound<'py, PyAny>
         .unwrap_or_else(|e| panic!("{code}: {e}"));
 }
 
+/// NumPy 2 or newer: its arrays take pyxbuf's struct route (NumPy 1's its
+/// classic export, and user dtypes such as ml_dtypes' the
+/// `__array_interface__` bridge).
+#[allow(dead_code)] // not every test file asks
+pub fn numpy_2(py: Python<'_>) -> bool {
+    let version: String = numpy(py).getattr("__version__").unwrap().extract().unwrap();
+    version
+        .split('.')
+        .next()
+        .and_then(|m| m.parse::<u32>().ok())
+        .unwrap_or(0)
+        >= 2
+}
+
+/// NumPy speaks DLPack 1 (NumPy 2.1 and newer): `__dlpack__(max_version=)`,
+/// versioned capsules, read-only imports.
+#[allow(dead_code)]
+pub fn numpy_dlpack_1(py: Python<'_>) -> bool {
+    let ns = PyDict::new(py);
+    ns.set_item("np", numpy(py)).unwrap();
+    py.run(
+        c"try:\n    np.zeros(1).__dlpack__(max_version=(1, 0))\n    ok = True\nexcept TypeError:\n    ok = False\n",
+        Some(&ns),
+        Some(&ns),
+    )
+    .unwrap();
+    ns.get_item("ok").unwrap().unwrap().extract().unwrap()
+}
+
 pub fn numpy(py: Python<'_>) -> Bound<'_, PyModule> {
     py.import("numpy").unwrap_or_else(|e| {
         panic!(
