@@ -169,5 +169,8 @@ build() {
     say "$spec: $("$prefix/bin/python3" -VV | head -1) at $prefix"
 }
 
-[ $# -gt 0 ] || { say "usage: $0 3.13 3.14 3.14t 3.15 3.14t-tsan 3.15-pep"; exit 2; }
+[ $# -gt 0 ] || { say "usage: $0 3.13 3.14 3.14t 3.15 3.14t-tsan 3.15-pep | --source 3.14"; exit 2; }
+# --source 3.14: only fetch and verify that version's source tarball; print its path
+# (tools/check-windows.sh takes CPython's Windows headers from it).
+if [ "$1" = --source ]; then fetch "$2"; exit 0; fi
 for spec in "$@"; do build "$spec"; done

@@ -13,8 +13,14 @@
 
 #include <stdatomic.h>
 
-#if defined(__GNUC__)
+#if defined(__GNUC__) && defined(__MINGW32__) && !defined(__clang__)
+/* mingw-w64 checks `printf` formats against Microsoft's C library; pyxbuf's
+ * are C99's (%zu), which mingw's own stdio (__USE_MINGW_ANSI_STDIO) prints. */
+#define PYXBUF_PRINTF(f, a) __attribute__((format(gnu_printf, f, a)))
+#elif defined(__GNUC__)
 #define PYXBUF_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#endif
+#if defined(__GNUC__)
 #define PYXBUF_LIKELY(x) __builtin_expect(!!(x), 1)
 #define PYXBUF_UNLIKELY(x) __builtin_expect(!!(x), 0)
 /* Error and rare paths: out of line, so hot callers save no registers for them. */
@@ -26,7 +32,11 @@
 /* On an extern variable one file defines and others read: -fvisibility=hidden
  * hides the definition, but a plain declaration makes readers go through the
  * GOT (an extra load per access). */
+#if defined(_WIN32)
+#define PYXBUF_HIDDEN /* a DLL exports only what PYXBUF_API marks */
+#else
 #define PYXBUF_HIDDEN __attribute__((visibility("hidden")))
+#endif
 #else
 #define PYXBUF_HIDDEN
 #define PYXBUF_COLD

@@ -2,6 +2,7 @@
  * is 64-byte aligned and zeroed. registry.c registers it. */
 
 #include "device/device.h"
+#include "base/platform.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +22,8 @@ static int cpu_copy_on_device(void *ctx, int32_t dst_id, void *dst, int32_t src_
 
 static int cpu_alloc(void *ctx, int32_t id, size_t n, void **ptr, pyxbuf_error *err) {
     (void)ctx, (void)id;
-    size_t rounded = ((n ? n : 1) + 63) & ~(size_t)63; /* aligned_alloc wants a multiple */
-    *ptr = aligned_alloc(64, rounded);
+    size_t rounded = ((n ? n : 1) + 63) & ~(size_t)63; /* whole cache lines */
+    *ptr = pyxbuf__aligned_alloc(64, rounded);
     if (*ptr == NULL)
         return pyxbuf__error(err, PYXBUF_ENOMEM, -1, "cannot allocate %zu %s of host memory", n,
                              PYXBUF__PLURAL(n, "byte", "bytes"));
@@ -32,7 +33,7 @@ static int cpu_alloc(void *ctx, int32_t id, size_t n, void **ptr, pyxbuf_error *
 
 static int cpu_free(void *ctx, int32_t id, void *ptr, pyxbuf_error *err) {
     (void)ctx, (void)id, (void)err;
-    free(ptr);
+    pyxbuf__aligned_free(ptr);
     return 0;
 }
 

@@ -12,8 +12,8 @@
  * here. Streams follow DLPack's integer convention (see pyxbuf.h). */
 
 #include "device/device.h"
+#include "base/platform.h"
 
-#include <dlfcn.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -198,7 +198,7 @@ static const char *error_string(CUresult r) {
 
 static int resolve_symbols(void *lib, const char *library) {
     for (size_t i = 0; i < sizeof cuda_symbols / sizeof *cuda_symbols; i++) {
-        void *sym = dlsym(lib, cuda_symbols[i].name);
+        void *sym = pyxbuf__library_symbol(lib, cuda_symbols[i].name);
         if (sym == NULL) {
             memset(&drv.api, 0, sizeof drv.api);
             driver_unavailable(PYXBUF_EDRIVER,
@@ -227,19 +227,19 @@ static const char *init_hint(CUresult r) {
 
 static void load_driver(void) {
     const char *library = getenv("PYXBUF_CUDA_LIBRARY");
-    if (library == NULL || library[0] == '\0') library = "libcuda.so.1";
-    void *lib = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+    if (library == NULL || library[0] == '\0') library = pyxbuf__cuda_driver_name();
+    void *lib = pyxbuf__library_open(library);
     if (lib == NULL) {
-        const char *why = dlerror();
+        const char *why = pyxbuf__library_error();
         driver_unavailable(PYXBUF_EDRIVER,
                            "no CUDA driver found (%s): %s; this machine cannot read CUDA "
                            "memory \xe2\x80\x94 install the NVIDIA driver or copy the data to "
                            "the host on a machine that has one",
-                           library, why ? why : "dlopen failed");
+                           library, why);
         return;
     }
     if (resolve_symbols(lib, library) != 0) {
-        dlclose(lib);
+        pyxbuf__library_close(lib);
         return;
     }
     const char *call = "cuInit(0)";

@@ -6,6 +6,7 @@
  * and a caller that finds the workers busy copies alone. */
 
 #include "device/device.h"
+#include "base/platform.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -55,6 +56,7 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
+#if PYXBUF_HAVE_FORK
 /* fork() copies only the calling thread: the child has no workers, and no
  * lock may be held there by a thread that does not exist. */
 static void before_fork(void) {
@@ -82,6 +84,10 @@ static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 static void register_fork_handlers(void) {
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
+#else
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static void register_fork_handlers(void) {} /* no fork() here */
+#endif
 
 /* Start workers up to `want` (part 0 is the caller's); returns how many run. */
 static int32_t ensure_workers(int32_t want) {

@@ -7,6 +7,7 @@
  * would lose what the link gains. */
 
 #include "device/device.h"
+#include "base/platform.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -70,9 +71,11 @@ static void drain_at_exit(void) {
     pthread_mutex_unlock(&pool_lock);
 }
 
+#if PYXBUF_HAVE_FORK
 /* fork() in another thread must not leave pool_lock held in the child. */
 static void before_fork(void) { pthread_mutex_lock(&pool_lock); }
 static void after_fork(void) { pthread_mutex_unlock(&pool_lock); }
+#endif
 
 /* A new block of `size` bytes, counted in held_bytes before the (slow)
  * allocation runs outside the lock. Called and returns under pool_lock. */
@@ -93,7 +96,9 @@ static pyxbuf__pinned_block *allocate(const pyxbuf_backend *b, int32_t device_id
     allocations++;
     if (!exit_hook_set) {
         exit_hook_set = atexit(drain_at_exit) == 0;
+#if PYXBUF_HAVE_FORK
         pthread_atfork(before_fork, after_fork, after_fork);
+#endif
     }
     return blk;
 }

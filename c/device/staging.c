@@ -9,11 +9,10 @@
 
 #include "device/device.h"
 
+#include "base/platform.h"
+
 #include <stdint.h>
 #include <string.h>
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
 
 typedef struct pipeline {
     const pyxbuf_backend *b;
@@ -108,14 +107,11 @@ static int stage_in(pipeline *p, char *dst, const char *src, pyxbuf_error *err) 
  * 2-core VM (8.8-9.5 against 4.3-5.4). Only a hint: pages already faulted
  * in stay as they are. */
 static void ask_for_huge_pages(char *dst, size_t n) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
     const uintptr_t huge = (uintptr_t)2 << 20;
     uintptr_t lo = ((uintptr_t)dst + huge - 1) & ~(huge - 1);
     uintptr_t hi = ((uintptr_t)dst + n) & ~(huge - 1);
-    if (pyxbuf__staging_huge_pages() && hi > lo) (void)madvise((void *)lo, (size_t)(hi - lo), MADV_HUGEPAGE);
-#else
-    (void)dst, (void)n;
-#endif
+    if (pyxbuf__staging_huge_pages() && hi > lo)
+        pyxbuf__advise_huge_pages((void *)lo, (size_t)(hi - lo));
 }
 
 static int stage_out(pipeline *p, char *dst, const char *src, pyxbuf_error *err) {

@@ -3,13 +3,13 @@
  * read by staging.c and pinned_pool.c. Under one lock; readers take a copy. */
 
 #include "device/device.h"
+#include "base/platform.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static pyxbuf_transfer_config config;
 static pthread_mutex_t config_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -19,8 +19,8 @@ static int huge_pages = 0; /* PYXBUF_STAGING_HUGE_PAGES=1: the madvise hint */
 /* Page-locked memory is taken from the kernel's free pool: a small share of
  * RAM by default (1/16, between 256 MiB and 16 GiB). */
 static uint64_t default_pool_cap(void) {
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    uint64_t ram = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : (uint64_t)4 << 30;
+    uint64_t ram = pyxbuf__physical_memory();
+    if (ram == 0) ram = (uint64_t)4 << 30;
     uint64_t cap = ram / 16;
     if (cap < ((uint64_t)256 << 20)) cap = (uint64_t)256 << 20;
     if (cap > ((uint64_t)16 << 30)) cap = (uint64_t)16 << 30;
@@ -32,8 +32,7 @@ static uint64_t default_pool_cap(void) {
  * PCIe 5 link takes a dozen; never more than the cores there are. Measured
  * on an H200 host (bench/results/2026-11-27-h200-staging.md). */
 static int32_t default_threads(void) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (cores < 1) cores = 1;
+    long cores = pyxbuf__cpu_count();
     return (int32_t)(cores < 16 ? cores : 16);
 }
 
