@@ -46,10 +46,12 @@ class RustNumpy:
         # pyxbuf installs its table on its first tracked borrow of an
         # ndarray when no rust-numpy extension did before (none does here).
         t.acquire(np.zeros(1), SHARED).release()
-        try:
-            from numpy._core import multiarray  # NumPy 2
-        except ImportError:
-            from numpy.core import multiarray  # NumPy 1
+        # Where rust-numpy keeps it: by NumPy's version (1.26 also has a
+        # forwarding numpy._core, which is another module).
+        if int(np.__version__.split(".")[0]) >= 2:
+            from numpy._core import multiarray
+        else:
+            from numpy.core import multiarray
         capsule = multiarray._RUST_NUMPY_BORROW_CHECKING_API
         get = ctypes.pythonapi.PyCapsule_GetPointer
         get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]

@@ -247,15 +247,28 @@ static void found_table(int kind, const rust_numpy_api *api) {
     if (kind == TABLE_PYXBUF) PYXBUF__FT_STORE_RELEASE(&pyxbuf__rust_numpy_table_is_ours, 1);
 }
 
-/* NumPy's multiarray module: numpy._core.multiarray (NumPy 2), else
- * numpy.core.multiarray (NumPy 1). New reference or NULL (no error). */
+/* NumPy's major version from numpy.__version__ ("1.26.4" -> 1), 0 if unknown. */
+static long numpy_major(void) {
+    PyObject *numpy = PyImport_ImportModule("numpy");
+    PyObject *version = numpy ? PyObject_GetAttrString(numpy, "__version__") : NULL;
+    const char *text = version && PyUnicode_Check(version) ? PyUnicode_AsUTF8(version) : NULL;
+    long major = text ? strtol(text, NULL, 10) : 0;
+    Py_XDECREF(version);
+    Py_XDECREF(numpy);
+    PyErr_Clear();
+    return major;
+}
+
+/* The module rust-numpy keeps its table in, chosen as rust-numpy chooses
+ * it (by NumPy's version, not by which module imports): numpy._core.multiarray
+ * on NumPy 2, numpy.core.multiarray on NumPy 1 -- whose numpy._core is a
+ * separate forwarding module (1.26), so a table put there would be a second
+ * table, and borrows through the two would not exclude each other. New
+ * reference or NULL (no error). */
 static PyObject *multiarray_module(void) {
-    PyObject *m = PyImport_ImportModule("numpy._core.multiarray");
-    if (m == NULL) {
-        PyErr_Clear();
-        m = PyImport_ImportModule("numpy.core.multiarray");
-        if (m == NULL) PyErr_Clear();
-    }
+    const char *name = numpy_major() >= 2 ? "numpy._core.multiarray" : "numpy.core.multiarray";
+    PyObject *m = PyImport_ImportModule(name);
+    if (m == NULL) PyErr_Clear();
     return m;
 }
 
