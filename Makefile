@@ -19,7 +19,7 @@ MAKEFLAGS += --no-print-directory
 	distclean venv libclang bindings asan-build test-asan test-asan-c test-asan-python \
 	clang fuzz fuzz-build fuzz-borrows \
 	valgrind-build test-valgrind tsan-build test-tsan aarch64-tools aarch64-build test-aarch64-c test-aarch64 \
-	check-windows check-portable
+	check-windows check-portable dist
 
 all: build
 
@@ -81,6 +81,7 @@ help:
 	@echo '  aarch64-tools         the cross compilers, qemu and the arm64 root (a cache)'
 	@echo '  check-windows         the library cross-built for Windows (mingw-w64 gcc and clang), warning-free'
 	@echo '  check-portable        the library built by clang with every Linux-only feature off'
+	@echo '  dist                  release wheels for every interpreter, auditwheel-checked and tested; sdist'
 	@echo '  test-tsan-ft          the thread suites on the TSan 3.14t with the GIL off'
 	@echo 'Benchmarks:'
 	@echo '  bench                 the Criterion suite; writes bench/results/<date>-<machine>.md'
@@ -207,6 +208,18 @@ test-wheel: venv
 wheel: venv
 	$(MATURIN_ENV) $(VENV)/bin/maturin build --release -m rust/pyxbuf-python/Cargo.toml -o dist
 	@ls dist/pyxbuf-*.whl
+
+# The release artefacts (tools/dist.sh): a wheel per interpreter of
+# DIST_PYTHONS (the interpreters built first, as `make pythons` does; 3.11 is
+# the machine's), each checked by `auditwheel show` and by the wheel
+# consumers' tests in a new venv; an sdist that builds; `twine check`. Into
+# dist/. CPython 3.12 cannot be fetched here (tools/dist.sh says why).
+DIST_PYTHONS ?= 3.11 3.13 3.14 3.14t 3.15
+dist: venv
+	$(if $(filter-out 3.11,$(DIST_PYTHONS)),PYXBUF_PYTHONS=$(PYTHONS) JOBS=$(JOBS) tools/pythons.sh \
+	    $(filter-out 3.11,$(DIST_PYTHONS)))
+	DIST_PYTHONS="$(DIST_PYTHONS)" PYXBUF_PYTHONS=$(PYTHONS) VPY=$(abspath $(VPY)) JOBS=$(JOBS) \
+	    tools/dist.sh
 
 # The `pyxbuf` Python module and the example crate, built into the venv.
 pymodules: venv
