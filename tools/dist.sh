@@ -86,12 +86,13 @@ for spec in "${SPECS[@]}"; do
     LINES+=("$spec: $(basename "$wheel") auditwheel=${tag:-none} consumers=${counts:-none} $verdict")
 done
 
-# The sdist builds: into a wheel, in a fresh venv of the machine's 3.11.
+# The sdist builds: into a wheel, in a fresh venv of the machine's 3.11, as
+# pip builds it for a user (an isolated build environment with the build
+# backend pyproject.toml names, and the crates from crates.io).
 if [ -n "$sdist" ]; then
     venv=$WORK/venv-sdist
     rm -rf "$venv" && python3.11 -m venv "$venv"
-    if (export PYTHONPATH= && "$venv/bin/python" -m pip install --quiet "maturin>=1.9" &&
-        "$venv/bin/python" -m pip wheel --quiet --no-deps --no-build-isolation \
+    if (export PYTHONPATH= && unset CARGO_TARGET_DIR && "$venv/bin/python" -m pip wheel --quiet --no-deps \
             -w "$WORK/from-sdist" "$sdist") >"$WORK/sdist-build.log" 2>&1; then
         LINES+=("sdist: $(basename "$sdist") builds: $(basename "$(ls "$WORK"/from-sdist/*.whl)") ok")
     else

@@ -56,7 +56,20 @@ fn main() {
         return;
     }
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));
-    let package = manifest.join("python/pyxbuf");
+    // The Python package beside this crate (the repository), or at the root
+    // of an sdist, where maturin moves pyproject.toml's python-source.
+    let package = [
+        manifest.join("python/pyxbuf"),
+        manifest.join("../../python/pyxbuf"),
+    ]
+    .into_iter()
+    .find(|p| p.join("__init__.py").is_file())
+    .unwrap_or_else(|| {
+        panic!(
+            "pyxbuf-python: no python/pyxbuf/__init__.py beside {} or at the root of its sdist",
+            manifest.display()
+        )
+    });
     let include = dep_dir("DEP_PYXBUF_INCLUDE");
     let lib_dir = dep_dir("DEP_PYXBUF_LIB_DIR");
     copy(&include.join("pyxbuf.h"), &package.join("include"));
