@@ -586,7 +586,7 @@ aarch64-tools:
 	PYXBUF_AARCH64=$(AARCH64_CACHE) tools/aarch64-sysroot.sh >/dev/null
 
 aarch64-build: aarch64-tools
-	$(AARCH64_ENV) cmake -S . -B $(AARCH64_BUILD) -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
+	$(AARCH64_ENV) cmake -S . -B $(AARCH64_BUILD) -DCMAKE_TOOLCHAIN_FILE=$(CURDIR)/cmake/aarch64-linux-gnu.cmake \
 	    -DPYXBUF_AARCH64_SYSROOT=$(AARCH64_CACHE)/sysroot -DPython3_EXECUTABLE=$(CURDIR)/tools/aarch64-python \
 	    $(if $(filter ON,$(WERROR)),-DPYXBUF_WERROR=ON) >/dev/null
 	$(AARCH64_ENV) cmake --build $(AARCH64_BUILD) -j $(JOBS)
