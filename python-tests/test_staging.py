@@ -94,6 +94,22 @@ def test_strided_views_stage_their_packed_bytes():
     assert back == np.ascontiguousarray(a).tobytes()
 
 
+def _takes():
+    s = t.pinned_pool_stats()
+    return s["allocations"] + s["reuses"]
+
+
+def test_a_strided_upload_packs_into_pooled_memory_and_copies_it_directly():
+    """A strided view is packed on the host into one pooled page-locked block,
+    which the device then copies directly: no staging chunks beside it."""
+    a = pattern(8 * CHUNK).reshape(64, -1)[:, ::3]
+    before = _takes()
+    dev = t.to_device(a, DEV0)
+    assert _takes() - before == 1
+    assert t.pinned_pool_stats()["used_bytes"] == 0  # given back once the copy completed
+    assert t.copy_to_host(dev) == np.ascontiguousarray(a).tobytes()
+
+
 def test_result_on_the_host_is_pooled_memory_given_back():
     a = pattern(5 * CHUNK)
     dev = t.to_device(a, DEV0)

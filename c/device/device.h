@@ -87,6 +87,13 @@ int pyxbuf__copy_from_host(const pyxbuf_backend *b, int32_t id, void *dst, const
                            size_t n, int64_t stream, pyxbuf_error *err);
 int pyxbuf__copy_to_host(const pyxbuf_backend *b, int32_t id, void *dst, const void *src,
                          size_t n, int64_t stream, pyxbuf_error *err);
+/* staging.c: host scratch of n bytes for packing or unpacking beside one
+ * device copy: a pooled page-locked block of b's (*pinned set) when staging
+ * is on and n is large, so that copy is direct at the link's rate, else
+ * malloc'd memory (*pinned NULL). Give it back once the copy has completed. */
+void *pyxbuf__scratch_take(const pyxbuf_backend *b, int32_t id, size_t n,
+                           pyxbuf__pinned_block **pinned);
+void pyxbuf__scratch_give(void *p, pyxbuf__pinned_block *pinned);
 /* staging.c: pooled page-locked memory for n bytes copied from the device
  * (device_type, device_id) into a new host result, or NULL when staging is
  * off, n is under the threshold or the pool cannot give it. */

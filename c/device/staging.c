@@ -12,6 +12,7 @@
 #include "base/platform.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct pipeline {
@@ -158,6 +159,19 @@ int pyxbuf__copy_to_host(const pyxbuf_backend *b, int32_t id, void *dst, const v
         if (take_buffers(&p)) return stage_out(&p, dst, src, err);
     }
     return b->copy_to_host(b->ctx, id, dst, src, n, stream, err);
+}
+
+void *pyxbuf__scratch_take(const pyxbuf_backend *b, int32_t id, size_t n,
+                           pyxbuf__pinned_block **pinned) {
+    pyxbuf_transfer_config cfg;
+    pyxbuf__transfer_config(&cfg);
+    *pinned = cfg.enabled && n >= cfg.threshold ? pyxbuf__pinned_take(b, id, n) : NULL;
+    return *pinned ? (*pinned)->ptr : malloc(n ? n : 1);
+}
+
+void pyxbuf__scratch_give(void *p, pyxbuf__pinned_block *pinned) {
+    if (pinned != NULL) pyxbuf__pinned_give(pinned, NULL); /* its copy completed */
+    else free(p);
 }
 
 pyxbuf__pinned_block *pyxbuf__pinned_result(int32_t device_type, int32_t device_id, size_t n) {

@@ -73,13 +73,14 @@ static int device_to_host(const pyxbuf_backend *b, const pyxbuf_view *view, cons
     const char *src = (const char *)view->base.buf + l.lo;
     size_t span = (size_t)(l.hi - l.lo);
     if (l.c_contiguous) return pyxbuf__copy_to_host(b, d->device_id, dst, src, span, stream, err);
-    char *staging = malloc(span);
+    pyxbuf__pinned_block *pinned;
+    char *staging = pyxbuf__scratch_take(b, d->device_id, span, &pinned);
     if (staging == NULL)
         return pyxbuf__error(err, PYXBUF_ENOMEM, -1, "cannot allocate %zu %s to stage a copy",
                              span, PYXBUF__PLURAL(span, "byte", "bytes"));
     int rc = pyxbuf__copy_to_host(b, d->device_id, staging, src, span, stream, err);
     if (rc == 0) pyxbuf__gather_c_order(&view->base, staging - l.lo, dst);
-    free(staging);
+    pyxbuf__scratch_give(staging, pinned);
     return rc;
 }
 
@@ -145,7 +146,8 @@ int pyxbuf__copy_view_into(const pyxbuf_view *view, const pyxbuf_device *src, vo
         return pyxbuf__copy_from_host(&tb, target->device_id, dst,
                                       (const char *)view->base.buf + l.lo, n, stream, err);
     /* Strided, or across backends: pack on the host, then upload once. */
-    char *staging = malloc(n ? n : 1);
+    pyxbuf__pinned_block *pinned;
+    char *staging = pyxbuf__scratch_take(&tb, target->device_id, n, &pinned);
     if (staging == NULL)
         return pyxbuf__error(err, PYXBUF_ENOMEM, -1, "cannot allocate %zu %s to stage a copy",
                              n, PYXBUF__PLURAL(n, "byte", "bytes"));
@@ -154,7 +156,7 @@ int pyxbuf__copy_view_into(const pyxbuf_view *view, const pyxbuf_device *src, vo
     else
         rc = device_to_host(&sb, view, src, staging, stream, err);
     if (rc == 0) rc = pyxbuf__copy_from_host(&tb, target->device_id, dst, staging, n, stream, err);
-    free(staging);
+    pyxbuf__scratch_give(staging, pinned);
     return rc;
 }
 
