@@ -79,15 +79,13 @@ static void after_fork_child(void) {
     pthread_mutex_init(&job_lock, NULL);
 }
 
-static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
-
 static void register_fork_handlers(void) {
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
 #else
-static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 static void register_fork_handlers(void) {} /* no fork() here */
 #endif
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
 /* Start workers up to `want` (part 0 is the caller's); returns how many run. */
 static int32_t ensure_workers(int32_t want) {

@@ -75,10 +75,16 @@ static int finish(pipeline *p, int rc, pyxbuf_error *err) {
     return rc;
 }
 
+/* Bytes of chunk i (the last one may be short). */
+static size_t chunk_len(const pipeline *p, size_t i) {
+    size_t off = i * p->chunk;
+    return p->n - off < p->chunk ? p->n - off : p->chunk;
+}
+
 /* Enqueue chunk i's device copy through buffer k and record its event. */
 static int send_chunk(pipeline *p, size_t i, int32_t to_host, char *dev, pyxbuf_error *err) {
     int32_t k = (int32_t)(i % (size_t)p->nbuf);
-    size_t off = i * p->chunk, len = p->n - off < p->chunk ? p->n - off : p->chunk;
+    size_t off = i * p->chunk, len = chunk_len(p, i);
     void *host = p->buf[k]->ptr;
     int rc = to_host ? p->b->copy_async(p->b->ctx, p->id, 1, host, dev + off, len, p->stream, err)
                      : p->b->copy_async(p->b->ctx, p->id, 0, dev + off, host, len, p->stream, err);
@@ -91,7 +97,7 @@ static int stage_in(pipeline *p, char *dst, const char *src, pyxbuf_error *err) 
     size_t chunks = (p->n + p->chunk - 1) / p->chunk;
     for (size_t i = 0; i < chunks && rc == 0; i++) {
         int32_t k = (int32_t)(i % (size_t)p->nbuf);
-        size_t off = i * p->chunk, len = p->n - off < p->chunk ? p->n - off : p->chunk;
+        size_t off = i * p->chunk, len = chunk_len(p, i);
         if ((rc = wait_buffer(p, k, err)) < 0) break;
         pyxbuf__parallel_copy(p->buf[k]->ptr, src + off, len, p->threads);
         rc = send_chunk(p, i, 0, dst, err);
@@ -123,7 +129,7 @@ static int stage_out(pipeline *p, char *dst, const char *src, pyxbuf_error *err)
         rc = send_chunk(p, i, 1, (char *)src, err);
     for (size_t i = 0; i < chunks && rc == 0; i++) {
         int32_t k = (int32_t)(i % (size_t)p->nbuf);
-        size_t off = i * p->chunk, len = p->n - off < p->chunk ? p->n - off : p->chunk;
+        size_t off = i * p->chunk, len = chunk_len(p, i);
         if ((rc = wait_buffer(p, k, err)) < 0) break;
         pyxbuf__parallel_copy(dst + off, p->buf[k]->ptr, len, p->threads);
         if (i + (size_t)p->nbuf < chunks) rc = send_chunk(p, i + (size_t)p->nbuf, 1, (char *)src, err);
@@ -161,11 +167,17 @@ int pyxbuf__copy_to_host(const pyxbuf_backend *b, int32_t id, void *dst, const v
     return b->copy_to_host(b->ctx, id, dst, src, n, stream, err);
 }
 
-void *pyxbuf__scratch_take(const pyxbuf_backend *b, int32_t id, size_t n,
-                           pyxbuf__pinned_block **pinned) {
+/* Pooled page-locked memory of b's for n host bytes beside one device copy,
+ * when staging is on and n is large; else NULL. */
+static pyxbuf__pinned_block *pinned_for(const pyxbuf_backend *b, int32_t id, size_t n) {
     pyxbuf_transfer_config cfg;
     pyxbuf__transfer_config(&cfg);
-    *pinned = cfg.enabled && n >= cfg.threshold ? pyxbuf__pinned_take(b, id, n) : NULL;
+    return cfg.enabled && n != 0 && n >= cfg.threshold ? pyxbuf__pinned_take(b, id, n) : NULL;
+}
+
+void *pyxbuf__scratch_take(const pyxbuf_backend *b, int32_t id, size_t n,
+                           pyxbuf__pinned_block **pinned) {
+    *pinned = pinned_for(b, id, n);
     return *pinned ? (*pinned)->ptr : malloc(n ? n : 1);
 }
 
@@ -175,11 +187,6 @@ void pyxbuf__scratch_give(void *p, pyxbuf__pinned_block *pinned) {
 }
 
 pyxbuf__pinned_block *pyxbuf__pinned_result(int32_t device_type, int32_t device_id, size_t n) {
-    pyxbuf_transfer_config cfg;
     pyxbuf_backend b;
-    pyxbuf__transfer_config(&cfg);
-    if (!cfg.enabled || n < cfg.threshold || n == 0 ||
-        pyxbuf_backend_get(device_type, &b, NULL) < 0)
-        return NULL;
-    return pyxbuf__pinned_take(&b, device_id, n);
+    return pyxbuf_backend_get(device_type, &b, NULL) < 0 ? NULL : pinned_for(&b, device_id, n);
 }
