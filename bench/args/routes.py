@@ -29,6 +29,8 @@ ROUTES = [
     ("cython", "float[:]", "_args_cython", "memview"),
     ("cython", "pyxbuf", "_args_cython", "pyxbuf"),
     ("cython", "XView", "_args_cython", "xview"),
+    ("cython", "XView.get", "_args_cython", "xview_get"),
+    ("cython", "XView-with", "_args_cython", "xview_with"),
     ("nanobind", "nb::ndarray", "_args_nanobind", "ndarray"),
     ("nanobind", "pyxbuf::view", "_args_nanobind", "pyxbuf"),
     ("pybind11", "py::array_t", "_args_pybind11", "array_t"),

@@ -176,6 +176,31 @@ def test_release_waits_for_the_last_memoryview():
     assert x.tolist() == [1, 1, 1]
 
 
+def test_an_xview_never_released_is_released_when_collected():
+    x = np.arange(4, dtype=np.float32)
+    before = sys.getrefcount(x)
+    assert cy.count_direct(x) == 4 and pyxbuf.live_borrows() == 0
+    v = cy.XView(x, pyxbuf.PyBUF_RECORDS | pyxbuf.PYXBUF_BORROW_EXCLUSIVE)
+    assert v.held and pyxbuf.live_borrows() == 1
+    del v  # no release(), no with block: collection gives the grant back
+    assert pyxbuf.live_borrows() == 0 and sys.getrefcount(x) == before
+    cy.fill(x, 2.0)
+    # Collected while an exception unwinds (the XView is a local of the
+    # raising function): released, and the exception arrives unchanged.
+    for _ in range(50):
+        try:
+            cy.raise_while_held(x)
+        except LookupError as e:  # not pytest.raises: its record would keep x
+            assert "raised on purpose with the XView held (True)" in str(e)
+            assert e.__context__ is None and pyxbuf.live_borrows() == 0
+        else:
+            pytest.fail("raise_while_held returned")
+    assert x.tolist() == [5, 2, 2, 2]
+    assert sys.getrefcount(x) == before
+    cy.fill(x, 3.0)  # the exclusive grant was given back each time
+    assert x.tolist() == [3, 3, 3, 3]
+
+
 def test_emulated_device_array_refused_or_copied():
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     d = cy.to_emulated_device(a)

@@ -2,8 +2,11 @@
 # _args_cython.pyx -- the Cython routes of the per-argument race (make
 # bench-args): Cython's own typed memoryview argument against pyxbuf's C API
 # through the wheel's .pxd declarations (`from pyxbuf cimport ...`), and
-# through the XView guard. Each takes one 1-D float32 array and returns its
-# length; noop takes any object and returns 0 (the call alone).
+# through the XView guard in its three forms (pyxbuf_xview.pxi): XView.get
+# with release() in `finally`, a typed memoryview made straight of
+# XView.get (released with it, as a float[:] argument is), and the `with`
+# block. Each takes one 1-D float32 array and returns its length; noop takes
+# any object and returns 0 (the call alone).
 from pyxbuf cimport *
 
 include "pyxbuf_xview.pxi"
@@ -43,3 +46,15 @@ def xview(x):
     finally:
         m = None
         v.release()
+
+
+def xview_get(x):
+    cdef const float[:] m = XView.get(x, PyBUF_RECORDS_RO | PYXBUF_BORROW_SHARED)
+    return m.shape[0]
+
+
+def xview_with(x):
+    cdef const float[:] m
+    with XView(x, PyBUF_RECORDS_RO | PYXBUF_BORROW_SHARED) as v:
+        m = v
+        return m.shape[0]

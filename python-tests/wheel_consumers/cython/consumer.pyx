@@ -246,6 +246,23 @@ def escape(obj):
     return v, m
 
 
+def count_direct(obj):
+    """The length of a 1-D float32 array through the cheapest form of XView:
+    a typed memoryview made straight of XView.get, released with it."""
+    cdef const float[:] m = XView.get(obj, PyBUF_RECORDS_RO | PYXBUF_BORROW_SHARED)
+    return m.shape[0]
+
+
+def raise_while_held(obj):
+    """Acquire obj exclusively into a local XView, never release it, and
+    raise LookupError: the XView is collected while the exception unwinds,
+    which must release the view and leave the exception as it was."""
+    cdef XView v = XView.get(obj, PyBUF_RECORDS | PYXBUF_BORROW_EXCLUSIVE)
+    cdef float[:] m = v
+    m[0] = 5
+    raise LookupError(f"raise_while_held: raised on purpose with the XView held ({v.held})")
+
+
 def contiguous_sum(obj):
     """The sum through a C-contiguous memoryview (const float[::1]), with the
     cheapest form of XView: XView.get and release() in `finally`."""
