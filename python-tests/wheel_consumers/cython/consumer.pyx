@@ -1,4 +1,4 @@
-# cython: language_level=3
+# cython: language_level=3, freethreading_compatible=True
 """A third-party Cython extension built against pyxbuf's wheel (make
 test-wheel; check_cython.py tests it): the declarations from `from pyxbuf
 cimport`, the XView guard from pyxbuf_xview.pxi, typed memoryviews over
