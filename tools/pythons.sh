@@ -7,11 +7,15 @@
 #   tools/pythons.sh 3.13 3.14 3.14t 3.15 3.14t-tsan 3.15-pep
 #
 # 3.14t is the free-threaded build (--disable-gil); 3.14t-tsan the same with
-# --with-thread-sanitizer. 3.15-pep is 3.15 with the patch series in
-# cpython/ (the extended buffer protocol's reference implementation) applied
-# in order; its installation records the series' SHA-256 and is rebuilt when
-# the series changes. No PGO/LTO: the point is fast builds. Shared
-# libpython (rpath set), so that the C tests can embed each interpreter.
+# --with-thread-sanitizer. 3.15-headers is no interpreter: stock 3.15's
+# configured headers alone (configure as the builds are, then `make
+# inclinstall`: half a minute where a build takes ten), what an extension
+# compiled against the stock headers needs. 3.15-pep is 3.15 with the patch
+# series in cpython/ (the extended buffer protocol's reference
+# implementation) applied in order; its installation records the series'
+# SHA-256 and is rebuilt when the series changes. No PGO/LTO: the point is
+# fast builds. Shared libpython (rpath set), so that the C tests can embed
+# each interpreter.
 #
 # Debian's archive (deb.debian.org/debian/pool/main/p/python3.X) keeps only
 # some versions of each source package, so the newest upstream tarball
@@ -122,15 +126,40 @@ system_python() {
     say "$spec: the machine's CPython at $home"
 }
 
+# 3.X-headers: the stock headers of CPython 3.X with the pyconfig.h its
+# configure writes here, installed under $CACHE/<spec>/include/python3.X.
+headers_only() {
+    local spec=$1 minor=$2 prefix="$CACHE/$1"
+    if [ -f "$prefix/.complete" ] && [ -f "$prefix/include/python$minor/Python.h" ]; then
+        say "$spec: cached at $prefix"
+        return
+    fi
+    build_deps
+    local tar work="$CACHE/build/$spec"
+    tar=$(fetch "$minor")
+    rm -rf "$work" "$prefix" && mkdir -p "$work"
+    tar -xJf "$tar" -C "$work" --strip-components=1
+    say "$spec: configure && make inclinstall (the headers only)"
+    (cd "$work" && ./configure --prefix="$prefix" --enable-shared >configure.log 2>&1 &&
+        make inclinstall >install.log 2>&1) || {
+        say "$spec: failed; see $work/*.log"
+        exit 1
+    }
+    rm -rf "$work"
+    : >"$prefix/.complete"
+    say "$spec: $(basename "$tar")'s headers at $prefix/include/python$minor"
+}
+
 build() {
     local spec=$1 minor=${1%%[t-]*} flags=() patched=0
     case $spec in
         *-numpy1) system_python "$spec" "$minor"; return ;;
+        *-headers) headers_only "$spec" "$minor"; return ;;
         *-pep) patched=1 ;;
         *t-tsan) flags=(--disable-gil --with-thread-sanitizer) ;;
         *t) flags=(--disable-gil) ;;
         [0-9].[0-9]*) ;;
-        *) say "unknown interpreter '$spec' (3.13, 3.14, 3.14t, 3.15, 3.14t-tsan, 3.15-pep ...)"; exit 2 ;;
+        *) say "unknown interpreter '$spec' (3.13, 3.14, 3.14t, 3.15, 3.14t-tsan, 3.15-pep, 3.15-headers ...)"; exit 2 ;;
     esac
     local prefix="$CACHE/$spec" stamp=""
     [ $patched = 1 ] && stamp=$(series_hash)
