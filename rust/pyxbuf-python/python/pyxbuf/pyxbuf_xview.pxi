@@ -48,7 +48,9 @@
 #     a typed memoryview of the XView lives the release waits for the last one
 #     to go (a function's memoryview locals go when it returns; `m = None`
 #     ends one early); no new memoryview is handed out after release(). An
-#     XView that is never released is released when it is collected.
+#     XView that is never released is released when it is collected (by a
+#     tp_dealloc this file installs at import, see the end: CPython's full C
+#     API, not the Limited API).
 #
 # Threads: as pyxbuf_view, an XView belongs to one thread at a time (the GIL,
 # or on a free-threaded build the caller's own hand-over).
