@@ -9,8 +9,8 @@
 # 3.14t is the free-threaded build (--disable-gil); 3.14t-tsan the same with
 # --with-thread-sanitizer. 3.15-headers is no interpreter: stock 3.15's
 # configured headers alone (configure as the builds are, then `make
-# inclinstall`: half a minute where a build takes ten), what an extension
-# compiled against the stock headers needs. 3.15-pep is 3.15 with the patch
+# inclinstall`: half a minute here, where a build takes minutes), what an
+# extension compiled against the stock headers needs. 3.15-pep is 3.15 with the patch
 # series in cpython/ (the extended buffer protocol's reference
 # implementation) applied in order; its installation records the series'
 # SHA-256 and is rebuilt when the series changes. No PGO/LTO: the point is

@@ -50,8 +50,8 @@ assert t.check_supports(make("device"), DEVICE)
 
 # A C extension compiled against the stock 3.15 headers, for the -pep line's
 # binary-compatibility tests: its directory, or nothing when it cannot be
-# built. The headers alone (3.15-headers), not a stock interpreter: a build
-# of one was a sixth of a cold CI run.
+# built. The headers alone (3.15-headers), not a stock interpreter: building
+# one was a whole CPython build of a cold CI run for its headers.
 build_stock_extension() {
     local work=$1 vpy=$2 inc="$PYTHONS/3.15-headers/include/python3.15"
     PYXBUF_PYTHONS=$PYTHONS JOBS=$JOBS "$ROOT/tools/pythons.sh" 3.15-headers >"$work/stock.log" 2>&1 ||
