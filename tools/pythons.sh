@@ -126,6 +126,18 @@ system_python() {
     say "$spec: the machine's CPython at $home"
 }
 
+# Fetches python$minor's source and unpacks it into a clean
+# $CACHE/build/<spec> (the installation $CACHE/<spec> removed); prints the
+# tarball's path.
+unpack() {
+    local spec=$1 minor=$2 tar work="$CACHE/build/$1"
+    build_deps
+    tar=$(fetch "$minor")
+    rm -rf "$work" "$CACHE/$spec" && mkdir -p "$work"
+    tar -xJf "$tar" -C "$work" --strip-components=1
+    echo "$tar"
+}
+
 # 3.X-headers: the stock headers of CPython 3.X with the pyconfig.h its
 # configure writes here, installed under $CACHE/<spec>/include/python3.X.
 headers_only() {
@@ -134,11 +146,8 @@ headers_only() {
         say "$spec: cached at $prefix"
         return
     fi
-    build_deps
     local tar work="$CACHE/build/$spec"
-    tar=$(fetch "$minor")
-    rm -rf "$work" "$prefix" && mkdir -p "$work"
-    tar -xJf "$tar" -C "$work" --strip-components=1
+    tar=$(unpack "$spec" "$minor")
     say "$spec: configure && make inclinstall (the headers only)"
     (cd "$work" && ./configure --prefix="$prefix" --enable-shared >configure.log 2>&1 &&
         make inclinstall >install.log 2>&1) || {
@@ -168,12 +177,8 @@ build() {
         say "$spec: cached at $prefix"
         return
     fi
-    build_deps
-    local tar
-    tar=$(fetch "$minor")
-    local work="$CACHE/build/$spec"
-    rm -rf "$work" "$prefix" && mkdir -p "$work"
-    tar -xJf "$tar" -C "$work" --strip-components=1
+    local tar work="$CACHE/build/$spec"
+    tar=$(unpack "$spec" "$minor")
     if [ $patched = 1 ]; then
         local p
         for p in "$PATCHES_DIR"/*.patch; do

@@ -90,9 +90,10 @@ int pyxbuf__copy_to_host(const pyxbuf_backend *b, int32_t id, void *dst, const v
 /* staging.c: host scratch of n bytes for packing or unpacking beside one
  * device copy: a pooled page-locked block of b's (*pinned set) when staging
  * is on and n is large, so that copy is direct at the link's rate, else
- * malloc'd memory (*pinned NULL). Give it back once the copy has completed. */
+ * malloc'd memory (*pinned NULL); NULL with err set (PYXBUF_ENOMEM) when
+ * neither can be had. Give it back once the copy has completed. */
 void *pyxbuf__scratch_take(const pyxbuf_backend *b, int32_t id, size_t n,
-                           pyxbuf__pinned_block **pinned);
+                           pyxbuf__pinned_block **pinned, pyxbuf_error *err);
 void pyxbuf__scratch_give(void *p, pyxbuf__pinned_block *pinned);
 /* staging.c: pooled page-locked memory for n bytes copied from the device
  * (device_type, device_id) into a new host result, or NULL when staging is

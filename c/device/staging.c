@@ -176,9 +176,13 @@ static pyxbuf__pinned_block *pinned_for(const pyxbuf_backend *b, int32_t id, siz
 }
 
 void *pyxbuf__scratch_take(const pyxbuf_backend *b, int32_t id, size_t n,
-                           pyxbuf__pinned_block **pinned) {
+                           pyxbuf__pinned_block **pinned, pyxbuf_error *err) {
     *pinned = pinned_for(b, id, n);
-    return *pinned ? (*pinned)->ptr : malloc(n ? n : 1);
+    void *p = *pinned ? (*pinned)->ptr : malloc(n ? n : 1);
+    if (p == NULL)
+        pyxbuf__error(err, PYXBUF_ENOMEM, -1, "cannot allocate %zu %s to stage a copy", n,
+                      PYXBUF__PLURAL(n, "byte", "bytes"));
+    return p;
 }
 
 void pyxbuf__scratch_give(void *p, pyxbuf__pinned_block *pinned) {

@@ -74,10 +74,8 @@ static int device_to_host(const pyxbuf_backend *b, const pyxbuf_view *view, cons
     size_t span = (size_t)(l.hi - l.lo);
     if (l.c_contiguous) return pyxbuf__copy_to_host(b, d->device_id, dst, src, span, stream, err);
     pyxbuf__pinned_block *pinned;
-    char *staging = pyxbuf__scratch_take(b, d->device_id, span, &pinned);
-    if (staging == NULL)
-        return pyxbuf__error(err, PYXBUF_ENOMEM, -1, "cannot allocate %zu %s to stage a copy",
-                             span, PYXBUF__PLURAL(span, "byte", "bytes"));
+    char *staging = pyxbuf__scratch_take(b, d->device_id, span, &pinned, err);
+    if (staging == NULL) return PYXBUF_ENOMEM;
     int rc = pyxbuf__copy_to_host(b, d->device_id, staging, src, span, stream, err);
     if (rc == 0) pyxbuf__gather_c_order(&view->base, staging - l.lo, dst);
     pyxbuf__scratch_give(staging, pinned);
@@ -147,10 +145,8 @@ int pyxbuf__copy_view_into(const pyxbuf_view *view, const pyxbuf_device *src, vo
                                       (const char *)view->base.buf + l.lo, n, stream, err);
     /* Strided, or across backends: pack on the host, then upload once. */
     pyxbuf__pinned_block *pinned;
-    char *staging = pyxbuf__scratch_take(&tb, target->device_id, n, &pinned);
-    if (staging == NULL)
-        return pyxbuf__error(err, PYXBUF_ENOMEM, -1, "cannot allocate %zu %s to stage a copy",
-                             n, PYXBUF__PLURAL(n, "byte", "bytes"));
+    char *staging = pyxbuf__scratch_take(&tb, target->device_id, n, &pinned, err);
+    if (staging == NULL) return PYXBUF_ENOMEM;
     if (src_host)
         pyxbuf__gather_c_order(&view->base, view->base.buf, staging);
     else

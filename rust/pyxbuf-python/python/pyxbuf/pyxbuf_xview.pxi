@@ -122,6 +122,12 @@ cdef class XView:
             return
         self.closing = True
         if self.exports == 0:
+            self._give_back()
+
+    cdef void _give_back(self) noexcept:
+        """pyxbuf_release, once: the one place an XView's view is released
+        (release(), the last typed memoryview's release, collection)."""
+        if self.acquired:
             self.acquired = False
             pyxbuf_release(&self.view)
 
@@ -286,15 +292,13 @@ cdef class XView:
 
     def __releasebuffer__(self, Py_buffer *buffer):
         self.exports -= 1
-        if self.exports == 0 and self.closing and self.acquired:
-            self.acquired = False
-            pyxbuf_release(&self.view)
+        if self.exports == 0 and self.closing:
+            self._give_back()
 
 
 # Release at collection. Not a __dealloc__: Cython wraps each call of one in
-# a save and restore of the pending exception, a third of what XView adds to
-# a typed memoryview on CPython 3.11 (about 65 instructions of 200), paid by
-# every XView although most are released before they go. Instead, at import,
+# a save and restore of the pending exception (62 instructions on CPython
+# 3.11), paid by every XView although most are released before they go. Instead, at import,
 # XView's tp_dealloc becomes pyxbuf__xview_dealloc: it releases a view still
 # held (saving the pending exception only when one is set), then runs
 # Cython's own tp_dealloc (the freelist, the type's reference). The probe
@@ -307,9 +311,7 @@ cdef class XView:
 # cannot undo as unraisable; an error left set all the same is reported so
 # too, as Cython does for a __dealloc__).
 cdef void _pyxbuf_xview_collect(XView v) noexcept:
-    if v.acquired:
-        v.acquired = False
-        pyxbuf_release(&v.view)
+    v._give_back()
 
 cdef extern from *:
     """
