@@ -579,6 +579,11 @@ PYXBUF_API void pyxbuf_transfer_config_get(pyxbuf_transfer_config *out);
  * beyond it (pyxbuf_pinned_pool_trim frees them all now). */
 PYXBUF_API int pyxbuf_transfer_config_set(const pyxbuf_transfer_config *config,
                                           pyxbuf_error *err);
+/* 0 when the configuration in force is valid; PYXBUF_EINVAL naming the
+ * variable when the environment set one out of range or malformed (every
+ * copy that consults the configuration then fails the same way, until
+ * pyxbuf_transfer_config_set replaces it). */
+PYXBUF_API int pyxbuf_transfer_config_check(pyxbuf_error *err);
 /* The pool's state, for tests and tuning: bytes held and in use, and how
  * many blocks were allocated and reused since the start. */
 typedef struct pyxbuf_pinned_pool_stats {

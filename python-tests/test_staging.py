@@ -128,6 +128,39 @@ def test_result_on_the_host_is_pooled_memory_given_back():
     assert bytes(memoryview(again)) == a.tobytes()
 
 
+def test_page_locked_results_are_allocated_without_the_gil():
+    """issue 47 item 5: page-locking a new result takes the driver
+    milliseconds to seconds; other Python threads run meanwhile."""
+    a = pattern(5 * CHUNK)
+    dev = t.to_device(a, DEV0)
+    t.pinned_pool_trim()  # the next pooled result is a new allocation
+    before = t.pinned_pool_stats()
+    host = t.to_device(dev, None)
+    after = t.pinned_pool_stats()
+    assert after["allocations"] > before["allocations"]
+    assert after["emulated_host_allocations_with_gil"] == before["emulated_host_allocations_with_gil"]
+    assert bytes(memoryview(host)) == a.tobytes()
+
+
+@pytest.mark.parametrize("chunk", [2**64 - 2**20, 3 * 2**62 + 2**20, 2**30 + 1])
+def test_a_chunk_beyond_the_machine_is_refused_and_nothing_changes(chunk):
+    """issue 47 item 1: chunk x buffers and the chunk count wrapped; a staged
+    copy then copied nothing and said it had, or overflowed a 0-byte block."""
+    before = t.transfer_config()
+    with pytest.raises(ValueError, match=r"chunk is \d+; it must be 65536\.\.1073741824 bytes"):
+        t.transfer_config(chunk=chunk, buffers=8, pool_cap=2**64 - 1)
+    assert t.transfer_config() == before
+    a = pattern(3 * CHUNK + 5)
+    _, back = round_trip(a)
+    assert back == a.tobytes()
+
+
+def test_a_pool_cap_beyond_the_machine_is_refused():
+    with pytest.raises(ValueError, match=r"pool_cap is 18446744073709551615; it must be at most "
+                                         r"\d+ bytes \(this machine's memory\)"):
+        t.transfer_config(pool_cap=2**64 - 1)
+
+
 def test_small_results_and_disabled_staging_use_plain_memory():
     a = pattern(3 * CHUNK)
     dev = t.to_device(a, DEV0)
@@ -223,7 +256,7 @@ def test_the_cap_bounds_what_the_pool_holds():
     [
         ("threads", 0, "threads is 0; it must be 1..64"),
         ("buffers", 1, "buffers is 1; it must be 2..16"),
-        ("chunk", 4096, "chunk is 4096; it must be at least 65536 bytes"),
+        ("chunk", 4096, r"chunk is 4096; it must be 65536\.\.1073741824 bytes"),
         ("pool_cap", CHUNK, "pool_cap is 65536; it must be at least chunk x buffers"),
     ],
 )
@@ -266,10 +299,6 @@ def test_a_forked_child_stages_with_workers_of_its_own():
           "PYXBUF_PINNED_POOL_CAP": "1G", "PYXBUF_STAGING_THREADS": "5"},
          {"enabled": 1, "threshold": 64 << 20, "chunk": 2 << 20, "pool_cap": 1 << 30,
           "threads": 5}),
-        # Malformed values keep the defaults; a chunk under 64 KiB is raised to it.
-        ({"PYXBUF_STAGING_THRESHOLD": "lots", "PYXBUF_STAGING_THREADS": "999",
-          "PYXBUF_STAGING_CHUNK": "1K"},
-         {"threshold": 8 << 20, "chunk": 64 << 10}),
     ],
 )
 def test_the_environment_sets_the_first_configuration(env, expect):
@@ -283,5 +312,44 @@ def test_the_environment_sets_the_first_configuration(env, expect):
                          capture_output=True, text=True, check=True).stdout
     got = json.loads(out)
     assert {k: got[k] for k in expect} == expect
-    if "999" in env.get("PYXBUF_STAGING_THREADS", ""):
-        assert 1 <= got["threads"] <= 16
+
+
+BAD_ENVIRONMENT = [
+    ("PYXBUF_STAGING_CHUNK", "17592186044415M", "it must be 65536..1073741824 bytes"),
+    ("PYXBUF_STAGING_CHUNK", "1K", "it must be 65536..1073741824 bytes"),
+    ("PYXBUF_STAGING_THRESHOLD", "lots", "it must be a byte count"),
+    ("PYXBUF_STAGING_THREADS", "999", "it must be a whole number in 1..64"),
+    ("PYXBUF_PINNED_POOL_CAP", "16777216G", "it must be at most"),
+    ("PYXBUF_STAGING", "maybe", "it must be 1, on, 0 or off"),
+]
+
+
+@pytest.mark.parametrize("name, value, words", BAD_ENVIRONMENT)
+def test_a_bad_environment_variable_is_an_error_at_first_use(name, value, words):
+    """issue 47 item 1: the environment went unchecked (a wrapping chunk
+    came in through PYXBUF_STAGING_CHUNK); now it is checked as
+    transfer_config is, and a bad variable is a ValueError naming it at
+    every use until the configuration is set."""
+    import os
+    import subprocess
+    import sys
+
+    code = f"""
+import numpy as np, _pyxbuf_testext as t
+for use in (lambda: t.to_device(np.ones(1 << 20, np.uint8), ({EXT}, 0)), t.transfer_config):
+    try:
+        use()
+    except ValueError as e:
+        print("ValueError:", e)
+    else:
+        print("no error")
+t.transfer_config(threads=2)  # setting the configuration replaces the environment's
+print(t.copy_to_host(t.to_device(np.ones(4, np.uint8), ({EXT}, 0))))
+"""
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, name: value},
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert len(out) == 3, out
+    for line in out[:2]:
+        assert line.startswith(f"ValueError: the environment variable {name} is '{value}'"), line
+        assert words in line, line
+    assert out[2] == repr(b"\x01" * 4)

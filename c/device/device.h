@@ -47,7 +47,10 @@ int pyxbuf__check_copy_size(const pyxbuf_view *view, size_t nbytes);
 #define PYXBUF__STAGING_MAX_THREADS 64
 #define PYXBUF__STAGING_MAX_BUFFERS 16
 #define PYXBUF__STAGING_MIN_CHUNK ((uint64_t)64 << 10)
-void pyxbuf__transfer_config(pyxbuf_transfer_config *out);
+#define PYXBUF__STAGING_MAX_CHUNK ((uint64_t)1 << 30)
+/* 0, or PYXBUF_EINVAL with err naming the environment variable that is out
+ * of range (*out then holds the defaults). */
+int pyxbuf__transfer_config(pyxbuf_transfer_config *out, pyxbuf_error *err);
 /* Whether staging asks for huge pages on destination memory (opt-in:
  * PYXBUF_STAGING_HUGE_PAGES=1, read with the configuration). */
 int pyxbuf__staging_huge_pages(void);

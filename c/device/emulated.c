@@ -47,6 +47,8 @@ typedef struct block {
 
 typedef struct device {
     int ready;
+    int lost;      /* a forked child could not copy it: gone */
+    int fd;        /* the memfd behind both mappings */
     char *guarded; /* PROT_NONE: the addresses handed out */
     char *backing; /* read-write: what the backend touches */
     block *blocks;
@@ -88,6 +90,7 @@ static stream streams[MAX_STREAMS]; /* handle h < DEFAULT_STREAMS: per-device de
 static stream default_streams[PYXBUF_EMULATED_MAX_DEVICES];
 static int64_t live_allocations = 0;
 static int64_t live_host_allocations = 0;
+static int64_t host_allocations_with_gil = 0; /* page-locking is slow: never under the GIL */
 static int64_t copy_async_budget = -1; /* copies that succeed before one fails; -1: all */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -100,20 +103,77 @@ static int map_device(int32_t id, pyxbuf_error *err) {
                     "device tests on Linux");
 }
 #else
+/* A new sparse memfd of the device's size, or -1. */
+static int new_memfd(void) {
+    int fd = memfd_create("pyxbuf-emulated", MFD_CLOEXEC);
+    if (fd >= 0 && ftruncate(fd, (off_t)DEVICE_BYTES) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* The fork rules of a real device, whose memory a forked child never
+ * shares with its parent: the lock is taken around fork() (no child starts
+ * with it held by a thread it does not have), and a child's device memory
+ * becomes a copy of the parent's as it was at fork() -- a new memfd holding
+ * the live blocks, mapped at the same addresses -- so neither process's
+ * device writes land in the other's (a MAP_SHARED memfd is shared across
+ * fork). A child that cannot have its own memory loses the device: every
+ * call then fails as on a device that is gone. */
+static void before_fork(void) { pthread_mutex_lock(&lock); }
+static void after_fork_parent(void) { pthread_mutex_unlock(&lock); }
+
+static int remap_privately(device *d) {
+    int fd = new_memfd();
+    if (fd < 0) return -1;
+    for (const block *b = d->blocks; b != NULL; b = b->next) {
+        size_t done = 0;
+        while (b->used && done < b->size) {
+            ssize_t w = pwrite(fd, d->backing + b->offset + done, b->size - done,
+                               (off_t)(b->offset + done));
+            if (w <= 0) {
+                close(fd);
+                return -1;
+            }
+            done += (size_t)w;
+        }
+    }
+    void *g = mmap(d->guarded, DEVICE_BYTES, PROT_NONE, MAP_SHARED | MAP_FIXED, fd, 0);
+    void *k = mmap(d->backing, DEVICE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+    close(d->fd);
+    d->fd = fd;
+    return g == MAP_FAILED || k == MAP_FAILED ? -1 : 0;
+}
+
+static void after_fork_child(void) {
+    for (int i = 0; i < PYXBUF_EMULATED_MAX_DEVICES; i++)
+        if (devices[i].ready && remap_privately(&devices[i]) < 0) {
+            devices[i].ready = 0;
+            devices[i].lost = 1;
+        }
+    pthread_mutex_unlock(&lock);
+}
+
+static void register_fork_rules(void) { pthread_atfork(before_fork, after_fork_parent, after_fork_child); }
+static pthread_once_t fork_rules_once = PTHREAD_ONCE_INIT;
+
 static int map_device(int32_t id, pyxbuf_error *err) {
     device *d = &devices[id];
+    if (d->lost)
+        return td_error(err, PYXBUF_EDEVICE, "emulated: device %d was lost in a forked child "
+                        "(its memory could not be copied)", (int)id);
     if (d->ready) return 0;
-    int fd = memfd_create("pyxbuf-emulated", MFD_CLOEXEC);
-    if (fd < 0) return td_error(err, PYXBUF_EDEVICE, "emulated: memfd_create failed");
-    if (ftruncate(fd, (off_t)DEVICE_BYTES) != 0) {
-        close(fd);
-        return td_error(err, PYXBUF_EDEVICE, "emulated: cannot size the memfd");
-    }
+    pthread_once(&fork_rules_once, register_fork_rules);
+    int fd = new_memfd();
+    if (fd < 0) return td_error(err, PYXBUF_EDEVICE, "emulated: cannot create or size a memfd");
     void *guarded = mmap(NULL, DEVICE_BYTES, PROT_NONE, MAP_SHARED, fd, 0);
     void *backing = mmap(NULL, DEVICE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd); /* the mappings keep the memory */
-    if (guarded == MAP_FAILED || backing == MAP_FAILED)
+    if (guarded == MAP_FAILED || backing == MAP_FAILED) {
+        close(fd);
         return td_error(err, PYXBUF_EDEVICE, "emulated: cannot map device memory");
+    }
+    d->fd = fd; /* kept: a forked child copies from it, another process may map it */
     d->guarded = guarded;
     d->backing = backing;
     d->blocks = calloc(1, sizeof(block));
@@ -461,6 +521,7 @@ static int td_host_alloc(void *ctx, int32_t id, size_t n, void **ptr, pyxbuf_err
     if (rc == 0 && (*ptr = malloc(n ? n : 1)) == NULL)
         rc = td_error(err, PYXBUF_ENOMEM, "emulated: cannot allocate %zu host bytes", n);
     if (rc == 0) live_host_allocations++;
+    if (rc == 0 && Py_IsInitialized() && PyGILState_Check()) host_allocations_with_gil++;
     pthread_mutex_unlock(&lock);
     return rc;
 }
@@ -583,6 +644,13 @@ void pyxbuf_emulated_fail_copies_after(int64_t copies) {
 int64_t pyxbuf_emulated_live_host_allocations(void) {
     pthread_mutex_lock(&lock);
     int64_t n = live_host_allocations;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+int64_t pyxbuf_emulated_host_allocations_with_gil(void) {
+    pthread_mutex_lock(&lock);
+    int64_t n = host_allocations_with_gil;
     pthread_mutex_unlock(&lock);
     return n;
 }

@@ -31,6 +31,9 @@ int pyxbuf_emulated_register(pyxbuf_error *err);
 int64_t pyxbuf_emulated_live_allocations(void);
 /* Live host_alloc blocks (the pinned pool's; freed by pyxbuf_pinned_pool_trim). */
 int64_t pyxbuf_emulated_live_host_allocations(void);
+/* host_alloc calls made by a thread holding the GIL (page-locking takes a
+ * real driver milliseconds: pyxbuf makes these calls without it). */
+int64_t pyxbuf_emulated_host_allocations_with_gil(void);
 /* Let `copies` more asynchronous copies succeed, then fail every one until
  * called with -1 (tests of a staged copy failing midway). */
 void pyxbuf_emulated_fail_copies_after(int64_t copies);

@@ -19,9 +19,11 @@ static uint64_t held_bytes, used_bytes, allocations, reuses;
 static int exit_hook_set;
 
 /* Size classes a quarter of a power of two apart (a block is at most 25%
- * larger than asked), in whole pages; 64 KiB at least. */
+ * larger than asked), in whole pages; 64 KiB at least. 0 for a size no
+ * class can hold (above a quarter of the address space): never pooled. */
 static size_t size_class(size_t n) {
     if (n <= ((size_t)64 << 10)) return (size_t)64 << 10;
+    if (n > (SIZE_MAX >> 2)) return 0;
     size_t step = (size_t)1 << 12;
     while (step < n / 4) step <<= 1;
     return (n + step - 1) & ~(step - 1);
@@ -42,33 +44,47 @@ static int last_use_done(pyxbuf__pinned_block *blk, int32_t block) {
     return 1;
 }
 
-/* Unlink and free an idle, finished block. Under pool_lock. */
-static void free_block(pyxbuf__pinned_block **link) {
+/* Unlink an idle, finished block onto *doomed, to be freed (free_doomed)
+ * once pool_lock is released: freeing page-locked memory takes the driver
+ * milliseconds, which no other thread should wait for. Under pool_lock. */
+static void unlink_block(pyxbuf__pinned_block **link, pyxbuf__pinned_block **doomed) {
     pyxbuf__pinned_block *blk = *link;
     *link = blk->next;
     held_bytes -= blk->size;
-    blk->backend.host_free(blk->backend.ctx, blk->device_id, blk->ptr, NULL);
-    free(blk);
+    blk->next = *doomed;
+    *doomed = blk;
 }
 
-/* Free idle finished blocks until `need` more bytes fit under `cap`.
+/* Outside pool_lock: the blocks are no longer in the pool. */
+static void free_doomed(pyxbuf__pinned_block *doomed) {
+    while (doomed != NULL) {
+        pyxbuf__pinned_block *next = doomed->next;
+        doomed->backend.host_free(doomed->backend.ctx, doomed->device_id, doomed->ptr, NULL);
+        free(doomed);
+        doomed = next;
+    }
+}
+
+/* Unlink idle finished blocks until `need` more bytes fit under `cap`.
  * Under pool_lock. */
-static void make_room(uint64_t need, uint64_t cap) {
+static void make_room(uint64_t need, uint64_t cap, pyxbuf__pinned_block **doomed) {
     pyxbuf__pinned_block **link = &blocks;
-    while (*link != NULL && held_bytes + need > cap) {
-        if (!(*link)->in_use && last_use_done(*link, 0)) free_block(link);
+    while (*link != NULL && (need > cap || held_bytes > cap - need)) {
+        if (!(*link)->in_use && last_use_done(*link, 0)) unlink_block(link, doomed);
         else link = &(*link)->next;
     }
 }
 
 static void drain_at_exit(void) {
+    pyxbuf__pinned_block *doomed = NULL;
     pthread_mutex_lock(&pool_lock);
     pyxbuf__pinned_block **link = &blocks;
     while (*link != NULL) {
-        if (!(*link)->in_use && last_use_done(*link, 1)) free_block(link);
+        if (!(*link)->in_use && last_use_done(*link, 1)) unlink_block(link, &doomed);
         else link = &(*link)->next; /* an exporter still alive owns it */
     }
     pthread_mutex_unlock(&pool_lock);
+    free_doomed(doomed);
 }
 
 #if PYXBUF_HAVE_FORK
@@ -103,53 +119,73 @@ static pyxbuf__pinned_block *allocate(const pyxbuf_backend *b, int32_t device_id
     return blk;
 }
 
-pyxbuf__pinned_block *pyxbuf__pinned_take(const pyxbuf_backend *b, int32_t device_id, size_t n) {
-    if (b->host_alloc == NULL) return NULL;
-    pyxbuf_transfer_config cfg;
-    pyxbuf__transfer_config(&cfg);
-    size_t size = size_class(n);
-    pthread_mutex_lock(&pool_lock);
-    pyxbuf__pinned_block *found = NULL, *pending = NULL;
-    for (pyxbuf__pinned_block *blk = blocks; blk != NULL && found == NULL; blk = blk->next) {
+/* An idle block of the class and backend, finished (its last use over), or
+ * else *pending: one whose last use is still queued. Under pool_lock. */
+static pyxbuf__pinned_block *find_idle(const pyxbuf_backend *b, size_t size,
+                                       pyxbuf__pinned_block **pending) {
+    *pending = NULL;
+    for (pyxbuf__pinned_block *blk = blocks; blk != NULL; blk = blk->next) {
         if (blk->in_use || blk->size != size || !same_backend(&blk->backend, b)) continue;
-        if (last_use_done(blk, 0)) found = blk;
-        else if (pending == NULL) pending = blk;
+        if (last_use_done(blk, 0)) return blk;
+        if (*pending == NULL) *pending = blk;
     }
+    return NULL;
+}
+
+/* At the cap: wait, outside the lock, for an idle block of the class whose
+ * last use is queued. It is looked for now, under the lock, never
+ * remembered from before make_room or allocate (which may free it or let
+ * another thread take it). The block is marked in use before the lock is
+ * dropped, so no other take, make_room or trim touches it meanwhile. Called
+ * and returns under pool_lock. */
+static pyxbuf__pinned_block *wait_for_queued(const pyxbuf_backend *b, size_t size) {
+    pyxbuf__pinned_block *pending = NULL, *found = find_idle(b, size, &pending);
+    if (found != NULL) return found; /* finished meanwhile */
+    if (pending == NULL) return NULL;
+    pending->in_use = 1;
+    pthread_mutex_unlock(&pool_lock);
+    int done = last_use_done(pending, 1);
+    pthread_mutex_lock(&pool_lock);
+    pending->in_use = 0;
+    return done ? pending : NULL;
+}
+
+pyxbuf__pinned_block *pyxbuf__pinned_take(const pyxbuf_backend *b, int32_t device_id, size_t n) {
+    pyxbuf_transfer_config cfg;
+    size_t size = size_class(n);
+    if (b->host_alloc == NULL || size == 0 || pyxbuf__transfer_config(&cfg, NULL) < 0)
+        return NULL;
+    pyxbuf__pinned_block *doomed = NULL, *pending;
+    pthread_mutex_lock(&pool_lock);
+    pyxbuf__pinned_block *found = find_idle(b, size, &pending);
     if (found != NULL) {
         reuses++;
     } else {
-        make_room(size, cfg.pool_cap);
-        if (held_bytes + size <= cfg.pool_cap) found = allocate(b, device_id, size);
-        if (found == NULL && pending != NULL) {
-            /* At the cap: wait for the block whose last use is queued. */
-            pending->in_use = 1;
-            pthread_mutex_unlock(&pool_lock);
-            int done = last_use_done(pending, 1);
-            pthread_mutex_lock(&pool_lock);
-            pending->in_use = 0;
-            if (done) {
-                found = pending;
-                reuses++;
-            }
-        }
+        make_room(size, cfg.pool_cap, &doomed);
+        if (size <= cfg.pool_cap && held_bytes <= cfg.pool_cap - size)
+            found = allocate(b, device_id, size);
+        if (found == NULL && (found = wait_for_queued(b, size)) != NULL) reuses++;
     }
     if (found != NULL) {
         found->in_use = 1;
         used_bytes += found->size;
     }
     pthread_mutex_unlock(&pool_lock);
+    free_doomed(doomed);
     return found;
 }
 
 void pyxbuf__pinned_give(pyxbuf__pinned_block *blk, void *event) {
     pyxbuf_transfer_config cfg;
-    pyxbuf__transfer_config(&cfg);
+    pyxbuf__transfer_config(&cfg, NULL);
+    pyxbuf__pinned_block *doomed = NULL;
     pthread_mutex_lock(&pool_lock);
     blk->event = event;
     blk->in_use = 0;
     used_bytes -= blk->size;
-    make_room(0, cfg.pool_cap); /* the cap may have shrunk while it was out */
+    make_room(0, cfg.pool_cap, &doomed); /* the cap may have shrunk while it was out */
     pthread_mutex_unlock(&pool_lock);
+    free_doomed(doomed);
 }
 
 void pyxbuf__pinned_give_finished(void *blk) { pyxbuf__pinned_give(blk, NULL); }
@@ -167,9 +203,11 @@ int pyxbuf__pinned_contains(const void *p, size_t n) {
 }
 
 void pyxbuf__pinned_pool_fit(uint64_t cap) {
+    pyxbuf__pinned_block *doomed = NULL;
     pthread_mutex_lock(&pool_lock);
-    make_room(0, cap);
+    make_room(0, cap, &doomed);
     pthread_mutex_unlock(&pool_lock);
+    free_doomed(doomed);
 }
 
 void pyxbuf_pinned_pool_trim(void) { pyxbuf__pinned_pool_fit(0); }

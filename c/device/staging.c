@@ -23,14 +23,18 @@ typedef struct pipeline {
     int32_t nbuf, threads;
     pyxbuf__pinned_block *buf[PYXBUF__STAGING_MAX_BUFFERS];
     void *event[PYXBUF__STAGING_MAX_BUFFERS]; /* behind buffer k's last copy */
+    /* Buffer k may still be written or read by a copy nobody can wait for
+     * (its event could not be recorded, nor the stream synchronised): it
+     * never goes back to the pool, whose next owner the copy would corrupt. */
+    int lost[PYXBUF__STAGING_MAX_BUFFERS];
 } pipeline;
 
 /* Worth staging: on, large, a backend that can, the stream given, and host
  * memory that is pageable (neither pooled nor memory the backend knows, as
  * CUDA knows page-locked memory another library allocated). */
 static int worth_staging(const pyxbuf_backend *b, const void *host, size_t n, int64_t stream,
-                         pyxbuf_transfer_config *cfg) {
-    pyxbuf__transfer_config(cfg);
+                         pyxbuf_transfer_config *cfg, pyxbuf_error *err) {
+    if (pyxbuf__transfer_config(cfg, err) < 0) return -1; /* a bad environment variable */
     if (!cfg->enabled || n < cfg->threshold || n == 0 || b->copy_async == NULL ||
         stream == PYXBUF_STREAM_NONE || pyxbuf__pinned_contains(host, n))
         return 0;
@@ -43,6 +47,7 @@ static int worth_staging(const pyxbuf_backend *b, const void *host, size_t n, in
 static int take_buffers(pipeline *p) {
     for (int32_t k = 0; k < p->nbuf; k++) {
         p->event[k] = NULL;
+        p->lost[k] = 0;
         p->buf[k] = pyxbuf__pinned_take(p->b, p->id, p->chunk);
         if (p->buf[k] == NULL) {
             while (k-- > 0) pyxbuf__pinned_give(p->buf[k], NULL);
@@ -70,7 +75,7 @@ static int finish(pipeline *p, int rc, pyxbuf_error *err) {
         pyxbuf_error ignored;
         int w = wait_buffer(p, k, rc < 0 ? &ignored : err);
         if (rc == 0) rc = w;
-        pyxbuf__pinned_give(p->buf[k], p->event[k]);
+        if (!p->lost[k]) pyxbuf__pinned_give(p->buf[k], p->event[k]);
     }
     return rc;
 }
@@ -81,20 +86,33 @@ static size_t chunk_len(const pipeline *p, size_t i) {
     return p->n - off < p->chunk ? p->n - off : p->chunk;
 }
 
-/* Enqueue chunk i's device copy through buffer k and record its event. */
+/* The number of chunks of n bytes (chunk >= 64 KiB: no wrap). */
+static size_t chunk_count(const pipeline *p) {
+    return p->n / p->chunk + (p->n % p->chunk != 0);
+}
+
+/* Enqueue chunk i's device copy through buffer k and record its event. A
+ * copy queued without an event is waited for at once (the stream is
+ * synchronised), or buffer k is lost to the pool. */
 static int send_chunk(pipeline *p, size_t i, int32_t to_host, char *dev, pyxbuf_error *err) {
     int32_t k = (int32_t)(i % (size_t)p->nbuf);
     size_t off = i * p->chunk, len = chunk_len(p, i);
     void *host = p->buf[k]->ptr;
     int rc = to_host ? p->b->copy_async(p->b->ctx, p->id, 1, host, dev + off, len, p->stream, err)
                      : p->b->copy_async(p->b->ctx, p->id, 0, dev + off, host, len, p->stream, err);
-    if (rc == 0) rc = p->b->event_record(p->b->ctx, p->id, p->stream, &p->event[k], err);
+    if (rc < 0) return rc;
+    rc = p->b->event_record(p->b->ctx, p->id, p->stream, &p->event[k], err);
+    if (rc < 0) {
+        p->event[k] = NULL;
+        pyxbuf_error ignored;
+        if (p->b->synchronize(p->b->ctx, p->id, p->stream, &ignored) < 0) p->lost[k] = 1;
+    }
     return rc;
 }
 
 static int stage_in(pipeline *p, char *dst, const char *src, pyxbuf_error *err) {
     int rc = 0;
-    size_t chunks = (p->n + p->chunk - 1) / p->chunk;
+    size_t chunks = chunk_count(p);
     for (size_t i = 0; i < chunks && rc == 0; i++) {
         int32_t k = (int32_t)(i % (size_t)p->nbuf);
         size_t off = i * p->chunk, len = chunk_len(p, i);
@@ -124,7 +142,7 @@ static void ask_for_huge_pages(char *dst, size_t n) {
 static int stage_out(pipeline *p, char *dst, const char *src, pyxbuf_error *err) {
     int rc = 0;
     ask_for_huge_pages(dst, p->n);
-    size_t chunks = (p->n + p->chunk - 1) / p->chunk;
+    size_t chunks = chunk_count(p);
     for (size_t i = 0; i < chunks && i < (size_t)p->nbuf && rc == 0; i++)
         rc = send_chunk(p, i, 1, (char *)src, err);
     for (size_t i = 0; i < chunks && rc == 0; i++) {
@@ -139,17 +157,19 @@ static int stage_out(pipeline *p, char *dst, const char *src, pyxbuf_error *err)
 
 static void start(pipeline *p, const pyxbuf_backend *b, int32_t id, size_t n, int64_t stream,
                   const pyxbuf_transfer_config *cfg) {
-    size_t chunk = (size_t)cfg->chunk, chunks = (n + chunk - 1) / chunk;
-    *p = (pipeline){.b = b, .id = id, .stream = stream, .n = n, .chunk = chunk,
-                    .nbuf = (int32_t)(chunks < (size_t)cfg->buffers ? chunks : (size_t)cfg->buffers),
+    *p = (pipeline){.b = b, .id = id, .stream = stream, .n = n, .chunk = (size_t)cfg->chunk,
                     .threads = cfg->threads};
+    size_t chunks = chunk_count(p);
+    p->nbuf = (int32_t)(chunks < (size_t)cfg->buffers ? chunks : (size_t)cfg->buffers);
 }
 
 int pyxbuf__copy_from_host(const pyxbuf_backend *b, int32_t id, void *dst, const void *src,
                            size_t n, int64_t stream, pyxbuf_error *err) {
     pyxbuf_transfer_config cfg;
     pipeline p;
-    if (worth_staging(b, src, n, stream, &cfg)) {
+    int worth = worth_staging(b, src, n, stream, &cfg, err);
+    if (worth < 0) return PYXBUF_EINVAL;
+    if (worth) {
         start(&p, b, id, n, stream, &cfg);
         if (take_buffers(&p)) return stage_in(&p, dst, src, err);
     }
@@ -160,7 +180,9 @@ int pyxbuf__copy_to_host(const pyxbuf_backend *b, int32_t id, void *dst, const v
                          size_t n, int64_t stream, pyxbuf_error *err) {
     pyxbuf_transfer_config cfg;
     pipeline p;
-    if (worth_staging(b, dst, n, stream, &cfg)) {
+    int worth = worth_staging(b, dst, n, stream, &cfg, err);
+    if (worth < 0) return PYXBUF_EINVAL;
+    if (worth) {
         start(&p, b, id, n, stream, &cfg);
         if (take_buffers(&p)) return stage_out(&p, dst, src, err);
     }
@@ -171,7 +193,7 @@ int pyxbuf__copy_to_host(const pyxbuf_backend *b, int32_t id, void *dst, const v
  * when staging is on and n is large; else NULL. */
 static pyxbuf__pinned_block *pinned_for(const pyxbuf_backend *b, int32_t id, size_t n) {
     pyxbuf_transfer_config cfg;
-    pyxbuf__transfer_config(&cfg);
+    if (pyxbuf__transfer_config(&cfg, NULL) < 0) return NULL; /* the copy reports it */
     return cfg.enabled && n != 0 && n >= cfg.threshold ? pyxbuf__pinned_take(b, id, n) : NULL;
 }
 

@@ -36,12 +36,58 @@ static int32_t default_threads(void) {
     return (int32_t)(cores < 16 ? cores : 16);
 }
 
-/* "64M", "1G", "4096": bytes, or 0 when malformed (the default stays). */
-static uint64_t parse_bytes(const char *text) {
+/* Whether `c` is a configuration the machine can mean, else PYXBUF_EINVAL
+ * naming the field as `who` calls it (the C function, or an environment
+ * variable). Every bound keeps the staging arithmetic (chunk counts, size
+ * classes, chunk x buffers) far from wrapping. */
+static int bad_field(pyxbuf_error *err, const char *who, const char *field, uint64_t value,
+                     const char *range) {
+    return pyxbuf__error(err, PYXBUF_EINVAL, -1, "%s: %s is %llu; it must be %s", who, field,
+                         (unsigned long long)value, range);
+}
+
+static int bad_signed(pyxbuf_error *err, const char *who, const char *field, int64_t value,
+                      const char *range) {
+    return pyxbuf__error(err, PYXBUF_EINVAL, -1, "%s: %s is %lld; it must be %s", who, field,
+                         (long long)value, range);
+}
+
+/* Page-locked memory beyond the machine's RAM cannot be had. */
+static uint64_t max_pool_cap(void) {
+    uint64_t ram = pyxbuf__physical_memory();
+    return ram != 0 ? ram : (uint64_t)1 << 47;
+}
+
+static int check_config(const pyxbuf_transfer_config *c, const char *who, pyxbuf_error *err) {
+    char range[96];
+    if (c->enabled != 0 && c->enabled != 1)
+        return bad_signed(err, who, "enabled", c->enabled, "0 or 1");
+    if (c->threads < 1 || c->threads > PYXBUF__STAGING_MAX_THREADS)
+        return bad_signed(err, who, "threads", c->threads, "1..64");
+    if (c->buffers < 2 || c->buffers > PYXBUF__STAGING_MAX_BUFFERS)
+        return bad_signed(err, who, "buffers", c->buffers, "2..16");
+    if (c->chunk < PYXBUF__STAGING_MIN_CHUNK || c->chunk > PYXBUF__STAGING_MAX_CHUNK)
+        return bad_field(err, who, "chunk", c->chunk, "65536..1073741824 bytes (64 KiB to 1 GiB)");
+    if (c->threshold > (uint64_t)INT64_MAX)
+        return bad_field(err, who, "threshold", c->threshold, "at most 2^63 - 1 bytes");
+    uint64_t cap = max_pool_cap();
+    snprintf(range, sizeof range, "at most %llu bytes (this machine's memory)",
+             (unsigned long long)cap);
+    if (c->pool_cap > cap) return bad_field(err, who, "pool_cap", c->pool_cap, range);
+    /* chunk <= 1 GiB and buffers <= 16: the product is below 2^35 */
+    if (c->enabled && c->pool_cap < c->chunk * (uint64_t)c->buffers)
+        return bad_field(err, who, "pool_cap", c->pool_cap,
+                         "at least chunk x buffers (or set enabled = 0)");
+    return 0;
+}
+
+/* "64M", "1G", "4096": 0 and *out, or -1 when malformed or too large. */
+static int parse_bytes(const char *text, uint64_t *out) {
     char *end = NULL;
     errno = 0;
+    if (*text < '0' || *text > '9') return -1;
     unsigned long long v = strtoull(text, &end, 10);
-    if (errno != 0 || end == text) return 0;
+    if (errno != 0 || end == text) return -1;
     unsigned shift = 0;
     switch (*end) {
     case 'k': case 'K': shift = 10; end++; break;
@@ -51,18 +97,67 @@ static uint64_t parse_bytes(const char *text) {
     }
     if (*end == 'i' || *end == 'I') end++;
     if (*end == 'b' || *end == 'B') end++;
-    if (*end != '\0' || v > (UINT64_MAX >> shift)) return 0;
-    return (uint64_t)v << shift;
+    if (*end != '\0' || v > (UINT64_MAX >> shift)) return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+/* What the environment says is wrong, kept for every use until
+ * pyxbuf_transfer_config_set replaces the configuration. */
+static pyxbuf_error env_error;
+static int env_bad;
+
+static void env_refused(const char *name, const char *value, const char *why) {
+    if (env_bad) return; /* the first bad variable is the one named */
+    env_bad = 1;
+    pyxbuf__error(&env_error, PYXBUF_EINVAL, -1,
+                  "the environment variable %s is '%.64s': %s; fix or unset it, or set the "
+                  "configuration (pyxbuf.transfer_config(...), TransferConfig::apply, "
+                  "pyxbuf_transfer_config_set)",
+                  name, value, why);
 }
 
 static void env_bytes(const char *name, uint64_t *field) {
     const char *v = getenv(name);
-    uint64_t n = v ? parse_bytes(v) : 0;
-    if (n != 0) *field = n;
+    if (v != NULL && parse_bytes(v, field) < 0)
+        env_refused(name, v, "it must be a byte count (suffixes K, M, G)");
 }
 
-static void load_config(void) {
-    config = (pyxbuf_transfer_config){
+static void env_threads(int32_t *field) {
+    const char *v = getenv("PYXBUF_STAGING_THREADS");
+    char *end = NULL;
+    long threads = v ? strtol(v, &end, 10) : 0;
+    if (v == NULL) return;
+    if (end == v || *end != '\0' || threads < 1 || threads > PYXBUF__STAGING_MAX_THREADS)
+        env_refused("PYXBUF_STAGING_THREADS", v, "it must be a whole number in 1..64");
+    else
+        *field = (int32_t)threads;
+}
+
+/* A switch: 1 or 0 into *field; anything but these words is refused. */
+static void env_switch(const char *name, int *field) {
+    const char *v = getenv(name);
+    if (v == NULL) return;
+    if (strcmp(v, "1") == 0 || strcmp(v, "on") == 0) *field = 1;
+    else if (strcmp(v, "0") == 0 || strcmp(v, "off") == 0) *field = 0;
+    else env_refused(name, v, "it must be 1, on, 0 or off");
+}
+
+/* Which variable set a field, for the message of a value out of range. */
+static const char *env_name_of(const char *message) {
+    static const char *const names[][2] = {
+        {"chunk", "PYXBUF_STAGING_CHUNK"}, {"threshold", "PYXBUF_STAGING_THRESHOLD"},
+        {"pool_cap", "PYXBUF_PINNED_POOL_CAP"}, {"threads", "PYXBUF_STAGING_THREADS"}};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char field[32];
+        snprintf(field, sizeof field, ": %s is", names[i][0]);
+        if (strstr(message, field) != NULL) return names[i][1];
+    }
+    return "PYXBUF_STAGING";
+}
+
+static pyxbuf_transfer_config defaults(void) {
+    return (pyxbuf_transfer_config){
         .size = (uint32_t)sizeof config,
         .enabled = 1,
         .threads = default_threads(),
@@ -71,17 +166,28 @@ static void load_config(void) {
         .chunk = (uint64_t)16 << 20,
         .pool_cap = default_pool_cap(),
     };
-    const char *on = getenv("PYXBUF_STAGING");
-    if (on != NULL && (strcmp(on, "0") == 0 || strcmp(on, "off") == 0)) config.enabled = 0;
-    env_bytes("PYXBUF_STAGING_THRESHOLD", &config.threshold);
-    env_bytes("PYXBUF_STAGING_CHUNK", &config.chunk);
-    env_bytes("PYXBUF_PINNED_POOL_CAP", &config.pool_cap);
-    const char *t = getenv("PYXBUF_STAGING_THREADS");
-    long threads = t ? strtol(t, NULL, 10) : 0;
-    if (threads >= 1 && threads <= PYXBUF__STAGING_MAX_THREADS) config.threads = (int32_t)threads;
-    if (config.chunk < PYXBUF__STAGING_MIN_CHUNK) config.chunk = PYXBUF__STAGING_MIN_CHUNK;
-    const char *huge = getenv("PYXBUF_STAGING_HUGE_PAGES");
-    huge_pages = huge != NULL && strcmp(huge, "1") == 0;
+}
+
+/* The environment, checked as pyxbuf_transfer_config_set checks its
+ * argument; when any of it is refused the defaults stay in force and every
+ * use reports the variable (env_error). */
+static void load_config(void) {
+    pyxbuf_transfer_config c = defaults();
+    int enabled = 1;
+    env_switch("PYXBUF_STAGING", &enabled);
+    c.enabled = enabled;
+    env_bytes("PYXBUF_STAGING_THRESHOLD", &c.threshold);
+    env_bytes("PYXBUF_STAGING_CHUNK", &c.chunk);
+    env_bytes("PYXBUF_PINNED_POOL_CAP", &c.pool_cap);
+    env_threads(&c.threads);
+    env_switch("PYXBUF_STAGING_HUGE_PAGES", &huge_pages);
+    pyxbuf_error why;
+    if (!env_bad && check_config(&c, "pyxbuf", &why) < 0) {
+        const char *name = env_name_of(why.message);
+        const char *value = getenv(name);
+        env_refused(name, value ? value : "(unset)", strstr(why.message, ": ") + 2);
+    }
+    config = env_bad ? defaults() : c;
 }
 
 int pyxbuf__staging_huge_pages(void) {
@@ -89,47 +195,44 @@ int pyxbuf__staging_huge_pages(void) {
     return huge_pages;
 }
 
-void pyxbuf__transfer_config(pyxbuf_transfer_config *out) {
+int pyxbuf__transfer_config(pyxbuf_transfer_config *out, pyxbuf_error *err) {
     pthread_once(&config_once, load_config);
     pthread_mutex_lock(&config_lock);
     *out = config;
+    int bad = env_bad;
+    if (bad && err != NULL) *err = env_error;
     pthread_mutex_unlock(&config_lock);
+    return bad ? PYXBUF_EINVAL : 0;
 }
 
 void pyxbuf_transfer_config_get(pyxbuf_transfer_config *out) {
     pyxbuf_transfer_config c;
-    pyxbuf__transfer_config(&c);
+    pyxbuf__transfer_config(&c, NULL);
     uint32_t n = out->size >= sizeof c || out->size == 0 ? (uint32_t)sizeof c : out->size;
     memcpy(out, &c, n);
     out->size = n;
 }
 
-static int bad_field(pyxbuf_error *err, const char *field, long long value, const char *range) {
-    return pyxbuf__error(err, PYXBUF_EINVAL, -1,
-                         "pyxbuf_transfer_config_set: %s is %lld; it must be %s", field, value,
-                         range);
+int pyxbuf_transfer_config_check(pyxbuf_error *err) {
+    pyxbuf_transfer_config c;
+    return pyxbuf__transfer_config(&c, err);
 }
 
 int pyxbuf_transfer_config_set(const pyxbuf_transfer_config *in, pyxbuf_error *err) {
+    const char *who = "pyxbuf_transfer_config_set";
     if (in == NULL || in->size < offsetof(pyxbuf_transfer_config, reserved))
         return pyxbuf__error(err, PYXBUF_EINVAL, -1,
-                             "pyxbuf_transfer_config_set: config is NULL or its size %u is too "
-                             "small; start from pyxbuf_transfer_config_get",
-                             in ? (unsigned)in->size : 0u);
-    if (in->threads < 1 || in->threads > PYXBUF__STAGING_MAX_THREADS)
-        return bad_field(err, "threads", in->threads, "1..64");
-    if (in->buffers < 2 || in->buffers > PYXBUF__STAGING_MAX_BUFFERS)
-        return bad_field(err, "buffers", in->buffers, "2..16");
-    if (in->chunk < PYXBUF__STAGING_MIN_CHUNK)
-        return bad_field(err, "chunk", (long long)in->chunk, "at least 65536 bytes");
-    if (in->pool_cap < in->chunk * (uint64_t)in->buffers && in->enabled)
-        return bad_field(err, "pool_cap", (long long)in->pool_cap,
-                         "at least chunk x buffers (or set enabled = 0)");
+                             "%s: config is NULL or its size %u is too small; start from "
+                             "pyxbuf_transfer_config_get",
+                             who, in ? (unsigned)in->size : 0u);
+    int rc = check_config(in, who, err);
+    if (rc < 0) return rc;
     pthread_once(&config_once, load_config);
     pthread_mutex_lock(&config_lock);
     config = *in;
     config.size = (uint32_t)sizeof config;
     memset(config.reserved, 0, sizeof config.reserved);
+    env_bad = 0; /* the environment's values are replaced */
     pthread_mutex_unlock(&config_lock);
     return 0;
 }

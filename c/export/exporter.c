@@ -293,8 +293,12 @@ static void *allocate_on(const pyxbuf_device *device, size_t nbytes, const pyxbu
     pyxbuf_error err;
     if (from != NULL && device->device_type == PYXBUF_DL_CPU &&
         !pyxbuf__host_accessible(from->device_type)) {
-        pyxbuf__pinned_block *pinned = pyxbuf__pinned_result(from->device_type, from->device_id,
-                                                             nbytes);
+        /* Page-locking a new block takes the driver milliseconds to
+         * seconds: without the GIL (the pool has its own lock). */
+        pyxbuf__pinned_block *pinned;
+        Py_BEGIN_ALLOW_THREADS
+        pinned = pyxbuf__pinned_result(from->device_type, from->device_id, nbytes);
+        Py_END_ALLOW_THREADS
         if (pinned != NULL) {
             *free_fn = pyxbuf__pinned_give_finished; /* the copy completed before return */
             *free_ctx = pinned;

@@ -566,14 +566,19 @@ static PyObject *transfer_config(PyObject *mod, PyObject *args, PyObject *kwargs
         Py_XDECREF(before);
         return NULL;
     }
-    if (kwargs == NULL || PyDict_GET_SIZE(kwargs) == 0) return before;
+    pyxbuf_error err;
+    if (kwargs == NULL || PyDict_GET_SIZE(kwargs) == 0) {
+        if (pyxbuf_transfer_config_check(&err) == 0) return before; /* a bad environment: */
+        Py_DECREF(before);
+        PyErr_SetString(PyExc_ValueError, err.message);
+        return NULL;
+    }
     c.enabled = enabled;
     c.threads = threads;
     c.buffers = buffers;
     c.threshold = threshold;
     c.chunk = chunk;
     c.pool_cap = cap;
-    pyxbuf_error err;
     if (pyxbuf_transfer_config_set(&c, &err) < 0) {
         Py_DECREF(before);
         PyErr_SetString(PyExc_ValueError, err.message);
@@ -591,7 +596,9 @@ static PyObject *pinned_pool_stats(PyObject *mod, PyObject *unused) {
         put_u64(d, "used_bytes", st.used_bytes) < 0 ||
         put_u64(d, "allocations", st.allocations) < 0 || put_u64(d, "reuses", st.reuses) < 0 ||
         put_u64(d, "emulated_host_blocks",
-                (unsigned long long)pyxbuf_emulated_live_host_allocations()) < 0)
+                (unsigned long long)pyxbuf_emulated_live_host_allocations()) < 0 ||
+        put_u64(d, "emulated_host_allocations_with_gil",
+                (unsigned long long)pyxbuf_emulated_host_allocations_with_gil()) < 0)
         Py_CLEAR(d);
     return d;
 }

@@ -433,7 +433,9 @@ fn config_dict<'py>(py: Python<'py>, c: &pyxbuf::TransferConfig) -> PyResult<Bou
 /// staging off; `threads`: host threads filling a chunk (1..64); `buffers`:
 /// staging buffers in flight (2..16); `threshold`: bytes from which a copy
 /// is staged; `chunk`: bytes per staging buffer; `pool_cap`: bytes of
-/// page-locked memory the pool may hold.
+/// page-locked memory the pool may hold. Without arguments, a ValueError
+/// naming the environment variable (PYXBUF_STAGING_CHUNK, ...) that set a
+/// value out of range; setting the configuration replaces the environment's.
 #[pyfunction]
 #[pyo3(signature = (*, enabled=None, threads=None, buffers=None, threshold=None, chunk=None, pool_cap=None))]
 fn transfer_config<'py>(
@@ -446,6 +448,12 @@ fn transfer_config<'py>(
     pool_cap: Option<u64>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let c = pyxbuf::TransferConfig::current();
+    let asked = [threads, buffers].iter().any(Option::is_some)
+        || [threshold, chunk, pool_cap].iter().any(Option::is_some)
+        || enabled.is_some();
+    if !asked {
+        pyxbuf::TransferConfig::check()?; // a bad environment variable, named
+    }
     let new = pyxbuf::TransferConfig {
         enabled: enabled.unwrap_or(c.enabled),
         threads: threads.unwrap_or(c.threads),

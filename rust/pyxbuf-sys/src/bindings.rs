@@ -1371,6 +1371,11 @@ unsafe extern "C" {
         config: *const pyxbuf_transfer_config,
         err: *mut pyxbuf_error,
     ) -> ::std::os::raw::c_int;
+    /** 0 when the configuration in force is valid; PYXBUF_EINVAL naming the
+ variable when the environment set one out of range or malformed (every
+ copy that consults the configuration then fails the same way, until
+ pyxbuf_transfer_config_set replaces it).*/
+    pub fn pyxbuf_transfer_config_check(err: *mut pyxbuf_error) -> ::std::os::raw::c_int;
     pub fn pyxbuf_pinned_pool_stats_get(out: *mut pyxbuf_pinned_pool_stats);
     /** Free every idle pooled block now (blocks in use are freed when returned
  only if over the cap).*/

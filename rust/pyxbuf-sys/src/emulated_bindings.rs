@@ -11,6 +11,9 @@ unsafe extern "C" {
     pub fn pyxbuf_emulated_live_allocations() -> i64;
     /// Live host_alloc blocks (the pinned pool's; freed by pyxbuf_pinned_pool_trim).
     pub fn pyxbuf_emulated_live_host_allocations() -> i64;
+    /** host_alloc calls made by a thread holding the GIL (page-locking takes a
+ real driver milliseconds: pyxbuf makes these calls without it).*/
+    pub fn pyxbuf_emulated_host_allocations_with_gil() -> i64;
     /** Let `copies` more asynchronous copies succeed, then fail every one until
  called with -1 (tests of a staged copy failing midway).*/
     pub fn pyxbuf_emulated_fail_copies_after(copies: i64);

@@ -94,7 +94,26 @@ impl TransferConfig {
         }
     }
 
-    /// Make this the configuration for every later copy.
+    /// Whether the configuration in force is valid: an error naming the
+    /// environment variable (`PYXBUF_STAGING_CHUNK`, ...) that set a value
+    /// out of range or malformed. Until [`apply`](Self::apply) replaces it,
+    /// every copy fails with the same message; [`current`](Self::current)
+    /// then reports the defaults.
+    pub fn check() -> Result<(), TransferConfigError> {
+        let mut err = sys::pyxbuf_error::default();
+        // SAFETY: `err` is a writable error for the call; no Python state is used.
+        if unsafe { sys::pyxbuf_transfer_config_check(&mut err) } == 0 {
+            return Ok(());
+        }
+        // SAFETY: the C side wrote a NUL-terminated message into the buffer.
+        let msg = unsafe { std::ffi::CStr::from_ptr(err.message.as_ptr()) };
+        Err(TransferConfigError(msg.to_string_lossy().into_owned()))
+    }
+
+    /// Make this the configuration for every later copy (every field in
+    /// range, checked by the C side: `chunk` 64 KiB..1 GiB, `pool_cap` at most
+    /// the machine's memory and at least `chunk * buffers`, `threshold` below
+    /// 2^63).
     pub fn apply(&self) -> Result<(), TransferConfigError> {
         let field = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
         let c = sys::pyxbuf_transfer_config {

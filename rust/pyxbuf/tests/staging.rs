@@ -83,7 +83,7 @@ fn a_bad_configuration_is_a_value_error_naming_the_field() {
     let err = TransferConfig { chunk: 4096, ..c }.apply().unwrap_err();
     assert_eq!(
         err.to_string(),
-        "pyxbuf_transfer_config_set: chunk is 4096; it must be at least 65536 bytes"
+        "pyxbuf_transfer_config_set: chunk is 4096; it must be 65536..1073741824 bytes (64 KiB to 1 GiB)"
     );
     Python::attach(|py| {
         let py_err: PyErr = err.into();
@@ -94,4 +94,45 @@ fn a_bad_configuration_is_a_value_error_naming_the_field() {
         c,
         "a refused configuration changes nothing"
     );
+}
+
+/// Issue 47 item 1: safe Rust could set a chunk whose staging arithmetic
+/// wrapped (2^64 - 1 MiB: a staged copy of no chunks that reported success;
+/// above 3 x 2^62: a 0-byte pooled block a whole chunk was written into).
+#[test]
+fn a_chunk_or_pool_beyond_the_machine_is_refused_by_apply() {
+    let _one = CONFIG.lock().unwrap();
+    let c = TransferConfig::current();
+    for chunk in [
+        u64::MAX - (1 << 20) + 1,
+        (3 << 62) | (1 << 20),
+        (1 << 30) + 1,
+    ] {
+        let err = TransferConfig {
+            chunk,
+            buffers: 8,
+            pool_cap: u64::MAX,
+            ..c
+        }
+        .apply()
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("it must be 65536..1073741824 bytes"),
+            "{err}"
+        );
+    }
+    let err = TransferConfig {
+        pool_cap: u64::MAX,
+        ..c
+    }
+    .apply()
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("pool_cap is 18446744073709551615; it must be at most"),
+        "{err}"
+    );
+    assert_eq!(TransferConfig::current(), c);
+    assert!(TransferConfig::check().is_ok());
 }
