@@ -189,6 +189,54 @@ def test_the_route_leaks_no_reference():
     assert [sys.getrefcount(x) for x in (a, a.dtype)] == before
 
 
+def _path(a):
+    """The path that read `a`, or the exception type that refused it."""
+    try:
+        v = t.acquire(a, t.PyBUF_RECORDS_RO)
+    except BufferError:
+        return BufferError
+    path = v.info()["path"]
+    v.release()
+    return path
+
+
+def _registered_then_not(key, itemsize, alignment, a, path_registered, path_not):
+    """Register `key`, read `a`, unregister it, read `a` again: each read
+    takes the path given (or is refused: BufferError)."""
+    t.dtype_register(key, itemsize, alignment)
+    try:
+        assert _path(a) == path_registered
+    finally:
+        t.dtype_unregister(key)
+    assert _path(a) == path_not
+
+
+def _records_after_cycles(change, cycles=100):
+    """How many user-dtype records the NumPy route allocated during `cycles`
+    calls of `change`, after two to learn whatever it learns once."""
+    for _ in range(2):
+        change()
+    before = t.numpy_user_records()
+    for _ in range(cycles):
+        change()
+    return t.numpy_user_records() - before
+
+
+def test_registry_changes_do_not_grow_the_user_dtype_records():
+    # Issue 47: every read after a registry change learnt a new record of
+    # bfloat16 and kept the old one, ~48 bytes a change without bound.
+    a = np.zeros(4, ml_dtypes.bfloat16)
+
+    def unrelated():
+        _registered_then_not("pyxbuf_test$unrelated", 4, 4, a, "numpy", "numpy")
+
+    def resized():  # off the route and on again: bfloat16 registered 4 bytes wide, then not
+        _registered_then_not("ml_dtypes$bfloat16", 4, 4, a, BufferError, "numpy")
+
+    assert _records_after_cycles(unrelated) == 0
+    assert _records_after_cycles(resized) == 0
+
+
 quaternion = pytest.importorskip("quaternion")
 QUATERNION_KEY = "quaternion$quaternion"
 
@@ -244,3 +292,14 @@ def test_unregistering_a_user_dtype_takes_it_off_the_route():
         v.release()
     finally:
         t.dtype_unregister(QUATERNION_KEY)
+
+
+def test_registering_a_user_dtype_again_and_again_grows_no_record():
+    # A format the route keeps on the heap ("[quaternion$quaternion]"): its
+    # record, string and all, is made once and reused.
+    a = quaternion.as_quat_array(np.arange(8.0).reshape(2, 4))
+
+    def cycle():
+        _registered_then_not(QUATERNION_KEY, 32, 8, a, "numpy", BufferError)
+
+    assert _records_after_cycles(cycle) == 0

@@ -93,8 +93,29 @@ void pyxbuf__numpy_array_discover(PyTypeObject *type) {
 /* ------------------------------------------------------------------------- */
 
 const pyxbuf__numpy_user *pyxbuf__numpy_users[PYXBUF__NUMPY_NUSER];
+size_t pyxbuf__numpy_user_records;
+
+/* Every record made for a type number (numpy_array.h says why none is
+ * freed), the format it reads kept with it when it is not a built-in one's
+ * static string: views of the dtype's arrays point at it. */
+typedef struct user_record {
+    pyxbuf__numpy_user pub; /* what pyxbuf__numpy_users points at */
+    struct user_record *next;
+    char text[];
+} user_record;
+
+/* A type number's records differ only when its scalar type or that type's
+ * name changed (format NULL counts as one more): past this many, the route
+ * declines the dtype and the bridge answers, so the records stay bounded. */
+#define USER_RECORDS_MAX 8
+
+static user_record *user_records[PYXBUF__NUMPY_NUSER];
+/* Guards user_records and every stamp (no Python runs under it); the GIL
+ * does without it. */
+PYXBUF__FT_MUTEX(user_lock);
 
 #define USER_NAME_MAX 200
+#define USER_KEY_MAX (2 * USER_NAME_MAX + 4)
 
 /* The scalar type's __module__ or __name__ as UTF-8 (into buf), when it is
  * a str of characters a custom type may hold; else NULL. */
@@ -110,26 +131,81 @@ static const char *type_part(PyTypeObject *type, const char *attr, char *buf, si
     return ok ? buf : NULL;
 }
 
-/* The format "[module$name]" of a user dtype's scalar type whose size
- * pyxbuf's format registry says is `elsize`: a built-in one's static string,
- * else a copy on the heap kept for the process (the views of every array of
- * the dtype point at it); NULL when the type cannot be named or the sizes
- * differ (the bridge then says why). */
-static const char *user_format(PyTypeObject *type, Py_ssize_t elsize) {
-    char module[USER_NAME_MAX], name[USER_NAME_MAX], key[2 * USER_NAME_MAX + 4];
+/* The format "[module$name]" (into key, USER_KEY_MAX bytes) of a user
+ * dtype's scalar type whose size pyxbuf's format registry says is `elsize`;
+ * NULL when the type cannot be named or the sizes differ (the bridge then
+ * says why). */
+static const char *user_key(PyTypeObject *type, Py_ssize_t elsize, char *key) {
+    char module[USER_NAME_MAX], name[USER_NAME_MAX];
     if (type_part(type, "__module__", module, sizeof module) == NULL ||
         type_part(type, "__name__", name, sizeof name) == NULL || pyxbuf__numpy_owned_module(module))
         return NULL;
-    int len = snprintf(key, sizeof key, "[%s$%s]", module, name);
-    if (len < 0 || (size_t)len >= sizeof key) return NULL;
+    int len = snprintf(key, USER_KEY_MAX, "[%s$%s]", module, name);
+    if (len < 0 || len >= USER_KEY_MAX) return NULL;
     int64_t size = -1;
     pyxbuf_error err;
     if (pyxbuf_format_itemsize(key, &size, NULL, &err) < 0 || size != elsize) return NULL;
-    const char *known = pyxbuf__dtype_builtin_format(key + 1, (size_t)len - 2);
-    if (known != NULL) return known;
-    char *kept = malloc((size_t)len + 1);
-    if (kept != NULL) memcpy(kept, key, (size_t)len + 1);
-    return kept;
+    return key;
+}
+
+static int same_format(const char *a, const char *b) {
+    return a == NULL || b == NULL ? a == b : strcmp(a, b) == 0;
+}
+
+/* A new record of u (user_lock held) reading `key` (NULL: not this route),
+ * with its format a built-in static string or a copy kept in it; NULL when
+ * out of memory. */
+static user_record *user_record_new(unsigned u, PyTypeObject *type, Py_ssize_t elsize,
+                                    const char *key) {
+    size_t len = key != NULL ? strlen(key) : 0;
+    const char *builtin = key != NULL ? pyxbuf__dtype_builtin_format(key + 1, len - 2) : NULL;
+    size_t kept = key != NULL && builtin == NULL ? len + 1 : 0;
+    user_record *r = malloc(sizeof *r + kept);
+    if (r == NULL) return NULL;
+    if (kept > 0) memcpy(r->text, key, kept);
+    r->pub.typeobj = (PyTypeObject *)Py_NewRef(type);
+    r->pub.code = (pyxbuf__numpy_code){builtin != NULL ? builtin : kept > 0 ? r->text : NULL,
+                                       elsize, 1};
+    r->pub.generation = 0;
+    r->next = user_records[u];
+    user_records[u] = r;
+    PYXBUF__FT_STORE_RELAXED(&pyxbuf__numpy_user_records, pyxbuf__numpy_user_records + 1);
+    return r;
+}
+
+/* u's record of this content (user_lock held): the one made before, else a
+ * new one while u has fewer than USER_RECORDS_MAX; else NULL. */
+static user_record *user_record_of(unsigned u, PyTypeObject *type, Py_ssize_t elsize,
+                                   const char *key) {
+    int n = 0;
+    for (user_record *r = user_records[u]; r != NULL; r = r->next, n++)
+        if (r->pub.typeobj == type && r->pub.code.itemsize == elsize &&
+            same_format(r->pub.code.format, key))
+            return r;
+    return n < USER_RECORDS_MAX ? user_record_new(u, type, elsize, key) : NULL;
+}
+
+/* Make u's record of this content, learnt at `generation`, the current one:
+ * 1 when it is, and the route reads it. A learning that raced a newer one
+ * (free-threaded) leaves the newer record in place. */
+static int user_publish(unsigned u, PyTypeObject *type, Py_ssize_t elsize, const char *key,
+                        uint64_t generation) {
+    int learnt = 0;
+    PYXBUF__FT_LOCK(user_lock);
+    const pyxbuf__numpy_user *now = pyxbuf__numpy_users[u];
+    user_record *r = now == NULL || now->generation <= generation
+                         ? user_record_of(u, type, elsize, key)
+                         : NULL;
+    if (r != NULL) {
+        /* Readers may hold r: the stamp is the only word they see change,
+         * and it only rises (the current record holds the highest stamp,
+         * and the test above gives r one no lower). */
+        PYXBUF__FT_STORE_RELAXED(&r->pub.generation, generation);
+        PYXBUF__FT_STORE_RELEASE(&pyxbuf__numpy_users[u], &r->pub);
+        learnt = r->pub.code.format != NULL;
+    }
+    PYXBUF__FT_UNLOCK(user_lock);
+    return learnt;
 }
 
 int pyxbuf__numpy_user_learn(PyObject *obj) {
@@ -142,19 +218,12 @@ int pyxbuf__numpy_user_learn(PyObject *obj) {
     int learnt = 0;
     if (u < PYXBUF__NUMPY_NUSER && pyxbuf__numpy_code_of(d) == NULL) {
         PyObject *exc = PyErr_GetRaisedException(); /* a caller's pending error survives */
+        /* Read before the registry is asked: a change meanwhile leaves the
+         * record stale, learnt again on the next read. */
         uint64_t generation = atomic_load(&pyxbuf__dtype_registry_generation);
-        pyxbuf__numpy_user *rec = malloc(sizeof *rec);
-        if (rec != NULL) {
-            rec->typeobj = (PyTypeObject *)Py_NewRef(d->typeobj);
-            rec->code.format = user_format(d->typeobj, d->elsize);
-            rec->code.itemsize = d->elsize;
-            rec->code.flat_ndim = 1;
-            rec->generation = generation;
-            /* The record it replaces stays allocated: a reader on another
-             * thread may hold it; a new one per registry change and dtype. */
-            PYXBUF__FT_STORE_RELEASE(&pyxbuf__numpy_users[u], rec);
-            learnt = rec->code.format != NULL;
-        }
+        char buf[USER_KEY_MAX];
+        const char *key = user_key(d->typeobj, d->elsize, buf);
+        learnt = user_publish(u, d->typeobj, d->elsize, key, generation);
         PyErr_Clear();
         PyErr_SetRaisedException(exc);
     }

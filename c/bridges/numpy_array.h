@@ -127,13 +127,25 @@ extern PYXBUF_HIDDEN const pyxbuf__numpy_code pyxbuf__numpy_codes[PYXBUF__NUMPY_
  * registration order: ml_dtypes' bfloat16, float8, ... and any other
  * library's), read like the built-in ones with the custom format pyxbuf
  * gives them ("[ml_dtypes$bfloat16]", "[module$name]" of the dtype's scalar
- * type, the __array_interface__ bridge's rule). One record per type number,
- * learnt once (numpy_array.c, pyxbuf__numpy_user_learn) and immutable once
- * published: the scalar type it was learnt from (a strong reference, so its
- * address names it), the code (format NULL: not this route; the bridge
- * answers or refuses) and the format registry's generation then (a
- * registration may change a size: the record is learnt again). The format
- * strings live as long as the process. */
+ * type, the __array_interface__ bridge's rule). The current record of each
+ * type number (numpy_array.c, pyxbuf__numpy_user_learn): the scalar type it
+ * was learnt from (a strong reference, so its address names it), the code
+ * (format NULL: not this route; the bridge answers or refuses) and the
+ * format registry's generation it is valid for (a registration may change a
+ * size: the record is learnt again).
+ *
+ * Lifetime: a reader holds a record, without a lock, on any thread of a
+ * free-threaded build, and a view keeps its format pointer for as long as
+ * the view lives. So records and their format strings are never freed; they
+ * are reused instead. A registry change re-stamps `generation` of the type
+ * number's record with the same content (type, itemsize, format), made once,
+ * and publishes it again: a type number has at most a few records, whatever
+ * the registry does (numpy_array.c, USER_RECORDS_MAX). Everything but
+ * `generation` is immutable once published; `generation` is written in
+ * place (PYXBUF__FT_*_RELAXED), only with a generation the record's content
+ * was learnt at and never lowered, and a reader uses a record only when it
+ * holds the registry's generation now (which never repeats): every stamp a
+ * reader sees vouches for the content it reads. */
 #define PYXBUF__NPY_USERDEF 256
 #define PYXBUF__NUMPY_NUSER 64
 typedef struct pyxbuf__numpy_user {
@@ -142,6 +154,9 @@ typedef struct pyxbuf__numpy_user {
     uint64_t generation;
 } pyxbuf__numpy_user;
 extern PYXBUF_HIDDEN const pyxbuf__numpy_user *pyxbuf__numpy_users[PYXBUF__NUMPY_NUSER];
+/* How many records numpy_array.c has allocated (none is freed): bounded
+ * however often the format registry changes (the tests read it). */
+extern PYXBUF_HIDDEN size_t pyxbuf__numpy_user_records;
 
 /* The code of descriptor d: the built-in table's for type numbers below
  * PYXBUF__NUMPY_NCODES; a user dtype's learnt record when it is for d's
@@ -154,7 +169,7 @@ pyxbuf__numpy_code_of(const pyxbuf__numpy_descr *d) {
     if (u >= PYXBUF__NUMPY_NUSER) return NULL;
     const pyxbuf__numpy_user *rec = PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__numpy_users[u]);
     if (rec == NULL || rec->typeobj != d->typeobj ||
-        rec->generation !=
+        PYXBUF__FT_LOAD_RELAXED(&rec->generation) !=
             atomic_load_explicit(&pyxbuf__dtype_registry_generation, memory_order_relaxed))
         return NULL;
     return &rec->code;

@@ -1,6 +1,7 @@
 /* testext_format.c -- the format functions of the _pyxbuf_testext module:
  * format_parse, format_itemsize, format_write, dtype_register,
- * dtype_unregister, and the FormatError exception they raise.
+ * dtype_unregister, numpy_user_records, and the FormatError exception they
+ * raise.
  *
  * Every pyxbuf error code raises FormatError (a ValueError), PYXBUF_EOVERFLOW
  * and PYXBUF_EUNSUPPORTED included, so that tests check one type and read the
@@ -270,6 +271,14 @@ static PyObject *dtype_unregister(PyObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+size_t pyxbuf__numpy_user_records_now(void); /* testext_hooks.c */
+
+static PyObject *numpy_user_records(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    return PyLong_FromSize_t(pyxbuf__numpy_user_records_now());
+}
+
 static PyMethodDef format_methods[] = {
     {"format_parse", format_parse, METH_O,
      "format_parse(fmt: bytes) -> dict: itemsize, alignment, flags, heap, nodes"},
@@ -280,6 +289,8 @@ static PyMethodDef format_methods[] = {
     {"dtype_register", (PyCFunction)(void (*)(void))dtype_register, METH_VARARGS | METH_KEYWORDS,
      "dtype_register(key, itemsize=0, alignment=1, payload_size=False)"},
     {"dtype_unregister", dtype_unregister, METH_O, "dtype_unregister(key)"},
+    {"numpy_user_records", numpy_user_records, METH_NOARGS,
+     "numpy_user_records() -> int: the NumPy route's user-dtype records allocated, not freed"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,6 +1,7 @@
 /* testext_hooks.c -- the test extension's windows into the library's private
  * state, kept out of the library itself: what the DLPack bridge recorded for
- * a view it produced, and forgetting a type's supported-flags cache entry.
+ * a view it produced, forgetting a type's supported-flags cache entry, and
+ * how many NumPy user-dtype records the library holds.
  * Its own translation unit: it reads private headers (bridges/dlpack.h,
  * acquire/acquire.h), whose DLPack declarations would clash with the tests'
  * own (dlpack_abi.h, written independently so that the tests check the
@@ -47,4 +48,13 @@ int pyxbuf__dlpack_view_info(const pyxbuf_view *view, uint64_t *dl_flags, uint32
     *minor = h->version.minor;
     *versioned = h->versioned;
     return 0;
+}
+
+size_t pyxbuf__numpy_user_records_now(void);
+
+/* The NumPy struct route's user-dtype records allocated and not freed
+ * (bridges/numpy_array.h): bounded however often the format registry
+ * changes. */
+size_t pyxbuf__numpy_user_records_now(void) {
+    return PYXBUF__FT_LOAD_RELAXED(&pyxbuf__numpy_user_records);
 }
