@@ -605,11 +605,49 @@ static int td_pointer_query(void *ctx, const void *ptr, pyxbuf_device *out, pyxb
     return 0;
 }
 
+/* ------------------------------------------------------------------------- */
+/* One emulated device per process                                           */
+/* ------------------------------------------------------------------------- */
+
+/* Every extension that links the emulated device has its own copy of this
+ * file, but a process has one backend registry (the shared transfer engine):
+ * the first copy registered serves every device array, and the test helpers
+ * of every later copy forward to it, so all of them see the same device,
+ * streams and counters. The registered backend's ctx is the serving copy's
+ * table of helpers. Fields are only ever appended. */
+#define EMULATED_API_MAGIC 0x70784555u /* "pxEU" */
+typedef struct emulated_api {
+    uint32_t magic, size;
+    int64_t (*live_allocations)(void);
+    void (*fail_copies_after)(int64_t copies);
+    int64_t (*live_host_allocations)(void);
+    int64_t (*host_allocations_with_gil)(void);
+    int (*stream_create)(int32_t id, int64_t *handle, pyxbuf_error *err);
+    int (*stream_destroy)(int64_t handle, pyxbuf_error *err);
+    int (*enqueue_write)(int32_t id, int64_t handle, void *dst, const void *src, size_t n,
+                         pyxbuf_error *err);
+    int64_t (*pending)(int32_t id, int64_t handle);
+    int (*peek)(const void *src, void *dst, size_t n, pyxbuf_error *err);
+} emulated_api;
+
+static const emulated_api own_api;
+
+/* The helpers of the copy whose backend is registered, or this copy's. */
+static const emulated_api *serving(void) {
+    pyxbuf_backend b;
+    if (pyxbuf_backend_get(PYXBUF_DL_EXT_DEV, &b, NULL) < 0 || b.name == NULL ||
+        strcmp(b.name, "pyxbuf.emulated") != 0 || b.ctx == NULL)
+        return &own_api;
+    const emulated_api *api = b.ctx;
+    return api->magic == EMULATED_API_MAGIC && api->size >= sizeof(emulated_api) ? api : &own_api;
+}
+
 int pyxbuf_emulated_register(pyxbuf_error *err) {
     static const pyxbuf_backend backend = {
         .size = sizeof(pyxbuf_backend),
         .device_type = PYXBUF_DL_EXT_DEV,
         .name = "pyxbuf.emulated",
+        .ctx = (void *)&own_api,
         .copy_to_host = td_copy_to_host,
         .copy_from_host = td_copy_from_host,
         .copy_on_device = td_copy_on_device,
@@ -625,37 +663,40 @@ int pyxbuf_emulated_register(pyxbuf_error *err) {
         .copy_async = td_copy_async,
         .event_query = td_event_query,
     };
+    /* Another copy's emulated device serves the process: keep it (replacing
+     * it would strand every array it holds). */
+    if (serving() != &own_api) return 0;
     return pyxbuf_backend_register(&backend, err);
 }
 
-int64_t pyxbuf_emulated_live_allocations(void) {
+static int64_t own_live_allocations(void) {
     pthread_mutex_lock(&lock);
     int64_t n = live_allocations;
     pthread_mutex_unlock(&lock);
     return n;
 }
 
-void pyxbuf_emulated_fail_copies_after(int64_t copies) {
+static void own_fail_copies_after(int64_t copies) {
     pthread_mutex_lock(&lock);
     copy_async_budget = copies;
     pthread_mutex_unlock(&lock);
 }
 
-int64_t pyxbuf_emulated_live_host_allocations(void) {
+static int64_t own_live_host_allocations(void) {
     pthread_mutex_lock(&lock);
     int64_t n = live_host_allocations;
     pthread_mutex_unlock(&lock);
     return n;
 }
 
-int64_t pyxbuf_emulated_host_allocations_with_gil(void) {
+static int64_t own_host_allocations_with_gil(void) {
     pthread_mutex_lock(&lock);
     int64_t n = host_allocations_with_gil;
     pthread_mutex_unlock(&lock);
     return n;
 }
 
-int pyxbuf_emulated_stream_create(int32_t id, int64_t *handle, pyxbuf_error *err) {
+static int own_stream_create(int32_t id, int64_t *handle, pyxbuf_error *err) {
     pthread_mutex_lock(&lock);
     int rc = check_id(id, err);
     int slot = -1;
@@ -671,7 +712,7 @@ int pyxbuf_emulated_stream_create(int32_t id, int64_t *handle, pyxbuf_error *err
     return rc;
 }
 
-int pyxbuf_emulated_stream_destroy(int64_t handle, pyxbuf_error *err) {
+static int own_stream_destroy(int64_t handle, pyxbuf_error *err) {
     pthread_mutex_lock(&lock);
     int rc = 0;
     if (handle < DEFAULT_STREAMS || handle >= MAX_STREAMS + DEFAULT_STREAMS ||
@@ -686,7 +727,7 @@ int pyxbuf_emulated_stream_destroy(int64_t handle, pyxbuf_error *err) {
     return rc;
 }
 
-int pyxbuf_emulated_enqueue_write(int32_t id, int64_t handle, void *dst, const void *src, size_t n,
+static int own_enqueue_write(int32_t id, int64_t handle, void *dst, const void *src, size_t n,
                                   pyxbuf_error *err) {
     pthread_mutex_lock(&lock);
     int rc = check_id(id, err);
@@ -712,7 +753,7 @@ int pyxbuf_emulated_enqueue_write(int32_t id, int64_t handle, void *dst, const v
     return rc;
 }
 
-int64_t pyxbuf_emulated_pending(int32_t id, int64_t handle) {
+static int64_t own_pending(int32_t id, int64_t handle) {
     pthread_mutex_lock(&lock);
     int64_t n = 0;
     stream *s = id >= 0 && id < PYXBUF_EMULATED_MAX_DEVICES ? find_stream(id, handle) : NULL;
@@ -721,7 +762,7 @@ int64_t pyxbuf_emulated_pending(int32_t id, int64_t handle) {
     return n;
 }
 
-int pyxbuf_emulated_peek(const void *src, void *dst, size_t n, pyxbuf_error *err) {
+static int own_peek(const void *src, void *dst, size_t n, pyxbuf_error *err) {
     pthread_mutex_lock(&lock);
     char *b = NULL;
     for (int32_t i = 0; i < PYXBUF_EMULATED_MAX_DEVICES && b == NULL; i++)
@@ -732,4 +773,49 @@ int pyxbuf_emulated_peek(const void *src, void *dst, size_t n, pyxbuf_error *err
     }
     pthread_mutex_unlock(&lock);
     return b ? 0 : bad_address(-1, src, n, err);
+}
+
+static const emulated_api own_api = {
+    .magic = EMULATED_API_MAGIC,
+    .size = sizeof(emulated_api),
+    .live_allocations = own_live_allocations,
+    .fail_copies_after = own_fail_copies_after,
+    .live_host_allocations = own_live_host_allocations,
+    .host_allocations_with_gil = own_host_allocations_with_gil,
+    .stream_create = own_stream_create,
+    .stream_destroy = own_stream_destroy,
+    .enqueue_write = own_enqueue_write,
+    .pending = own_pending,
+    .peek = own_peek,
+};
+
+int64_t pyxbuf_emulated_live_allocations(void) { return serving()->live_allocations(); }
+
+void pyxbuf_emulated_fail_copies_after(int64_t copies) { serving()->fail_copies_after(copies); }
+
+int64_t pyxbuf_emulated_live_host_allocations(void) { return serving()->live_host_allocations(); }
+
+int64_t pyxbuf_emulated_host_allocations_with_gil(void) {
+    return serving()->host_allocations_with_gil();
+}
+
+int pyxbuf_emulated_stream_create(int32_t id, int64_t *handle, pyxbuf_error *err) {
+    return serving()->stream_create(id, handle, err);
+}
+
+int pyxbuf_emulated_stream_destroy(int64_t handle, pyxbuf_error *err) {
+    return serving()->stream_destroy(handle, err);
+}
+
+int pyxbuf_emulated_enqueue_write(int32_t id, int64_t handle, void *dst, const void *src, size_t n,
+                                  pyxbuf_error *err) {
+    return serving()->enqueue_write(id, handle, dst, src, n, err);
+}
+
+int64_t pyxbuf_emulated_pending(int32_t id, int64_t handle) {
+    return serving()->pending(id, handle);
+}
+
+int pyxbuf_emulated_peek(const void *src, void *dst, size_t n, pyxbuf_error *err) {
+    return serving()->peek(src, dst, n, err);
 }

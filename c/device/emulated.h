@@ -24,7 +24,10 @@ extern "C" {
 #define PYXBUF_EMULATED_POISON 0xDB
 
 /* Register the backend for PYXBUF_DL_EXT_DEV (idempotent). Returns 0 or a
- * negative code (mapping failures). */
+ * negative code (mapping failures). A process has one emulated device: when
+ * another extension's copy of it is registered already (the backend registry
+ * is shared by every copy of libpyxbuf), that one stays, and the functions
+ * below, in every copy, act on it. */
 int pyxbuf_emulated_register(pyxbuf_error *err);
 
 /* Live allocations across all emulated devices (tests assert 0 at the end). */
