@@ -237,6 +237,7 @@ cdef extern from "pyxbuf.h":
     void pyxbuf_transfer_config_get(pyxbuf_transfer_config *out) noexcept nogil
     int pyxbuf_transfer_config_set(const pyxbuf_transfer_config *config,
                                    pyxbuf_error *err) noexcept nogil
+    int pyxbuf_transfer_config_check(pyxbuf_error *err) noexcept nogil
 
     ctypedef struct pyxbuf_pinned_pool_stats:
         uint64_t held_bytes
