@@ -5,7 +5,10 @@ pub const PYXBUF_EMULATED_MAX_DEVICES: i32 = 4;
 pub const PYXBUF_EMULATED_POISON: u8 = 219;
 unsafe extern "C" {
     /** Register the backend for PYXBUF_DL_EXT_DEV (idempotent). Returns 0 or a
- negative code (mapping failures).*/
+ negative code (mapping failures). A process has one emulated device: when
+ another extension's copy of it is registered already (the backend registry
+ is shared by every copy of libpyxbuf), that one stays, and the functions
+ below, in every copy, act on it.*/
     pub fn pyxbuf_emulated_register(err: *mut pyxbuf_error) -> ::std::os::raw::c_int;
     /// Live allocations across all emulated devices (tests assert 0 at the end).
     pub fn pyxbuf_emulated_live_allocations() -> i64;
