@@ -95,6 +95,8 @@ static int64_t copy_async_budget = -1; /* copies that succeed before one fails; 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 #if !PYXBUF_HAVE_MEMFD
+static void ensure_fork_rules(void) {} /* no memfd, no device, nothing to fork */
+
 static int map_device(int32_t id, pyxbuf_error *err) {
     (void)id;
     return td_error(err, PYXBUF_EUNSUPPORTED,
@@ -158,13 +160,17 @@ static void after_fork_child(void) {
 static void register_fork_rules(void) { pthread_atfork(before_fork, after_fork_parent, after_fork_child); }
 static pthread_once_t fork_rules_once = PTHREAD_ONCE_INIT;
 
+/* Before the lock is first taken (at registration): a fork() that raced
+ * the handlers' registration could copy the lock held. */
+static void ensure_fork_rules(void) { pthread_once(&fork_rules_once, register_fork_rules); }
+
 static int map_device(int32_t id, pyxbuf_error *err) {
     device *d = &devices[id];
     if (d->lost)
         return td_error(err, PYXBUF_EDEVICE, "emulated: device %d was lost in a forked child "
                         "(its memory could not be copied)", (int)id);
     if (d->ready) return 0;
-    pthread_once(&fork_rules_once, register_fork_rules);
+    ensure_fork_rules();
     int fd = new_memfd();
     if (fd < 0) return td_error(err, PYXBUF_EDEVICE, "emulated: cannot create or size a memfd");
     void *guarded = mmap(NULL, DEVICE_BYTES, PROT_NONE, MAP_SHARED, fd, 0);
@@ -666,6 +672,7 @@ int pyxbuf_emulated_register(pyxbuf_error *err) {
     /* Another copy's emulated device serves the process: keep it (replacing
      * it would strand every array it holds). */
     if (serving() != &own_api) return 0;
+    ensure_fork_rules();
     return pyxbuf_backend_register(&backend, err);
 }
 

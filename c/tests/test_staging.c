@@ -540,7 +540,7 @@ TEST_CASE(a_forked_childs_device_writes_stay_in_the_child) {
     free(back);
 }
 
-static atomic_int stop_copying;
+static atomic_int stop_copying, copies_made;
 
 static void *copy_forever(void *p) {
     pyxbuf_backend *b = p;
@@ -548,8 +548,10 @@ static void *copy_forever(void *p) {
     void *dev = NULL;
     pyxbuf_error err;
     if (b->alloc(b->ctx, 0, sizeof host, &dev, &err) != 0) return NULL;
-    while (!atomic_load(&stop_copying))
+    while (!atomic_load(&stop_copying)) {
         b->copy_to_host(b->ctx, 0, host, dev, sizeof host, PYXBUF_STREAM_NONE, &err);
+        atomic_fetch_add(&copies_made, 1);
+    }
     b->free(b->ctx, 0, dev, &err);
     return NULL;
 }
@@ -563,6 +565,7 @@ TEST_CASE(a_child_forked_while_another_thread_copies_is_not_stuck) {
     pthread_t t;
     atomic_store(&stop_copying, 0);
     CHECK(pthread_create(&t, NULL, copy_forever, &b) == 0);
+    while (atomic_load(&copies_made) == 0) usleep(100); /* it is copying */
     int hung = 0;
     for (int i = 0; i < 40 && !hung; i++) {
         pid_t pid = fork();
