@@ -276,7 +276,9 @@ typedef struct pyxbuf_view {
     void *bridge_data;   /* a bridge's private state, or NULL */
     Py_ssize_t inline_dims[2 * PYXBUF_INLINE_NDIM]; /* shape then strides */
     int64_t borrow_token; /* the cooperative registry's entry, when TRACKED */
-    int64_t reserved[3];  /* [0]: the rust-numpy borrow a TRACKED view holds */
+    int64_t reserved[3];  /* [0]: the rust-numpy borrow a TRACKED view holds;
+                             [1]: the device pool's mark of a view handed to a
+                             consumer's stream (it moves with the view) */
 } pyxbuf_view;
 
 /* Acquire a view of `obj` for the classic and extended request `flags`.
@@ -539,16 +541,47 @@ typedef struct pyxbuf_backend {
      * first waits for it (so 1 or an error). */
     int (*event_query)(void *ctx, int32_t device_id, void *event, int32_t block,
                        pyxbuf_error *err);
+    /* Optional: a stream-ordered pool of device memory (CUDA's
+     * cuMemAllocAsync), which pyxbuf's own device allocations (to_device
+     * results, device exporters) come from unless the configuration's
+     * device_pool_off says otherwise. alloc_async and free_async come both or
+     * neither, and with event_record, event_wait and event_destroy (pyxbuf
+     * orders frees after other streams with them); pool_trim only beside
+     * them. A registrant whose `size` predates them has none.
+     * alloc_async: `n` bytes usable by work queued on `stream` after the call
+     * (work on another stream first waits for an event recorded on `stream`
+     * after it); memory freed on `stream` may come back at once. */
+    int (*alloc_async)(void *ctx, int32_t device_id, size_t n, int64_t stream, void **ptr,
+                       pyxbuf_error *err);
+    /* Return alloc_async memory to the backend's pool once the work queued on
+     * `stream` before the call has run, without blocking the host: later work
+     * on `stream` may get it at once, other streams once the free has run.
+     * Work on other streams that uses the memory must be ordered before the
+     * call (pyxbuf makes `stream` wait for an event of each stream it handed
+     * the memory to); the free must be ordered after the allocation. */
+    int (*free_async)(void *ctx, int32_t device_id, void *ptr, int64_t stream, pyxbuf_error *err);
+    /* Give memory the pool caches and no allocation uses back to the device
+     * until the pool reserves at most `keep_bytes` (memory in use, and memory
+     * whose free has not run yet, stays). */
+    int (*pool_trim)(void *ctx, int32_t device_id, uint64_t keep_bytes, pyxbuf_error *err);
 } pyxbuf_backend;
 
 /* Register (or replace) the backend of backend->device_type; the struct is
- * copied. libpyxbuf registers its CPU and CUDA backends itself. */
+ * copied. libpyxbuf registers its CPU and CUDA backends itself. The registry
+ * is the process's (with the transfer configuration, the pinned pool and the
+ * fill threads: one transfer engine, published in the shared module by the
+ * first copy of libpyxbuf that needs it): a backend registered through any
+ * extension serves every extension, and a device array made by one can be
+ * moved by all. */
 PYXBUF_API int pyxbuf_backend_register(const pyxbuf_backend *backend, pyxbuf_error *err);
 /* Remove the backend of a device type; PYXBUF_EINVAL if none. */
 PYXBUF_API int pyxbuf_backend_unregister(int32_t device_type);
 /* Copy the backend of `device_type` into `out`; PYXBUF_EUNSUPPORTED with a
  * message naming the device type if none is registered. */
 PYXBUF_API int pyxbuf_backend_get(int32_t device_type, pyxbuf_backend *out, pyxbuf_error *err);
+
+/* pyxbuf_transfer_config.device_pool_release_threshold when it is 0 (below). */
+#define PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD_DEFAULT ((uint64_t)256 << 20)
 
 /* How pyxbuf moves large copies between pageable host memory and a device
  * whose backend has host_alloc (CUDA's does): through a pool of page-locked
@@ -560,7 +593,33 @@ PYXBUF_API int pyxbuf_backend_get(int32_t device_type, pyxbuf_backend *out, pyxb
  * PYXBUF_STAGING_THRESHOLD, PYXBUF_STAGING_CHUNK, PYXBUF_PINNED_POOL_CAP
  * (bytes, suffixes K, M, G) and PYXBUF_STAGING_THREADS set the fields;
  * PYXBUF_STAGING_HUGE_PAGES=1 asks the kernel for transparent huge pages on
- * large destinations before draining into them (faster on some hosts). */
+ * large destinations before draining into them (faster on some hosts);
+ * PYXBUF_DEVICE_POOL=0 sets device_pool_off, and
+ * PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD (bytes) device_pool_release_threshold.
+ * Every variable is checked as pyxbuf_transfer_config_set checks its field:
+ * one out of range or malformed leaves the defaults in force and makes every
+ * copy fail naming it (pyxbuf_transfer_config_check) until the
+ * configuration is set.
+ *
+ * pyxbuf's own device memory (to_device results, device exporters) comes
+ * from the backend's stream-ordered pool where it has one (alloc_async:
+ * CUDA's cuMemAllocAsync on devices with memory pools): allocated on the
+ * request's stream (device exporters: the default stream) and freed in that
+ * stream's order when the exporter dies, after every other stream the memory
+ * was handed to (pyxbuf_get_stream, pyxbuf_device_wait, __dlpack__(stream=)),
+ * with no device-wide synchronisation. device_pool_off = 1 makes every
+ * device allocation the backend's alloc/free (cuMemAlloc, cuMemFree).
+ * device_pool_release_threshold: bytes a device's pool keeps cached across a
+ * synchronisation (CUDA's CU_MEMPOOL_ATTR_RELEASE_THRESHOLD); more is given
+ * back to the device when a stream or event is synchronised. 0 means the
+ * default, PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD_DEFAULT (256 MiB: pyxbuf
+ * synchronises after every copy to the host, so CUDA's own default of 0
+ * would hand a transfer loop's memory back each time and pay cuMemAlloc's
+ * ~100 us again; 256 MiB keeps a loop of copies up to that size cached and
+ * is 0.2% of an H200, 3% of an 8 GiB card). To keep next to nothing, set 1;
+ * at most 2^63 - 1. A CUDA default pool that another library has set higher
+ * (PyTorch's cudaMallocAsync backend sets it to keep everything) is left as
+ * it is. */
 typedef struct pyxbuf_transfer_config {
     uint32_t size;          /* sizeof(pyxbuf_transfer_config) */
     int32_t enabled;        /* 0: every copy is the backend's direct call */
@@ -569,7 +628,11 @@ typedef struct pyxbuf_transfer_config {
     uint64_t threshold;     /* bytes: smaller copies (and results) stay direct */
     uint64_t chunk;         /* bytes per staging buffer, at least 64 KiB */
     uint64_t pool_cap;      /* bytes of page-locked memory the pool may hold */
-    int64_t reserved[4];
+    int32_t device_pool_off; /* 1: device allocations skip the stream-ordered pool;
+                                0 (default): from it where the backend has one */
+    int32_t reserved0;      /* zero */
+    uint64_t device_pool_release_threshold; /* bytes cached across a sync; 0: default */
+    int64_t reserved[2];
 } pyxbuf_transfer_config;
 
 /* The configuration in force (environment applied on first use). */
@@ -589,7 +652,8 @@ PYXBUF_API int pyxbuf_transfer_config_check(pyxbuf_error *err);
 typedef struct pyxbuf_pinned_pool_stats {
     uint64_t held_bytes, used_bytes;
     uint64_t allocations, reuses;
-    int64_t reserved[4];
+    uint64_t fill_threads; /* host threads the engine has started to fill and drain */
+    int64_t reserved[3];
 } pyxbuf_pinned_pool_stats;
 PYXBUF_API void pyxbuf_pinned_pool_stats_get(pyxbuf_pinned_pool_stats *out);
 /* Free every idle pooled block now (blocks in use are freed when returned
@@ -616,7 +680,11 @@ PYXBUF_API int pyxbuf_copy_to_host(const pyxbuf_view *view, void *dst, size_t nb
 /* A new pyxbuf.Exporter on `target` holding the view's items in C order, or,
  * when the view already lives on `target`, a new reference to the view's
  * object (no copy). host->device, device->host and device->device go through
- * the backends on `stream`. Returns NULL with an exception on failure. */
+ * the backends on `stream`. Device memory from the stream-ordered pool (see
+ * pyxbuf_transfer_config) is allocated on `stream` and freed in its order
+ * when the exporter dies: `stream` must still exist then (as for
+ * cuMemFreeAsync), or the memory is kept out of the pool for good. Returns
+ * NULL with an exception on failure. */
 PYXBUF_API PyObject *pyxbuf_to_device(const pyxbuf_view *view, const pyxbuf_device *target,
                                       int64_t stream);
 

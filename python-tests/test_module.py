@@ -129,7 +129,8 @@ def test_transfer_config_and_staged_copies_through_the_module():
     """pyxbuf.transfer_config: the knobs of pinned staging (issue 40), here
     on the emulated device with 64 KiB chunks so a small array is staged."""
     before = pyxbuf.transfer_config()
-    assert set(before) == {"enabled", "threads", "buffers", "threshold", "chunk", "pool_cap"}
+    assert set(before) == {"enabled", "threads", "buffers", "threshold", "chunk", "pool_cap",
+                           "device_pool", "device_pool_release_threshold"}
     assert pyxbuf.transfer_config() == before  # no arguments: nothing changes
     try:
         now = pyxbuf.transfer_config(threshold=1, chunk=64 << 10, buffers=3, threads=2)
@@ -149,5 +150,29 @@ def test_transfer_config_and_staged_copies_through_the_module():
         del back
         pyxbuf.pinned_pool_trim()
         assert pyxbuf.pinned_pool_stats()["used_bytes"] == 0
+    finally:
+        pyxbuf.transfer_config(**before)
+
+
+def test_the_device_pool_knobs_through_the_module():
+    """pyxbuf.transfer_config's device pool knobs (issue 47 part 3): on by
+    default with a 256 MiB release threshold; device memory works either way."""
+    before = pyxbuf.transfer_config()
+    assert (before["device_pool"], before["device_pool_release_threshold"]) == (True, 256 << 20)
+    a = np.arange(1000, dtype=np.float32)
+    try:
+        for pool in (False, True):
+            now = pyxbuf.transfer_config(device_pool=pool, device_pool_release_threshold=1 << 20)
+            assert (now["device_pool"], now["device_pool_release_threshold"]) == (pool, 1 << 20)
+            for _ in range(3):  # the pool hands the memory out again
+                d = pyxbuf.to_device(a, "ext_dev:0")
+                np.testing.assert_array_equal(np.frombuffer(pyxbuf.to_device(d, "cpu"), np.float32), a)
+                e = pyxbuf.exporter((256,), "f", device="ext_dev:0")
+                assert e.device == pyxbuf.to_device(a, "ext_dev:0").device
+                del d, e
+        with pytest.raises(ValueError, match=r"device_pool_release_threshold is "
+                                             r"9223372036854775808; it must be at most 2\^63 - 1"):
+            pyxbuf.transfer_config(device_pool_release_threshold=1 << 63)
+        assert pyxbuf.transfer_config()["device_pool_release_threshold"] == 1 << 20
     finally:
         pyxbuf.transfer_config(**before)

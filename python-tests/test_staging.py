@@ -204,6 +204,8 @@ def test_an_upload_on_a_stream_is_read_current_from_another():
         assert t.emulated_pending(0, s1) == 0
         assert t.emulated_peek(dev, a.nbytes) == a.tobytes()
         assert t.copy_to_host(dev) == a.tobytes()
+        # Its memory is freed in s1's order (the device pool): s1 outlives it.
+        del dev
     finally:
         t.emulated_destroy_stream(s1)
 
@@ -299,6 +301,8 @@ def test_a_forked_child_stages_with_workers_of_its_own():
           "PYXBUF_PINNED_POOL_CAP": "1G", "PYXBUF_STAGING_THREADS": "5"},
          {"enabled": 1, "threshold": 64 << 20, "chunk": 2 << 20, "pool_cap": 1 << 30,
           "threads": 5}),
+        ({"PYXBUF_DEVICE_POOL": "0", "PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD": "1G"},
+         {"device_pool_off": 1, "device_pool_release_threshold": 1 << 30}),
     ],
 )
 def test_the_environment_sets_the_first_configuration(env, expect):
@@ -321,6 +325,9 @@ BAD_ENVIRONMENT = [
     ("PYXBUF_STAGING_THREADS", "999", "it must be a whole number in 1..64"),
     ("PYXBUF_PINNED_POOL_CAP", "16777216G", "it must be at most"),
     ("PYXBUF_STAGING", "maybe", "it must be 1, on, 0 or off"),
+    ("PYXBUF_DEVICE_POOL", "yes", "it must be 1, on, 0 or off"),
+    ("PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD", "9223372036854775808",
+     "it must be at most 2^63 - 1 bytes"),
 ]
 
 

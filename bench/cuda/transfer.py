@@ -7,7 +7,10 @@ pyxbuf_copy_to_host); `copy_to_host` fills a new bytes object, new pageable
 memory the caller owns, which is what Rust's `copy_to_host` into a new `Vec`
 does with the same C call. Each figure is the median of RUNS timed calls
 after one warm-up, GB/s of the array's size. Prints a Markdown table, a
-thread/chunk sweep of the staging pipeline, then `target` lines.
+thread/chunk sweep of the staging pipeline, a device allocation + free
+(`pyxbuf_exporter_new` on the device, which the stream-ordered pool serves,
+against `torch.empty`: median of ALLOC_RUNS calls, microseconds), then
+`target` lines.
 
 Run on a GPU machine: `python3 bench/cuda/transfer.py` with PYTHONPATH at
 build-gpu/python (bench/cuda/run-on-gpu.sh does it).
@@ -28,6 +31,9 @@ CUDA = (t.PYXBUF_DL_EXT_DEV, 0) if EMULATED else (t.PYXBUF_DL_CUDA, 0)
 SWEEP = int(os.environ.get("TRANSFER_SWEEP_MIB", "256")) << 20
 RUNS = int(os.environ.get("TRANSFER_RUNS", "7"))
 SIZES = [int(s) << 20 for s in os.environ.get("TRANSFER_MIB", "256,1024").split(",")]
+ALLOC_RUNS = int(os.environ.get("TRANSFER_ALLOC_RUNS", "300"))
+ALLOC_BYTES = 1 << 20
+OURS_ALLOC = f"pyxbuf: exporter('f', (n,), device={'ext_dev' if EMULATED else 'cuda'}:0)"
 
 torch = cupy = None
 if not EMULATED:
@@ -115,6 +121,30 @@ def sweep(n):
     return out
 
 
+def alloc_free_us(make, runs=ALLOC_RUNS):
+    """Median microseconds of make() and dropping what it made (an
+    allocation and its free), after one warm-up."""
+    keep = make()
+    del keep
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        keep = make()
+        del keep
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
+
+
+def alloc_free():
+    """Device allocation + free of ALLOC_BYTES, pyxbuf and PyTorch (us)."""
+    items = ALLOC_BYTES // 4
+    rows = {OURS_ALLOC: alloc_free_us(lambda: t.exporter("f", (items,), device=CUDA))}
+    if torch is not None:
+        rows["torch.empty(n, float32, device='cuda')"] = alloc_free_us(
+            lambda: torch.empty(items, dtype=torch.float32, device="cuda"))
+    return rows
+
+
 def target(name, value, goal, unit, met):
     print(f"target {name} ratio={value:.2f} goal={goal} {'met' if met else 'missed'}  # {unit}")
 
@@ -137,7 +167,13 @@ def main():
     print(f"\nSweep at {SWEEP >> 20} MiB (threads, chunk MiB, to device GB/s, to new bytes GB/s):")
     for threads, chunk, up, down in SWEEP_ROWS:
         print(f"  threads={threads:2d} chunk={chunk:2d} MiB  up={up:5.1f}  down={down:5.1f}")
+    allocs = alloc_free()
+    print(f"\n| device alloc + free, {ALLOC_BYTES >> 20} MiB | us per call |\n|---|---|")
+    for key, us in allocs.items():
+        print(f"| {key} | {us:.1f} |")
     print()
+    ours = allocs[OURS_ALLOC]
+    target(f"device-alloc-free-{ALLOC_BYTES >> 20}MiB", ours, "<=10 us", "us", ours <= 10)
     for n in SIZES:
         r = results[n]
         size = f"{n >> 20}MiB"

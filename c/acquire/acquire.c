@@ -253,6 +253,11 @@ static int classic_cannot_describe(PyObject *obj, int32_t flags, int raw, int *r
 /* Every path but the classic one (the native path's producer has a
  * bf_releasebuffer of its own). */
 static PYXBUF_NOINLINE void release_by_bridge(pyxbuf_view *view) {
+    pyxbuf_device d;
+    /* The consumer is done with the memory: device_alloc.c's free of pyxbuf's
+     * own memory waits for the work its streams queued until now. */
+    if (view->device != NULL && pyxbuf_view_device(view, &d, NULL) == 0)
+        pyxbuf__device_block_view_released(view, &d);
     if (view->path == PYXBUF_PATH_NATIVE) {
         PyBuffer_Release(&view->base);
         return;
@@ -485,8 +490,18 @@ int pyxbuf_get(PyObject *obj, pyxbuf_view *view, int32_t flags) {
     return get_view(obj, view, flags, PYXBUF__STREAM_UNSET);
 }
 
+/* A device view handed to a consumer on `stream`: pyxbuf's own memory behind
+ * it is freed only after the work queued there (device/device_alloc.c). */
+static PYXBUF_NOINLINE void note_stream_use(const pyxbuf_view *view, int64_t stream) {
+    pyxbuf_device d;
+    if (pyxbuf_view_device(view, &d, NULL) == 0)
+        pyxbuf__device_block_used_on(view, &d, stream);
+}
+
 int pyxbuf_get_stream(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream) {
-    return get_view(obj, view, flags, stream);
+    int rc = get_view(obj, view, flags, stream);
+    if (rc == 0 && view->device != NULL) note_stream_use(view, stream);
+    return rc;
 }
 
 #ifdef PYXBUF_DEBUG

@@ -67,6 +67,12 @@ static inline PyObject *pyxbuf__interned(PyObject **slot, const char *text) {
     return s == NULL ? NULL : pyxbuf__publish_once(slot, s);
 }
 
+/* shared_module.c: the capsule named `capsule_name` at attribute `attr` of
+ * sys.modules[PYXBUF_SHARED_MODULE] (made if missing): the one there, or a
+ * new one holding `own`, put there first. A new reference, or NULL with an
+ * exception set. Needs an attached thread state (the GIL). */
+PyObject *pyxbuf__shared_capsule(const char *attr, const char *capsule_name, void *own);
+
 /* Markers in pyxbuf_view.state. */
 #define PYXBUF__STATE_ACQUIRED 0x50584231u /* "PXB1" */
 #define PYXBUF__STATE_RELEASED 0x50584230u /* "PXB0" */

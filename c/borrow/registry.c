@@ -77,7 +77,6 @@ static int64_t registry_live(void) {
 }
 
 /* This copy's table, offered to sys.modules on the first call. */
-static PyObject *shared_module_name;
 
 const pyxbuf_shared_api pyxbuf__own_shared_api = {
     .version = PYXBUF_SHARED_API_VERSION,
@@ -95,30 +94,11 @@ const pyxbuf_shared_api pyxbuf__own_shared_api = {
  * installed. */
 const pyxbuf_shared_api *pyxbuf__installed_shared_api = NULL;
 
-/* The module holding the table every copy uses (a new reference): the one
- * in sys.modules, or a new one holding this copy's table, put there unless
- * another thread or copy put one first (setdefault, so two first calls at
- * once cannot install two registries). */
-static PyObject *shared_module(PyObject *modules) {
-    PyObject *ours = PyModule_New(PYXBUF_SHARED_MODULE);
-    PyObject *capsule =
-        PyCapsule_New((void *)&pyxbuf__own_shared_api, PYXBUF_SHARED_CAPSULE, NULL);
-    int rc = ours && capsule ? PyModule_AddObjectRef(ours, "API", capsule) : -1;
-    Py_XDECREF(capsule);
-    PyObject *module = NULL;
-    PyObject *key = rc == 0 ? pyxbuf__interned(&shared_module_name, PYXBUF_SHARED_MODULE) : NULL;
-    if (key != NULL) PyDict_SetDefaultRef(modules, key, ours, &module);
-    Py_XDECREF(ours);
-    return module;
-}
-
 const pyxbuf_shared_api *pyxbuf_shared_api_get(void) {
     const pyxbuf_shared_api *api = PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__installed_shared_api);
     if (PYXBUF_LIKELY(api != NULL)) return api;
-    PyObject *module = shared_module(PyImport_GetModuleDict());
-    if (module == NULL) return NULL;
-    PyObject *capsule = PyObject_GetAttrString(module, "API");
-    Py_DECREF(module);
+    PyObject *capsule =
+        pyxbuf__shared_capsule("API", PYXBUF_SHARED_CAPSULE, (void *)&pyxbuf__own_shared_api);
     api = capsule ? PyCapsule_GetPointer(capsule, PYXBUF_SHARED_CAPSULE) : NULL;
     Py_XDECREF(capsule);
     if (api == NULL) return NULL;

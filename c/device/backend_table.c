@@ -1,6 +1,7 @@
 /* backend_table.c -- the table of device backends, by DLPack device type:
  * store, remove and look up, under one lock (backends register from any
- * thread). It knows no backend; registry.c fills it. */
+ * thread). It knows no backend; registry.c fills it, through the transfer
+ * engine (engine.c), so that the table in use is the process's. */
 
 #include "device/device.h"
 
@@ -27,7 +28,7 @@ int pyxbuf__backend_check(const pyxbuf_backend *b, pyxbuf_error *err) {
                              "copy_from_host, alloc, free or pointer_query",
                              b->name ? b->name : "?");
     /* A registrant whose struct predates the staging functions has none. */
-    int have = b->size >= sizeof(pyxbuf_backend);
+    int have = b->size >= offsetof(pyxbuf_backend, alloc_async);
     int staging = have ? !!b->host_alloc + !!b->host_free + !!b->copy_async + !!b->event_query : 0;
     if (staging != 0 && (staging != 4 || !b->event_record || !b->event_destroy))
         return pyxbuf__error(err, PYXBUF_EINVAL, -1,
@@ -35,12 +36,34 @@ int pyxbuf__backend_check(const pyxbuf_backend *b, pyxbuf_error *err) {
                              "host_free, copy_async and event_query; give all four (with "
                              "event_record and event_destroy) or none",
                              b->name ? b->name : "?", staging);
+    /* Nor one that predates the device pool functions those. Frees are
+     * ordered after other streams with events, so the pool needs them. */
+    int have_pool = b->size >= sizeof(pyxbuf_backend);
+    int pool = have_pool ? !!b->alloc_async + !!b->free_async : 0;
+    int trim = have_pool && b->pool_trim;
+    if (pool == 1 || (pool == 0 && trim))
+        return pyxbuf__error(err, PYXBUF_EINVAL, -1,
+                             "pyxbuf_backend_register: backend '%s' has %d of alloc_async and "
+                             "free_async%s; give both or neither (pool_trim only with them)",
+                             b->name ? b->name : "?", pool, trim ? " and a pool_trim" : "");
+    if (pool == 2 && (!b->event_record || !b->event_wait || !b->event_destroy))
+        return pyxbuf__error(err, PYXBUF_EINVAL, -1,
+                             "pyxbuf_backend_register: backend '%s' has alloc_async and "
+                             "free_async but not event_record, event_wait and event_destroy, "
+                             "which order a free after the other streams using the memory; "
+                             "give all three",
+                             b->name ? b->name : "?");
     return 0;
 }
 
-int pyxbuf__backend_store(const pyxbuf_backend *backend) {
+/* Store under table_lock unless `keep` and the type has a backend already. */
+static int store(const pyxbuf_backend *backend, int keep) {
     if (pyxbuf__backend_check(backend, NULL) < 0) return PYXBUF_EINVAL;
     pthread_mutex_lock(&table_lock);
+    if (keep && backend_present[backend->device_type]) {
+        pthread_mutex_unlock(&table_lock);
+        return 0;
+    }
     memset(&backends[backend->device_type], 0, sizeof(pyxbuf_backend));
     size_t n = backend->size < sizeof(pyxbuf_backend) ? backend->size : sizeof(pyxbuf_backend);
     memcpy(&backends[backend->device_type], backend, n);
@@ -50,7 +73,13 @@ int pyxbuf__backend_store(const pyxbuf_backend *backend) {
     return 0;
 }
 
-int pyxbuf__backend_remove(int32_t device_type) {
+int pyxbuf__own_backend_store(const pyxbuf_backend *backend) { return store(backend, 0); }
+
+int pyxbuf__own_backend_store_if_absent(const pyxbuf_backend *backend) {
+    return store(backend, 1);
+}
+
+int pyxbuf__own_backend_remove(int32_t device_type) {
     if (device_type < 1 || device_type >= PYXBUF__MAX_DEVICE_TYPES) return PYXBUF_EINVAL;
     pthread_mutex_lock(&table_lock);
     int was = backend_present[device_type];
@@ -59,7 +88,7 @@ int pyxbuf__backend_remove(int32_t device_type) {
     return was ? 0 : PYXBUF_EINVAL;
 }
 
-int pyxbuf__backend_lookup(int32_t device_type, pyxbuf_backend *out) {
+int pyxbuf__own_backend_lookup(int32_t device_type, pyxbuf_backend *out) {
     int found = 0;
     pthread_mutex_lock(&table_lock);
     if (device_type >= 1 && device_type < PYXBUF__MAX_DEVICE_TYPES &&

@@ -9,9 +9,11 @@
  * All work happens in each device's primary context -- the one PyTorch, CuPy
  * and the CUDA runtime use -- retained once per ordinal and pushed around each
  * operation, so pointers, streams and events from those libraries are valid
- * here. Streams follow DLPack's integer convention (see pyxbuf.h). */
+ * here. Streams follow DLPack's integer convention (see pyxbuf.h). The
+ * stream-ordered allocations (alloc_async) come from each device's default
+ * memory pool, kept by cuda_pool.c. */
 
-#include "device/device.h"
+#include "device/cuda_driver.h" /* device.h, and the driver's types */
 #include "base/platform.h"
 
 #include <inttypes.h>
@@ -20,58 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ------------------------------------------------------------------------- */
-/* The driver's types and constants, with cuda.h's values (CUDA 11 and 12)   */
-/* ------------------------------------------------------------------------- */
-
-typedef int CUresult; /* an enum in cuda.h; int-sized on every CUDA platform */
-typedef int CUdevice;
-#if UINTPTR_MAX > 0xFFFFFFFFu
-typedef unsigned long long CUdeviceptr;
-#else
-typedef unsigned int CUdeviceptr;
-#endif
-typedef struct CUctx_st *CUcontext;
-typedef struct CUstream_st *CUstream;
-typedef struct CUevent_st *CUevent;
-typedef int CUpointer_attribute; /* enum */
-
-enum {
-    CUDA_SUCCESS = 0,
-    CUDA_ERROR_INVALID_VALUE = 1,
-    CUDA_ERROR_OUT_OF_MEMORY = 2,
-    CUDA_ERROR_NOT_INITIALIZED = 3,
-    CUDA_ERROR_DEINITIALIZED = 4,
-    CUDA_ERROR_STUB_LIBRARY = 34,
-    CUDA_ERROR_NO_DEVICE = 100,
-    CUDA_ERROR_INVALID_DEVICE = 101,
-    CUDA_ERROR_INVALID_CONTEXT = 201,
-    CUDA_ERROR_INVALID_HANDLE = 400,
-    CUDA_ERROR_NOT_READY = 600,
-    CUDA_ERROR_ILLEGAL_ADDRESS = 700,
-    CUDA_ERROR_ASSERT = 710,
-    CUDA_ERROR_HARDWARE_STACK_ERROR = 714, /* .. 719 CUDA_ERROR_LAUNCH_FAILED */
-    CUDA_ERROR_LAUNCH_FAILED = 719,
-};
-
-enum {
-    CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
-    CU_POINTER_ATTRIBUTE_IS_MANAGED = 8,
-    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
-};
-
-enum {
-    CU_MEMORYTYPE_HOST = 1,
-    CU_MEMORYTYPE_DEVICE = 2,
-    CU_MEMORYTYPE_ARRAY = 3,
-    CU_MEMORYTYPE_UNIFIED = 4,
-};
-
-#define CU_EVENT_DISABLE_TIMING 0x2u
-#define CU_MEMHOSTALLOC_PORTABLE 0x1u
-#define CU_STREAM_LEGACY ((CUstream)0x1)
-#define CU_STREAM_PER_THREAD ((CUstream)0x2)
 
 /* The entry points used, under the names libcuda exports (cuda.h maps the
  * plain names onto the _v2 ones with macros). */
@@ -167,6 +117,7 @@ static struct {
     CUcontext *primary; /* device_count entries; NULL until retained */
     event_pool *pools;  /* device_count entries */
     pthread_mutex_t lock; /* guards primary[] and pools[] */
+    pyxbuf__cuda_pool_api pool_api; /* all resolved, or none (no pools) */
 } drv = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
@@ -194,6 +145,30 @@ static const char *error_string(CUresult r) {
         !s)
         return "an error code this driver does not describe";
     return s;
+}
+
+/* The stream-ordered allocator's entry points (CUDA 11.2), all or none. */
+static const struct {
+    const char *name;
+    size_t offset;
+} pool_symbols[] = {
+    {"cuDeviceGet", offsetof(pyxbuf__cuda_pool_api, device_get)},
+    {"cuDeviceGetAttribute", offsetof(pyxbuf__cuda_pool_api, device_get_attribute)},
+    {"cuDeviceGetDefaultMemPool", offsetof(pyxbuf__cuda_pool_api, device_get_default_mem_pool)},
+    {"cuMemPoolGetAttribute", offsetof(pyxbuf__cuda_pool_api, mem_pool_get_attribute)},
+    {"cuMemPoolSetAttribute", offsetof(pyxbuf__cuda_pool_api, mem_pool_set_attribute)},
+    {"cuMemPoolTrimTo", offsetof(pyxbuf__cuda_pool_api, mem_pool_trim_to)},
+    {"cuMemAllocFromPoolAsync", offsetof(pyxbuf__cuda_pool_api, mem_alloc_from_pool_async)},
+    {"cuMemFreeAsync", offsetof(pyxbuf__cuda_pool_api, mem_free_async)},
+};
+
+static int resolve_pool_symbols(void *lib) {
+    for (size_t i = 0; i < sizeof pool_symbols / sizeof *pool_symbols; i++) {
+        void *sym = pyxbuf__library_symbol(lib, pool_symbols[i].name);
+        if (sym == NULL) return 0;
+        memcpy((char *)&drv.pool_api + pool_symbols[i].offset, &sym, sizeof sym);
+    }
+    return 1;
 }
 
 static int resolve_symbols(void *lib, const char *library) {
@@ -242,6 +217,7 @@ static void load_driver(void) {
         pyxbuf__library_close(lib);
         return;
     }
+    int have_pools = resolve_pool_symbols(lib);
     const char *call = "cuInit(0)";
     CUresult r = drv.api.init(0);
     int count = 0;
@@ -270,6 +246,7 @@ static void load_driver(void) {
         driver_unavailable(PYXBUF_ENOMEM, "out of memory setting up the CUDA backend");
         return;
     }
+    pyxbuf__cuda_pools_init(have_pools ? &drv.pool_api : NULL, count);
     drv.device_count = count;
     drv.ready = 1;
 }
@@ -562,6 +539,74 @@ static int cuda_free(void *ctx, int32_t device_id, void *ptr, pyxbuf_error *err)
     return 0;
 }
 
+/* The stream-ordered pool (cuda_pool.c): the device's default pool where it
+ * has pools, else cuMemAlloc and cuMemFree as above (each device always one
+ * or the other, so a free matches its allocation). */
+static int pool_error(pyxbuf_error *err, CUresult r, const char *call, size_t n, int32_t id,
+                      int64_t stream) {
+    char sbuf[40];
+    if (n == 0)
+        return cu_error(err, r, "%s on CUDA device %d (%s)", call, (int)id,
+                        stream_name(stream, sbuf, sizeof sbuf));
+    return cu_error(err, r, "%s of %zu %s on CUDA device %d (%s)", call, n,
+                    PYXBUF__PLURAL(n, "byte", "bytes"), (int)id,
+                    stream_name(stream, sbuf, sizeof sbuf));
+}
+
+static int cuda_alloc_async(void *ctx, int32_t device_id, size_t n, int64_t stream, void **ptr,
+                            pyxbuf_error *err) {
+    (void)ctx;
+    CUstream s = NULL;
+    int rc = begin(device_id, stream, &s, err);
+    if (rc != 0) return rc;
+    if (ptr == NULL) return pyxbuf__error(err, PYXBUF_EINVAL, -1, "cuda alloc_async: ptr is NULL");
+    *ptr = NULL;
+    if (n == 0) return 0;
+    if ((rc = enter(device_id, err)) != 0) return rc;
+    CUdeviceptr d = 0;
+    int pooled = 0;
+    const char *call = "cuMemAllocFromPoolAsync";
+    CUresult r = pyxbuf__cuda_pool_alloc(device_id, n, s, &d, &pooled, &call);
+    if (r == CUDA_SUCCESS && !pooled) {
+        call = "cuMemAlloc";
+        r = drv.api.mem_alloc(&d, n);
+    }
+    leave();
+    if (r != CUDA_SUCCESS) return pool_error(err, r, call, n, device_id, stream);
+    *ptr = (void *)(uintptr_t)d;
+    return 0;
+}
+
+static int cuda_free_async(void *ctx, int32_t device_id, void *ptr, int64_t stream,
+                           pyxbuf_error *err) {
+    (void)ctx;
+    CUstream s = NULL;
+    int rc = begin(device_id, stream, &s, err);
+    if (rc != 0 || ptr == NULL) return rc;
+    if ((rc = enter(device_id, err)) != 0) return rc;
+    int pooled = 0;
+    const char *call = "cuMemFreeAsync";
+    CUresult r = pyxbuf__cuda_pool_free(device_id, dptr(ptr), s, &pooled, &call);
+    if (r == CUDA_SUCCESS && !pooled) {
+        call = "cuMemFree";
+        r = drv.api.mem_free(dptr(ptr));
+    }
+    leave();
+    return r != CUDA_SUCCESS ? pool_error(err, r, call, 0, device_id, stream) : 0;
+}
+
+static int cuda_pool_trim(void *ctx, int32_t device_id, uint64_t keep, pyxbuf_error *err) {
+    (void)ctx;
+    int rc = driver_ready(err);
+    if (rc != 0 || (rc = check_ordinal(device_id, err)) != 0) return rc;
+    if ((rc = enter(device_id, err)) != 0) return rc;
+    int pooled = 0;
+    const char *call = "cuMemPoolTrimTo";
+    CUresult r = pyxbuf__cuda_pool_trim(device_id, keep, &pooled, &call);
+    leave();
+    return r != CUDA_SUCCESS ? pool_error(err, r, call, 0, device_id, 0) : 0;
+}
+
 /* Page-locked host memory for the staging pool: portable, so a block serves
  * copies to any device's context. */
 static int cuda_host_alloc(void *ctx, int32_t device_id, size_t n, void **ptr,
@@ -846,6 +891,9 @@ static const pyxbuf_backend cuda_backend = {
     .host_free = cuda_host_free,
     .copy_async = cuda_copy_async,
     .event_query = cuda_event_query,
+    .alloc_async = cuda_alloc_async,
+    .free_async = cuda_free_async,
+    .pool_trim = cuda_pool_trim,
 };
 
 /* Nothing is loaded here: the driver is opened by the first call that needs it. */

@@ -38,12 +38,24 @@ static int td_error(pyxbuf_error *err, int32_t code, const char *fmt, ...) {
 /* Memory: two mappings of one memfd, and a first-fit allocator               */
 /* ------------------------------------------------------------------------- */
 
+typedef struct stream stream;
+
 typedef struct block {
     size_t offset, size;
     int used;
     struct block *next; /* sorted by offset */
     int fresh;          /* allocated and not yet accessed: its bytes are due poison */
+    /* The stream-ordered pool (alloc_async, free_async), CUDA's rules: */
+    int pooled;             /* from alloc_async: counts in the pool's reserved bytes */
+    int cached;             /* freed with free_async: the pool's, not the allocator's */
+    int64_t pending_frees;  /* OP_FREEs of it queued and not yet run */
+    stream *freed_on;       /* the stream of its latest free_async */
 } block;
+
+/* A device's pool, for pyxbuf_emulated_pool_stats_get. */
+typedef struct pool_stats {
+    uint64_t reserved, cached, allocations, reuses, releases;
+} pool_stats;
 
 typedef struct device {
     int ready;
@@ -52,6 +64,7 @@ typedef struct device {
     char *guarded; /* PROT_NONE: the addresses handed out */
     char *backing; /* read-write: what the backend touches */
     block *blocks;
+    pool_stats pool;
 } device;
 
 /* ------------------------------------------------------------------------- */
@@ -67,7 +80,7 @@ typedef struct event {
  * an asynchronous copy between host memory and the device, which touches the
  * host bytes only when it runs (as a DMA engine does), so a host that refills
  * a staging buffer before the copy's event has happened sends the new bytes. */
-enum op_kind { OP_WRITE, OP_RECORD, OP_WAIT, OP_COPY };
+enum op_kind { OP_WRITE, OP_RECORD, OP_WAIT, OP_COPY, OP_FREE };
 
 typedef struct op {
     enum op_kind kind;
@@ -76,14 +89,15 @@ typedef struct op {
     size_t n;
     event *ev;
     struct op *next;
+    block *blk; /* OP_FREE: the block freed in stream order */
 } op;
 
-typedef struct stream {
+struct stream {
     int used;
     int running; /* run_stream is draining it (an OP_WAIT inside runs the others) */
     int32_t device_id;
     op *head, *tail;
-} stream;
+};
 
 static device devices[PYXBUF_EMULATED_MAX_DEVICES];
 static stream streams[MAX_STREAMS]; /* handle h < DEFAULT_STREAMS: per-device default */
@@ -130,8 +144,12 @@ static int remap_privately(device *d) {
     int fd = new_memfd();
     if (fd < 0) return -1;
     for (const block *b = d->blocks; b != NULL; b = b->next) {
+        /* An idle cached block holds nothing anyone reads (it is poisoned
+         * when handed out again): the child's pool keeps it, uncopied. One
+         * whose free is still queued is copied, for the work before it. */
+        int dead = b->cached && b->pending_frees == 0;
         size_t done = 0;
-        while (b->used && done < b->size) {
+        while (b->used && !dead && done < b->size) {
             ssize_t w = pwrite(fd, d->backing + b->offset + done, b->size - done,
                                (off_t)(b->offset + done));
             if (w <= 0) {
@@ -248,30 +266,87 @@ static void touch(const char *at, size_t n, int writes) {
     }
 }
 
+/* The first free block of at least `size` bytes, split to fit, taken; NULL
+ * when none is (*oom) or the split's record cannot be had. */
+static block *carve(device *d, size_t size, int *oom) {
+    block *b = d->blocks;
+    while (b != NULL && (b->used || b->size < size)) b = b->next;
+    *oom = b == NULL;
+    if (b == NULL) return NULL;
+    if (b->size > size) { /* split: the rest stays free */
+        block *rest = calloc(1, sizeof *rest);
+        if (rest == NULL) return NULL;
+        *rest = (block){.offset = b->offset + size, .size = b->size - size, .next = b->next};
+        b->size = size;
+        b->next = rest;
+    }
+    /* fresh: poisoned at its first access, see touch() */
+    *b = (block){.offset = b->offset, .size = b->size, .used = 1, .next = b->next, .fresh = 1};
+    return b;
+}
+
+/* Merge every run of free blocks into one. */
+static void coalesce(device *d) {
+    for (block *b = d->blocks; b != NULL; b = b->next)
+        while (!b->used && b->next != NULL && !b->next->used) {
+            block *n = b->next;
+            b->size += n->size;
+            b->next = n->next;
+            free(n);
+        }
+}
+
+/* A cached block whose every free has run: nothing queued touches it. */
+static int idle(const block *b) { return b->cached && b->pending_frees == 0; }
+
+/* Give idle cached blocks back to the allocator until the pool reserves at
+ * most `keep` bytes (what CUDA's pool does at a synchronisation above its
+ * release threshold, and in cuMemPoolTrimTo). */
+static void release_idle(device *d, uint64_t keep) {
+    for (block *b = d->blocks; b != NULL && d->pool.reserved > keep; b = b->next) {
+        if (!idle(b)) continue;
+        d->pool.reserved -= b->size;
+        d->pool.cached -= b->size;
+        d->pool.releases++;
+        *b = (block){.offset = b->offset, .size = b->size, .next = b->next};
+    }
+    coalesce(d);
+}
+
+static int no_room(int32_t id, size_t n, pyxbuf_error *err) {
+    return td_error(err, PYXBUF_ENOMEM, "emulated: cannot allocate %zu %s on emulated device %d",
+                    n, n == 1 ? "byte" : "bytes", (int)id);
+}
+
+/* Allocations are whole multiples of ALIGNMENT (at least one). */
+static size_t rounded(size_t n) {
+    return ((n ? n : 1) + ALIGNMENT - 1) & ~(size_t)(ALIGNMENT - 1);
+}
+
+/* A new block of n bytes on device id (checked). At the device's capacity
+ * the pool's idle blocks go back to the allocator first, and the search is
+ * made again: the pool never makes an allocation fail that would fit. */
+static int allocate(int32_t id, size_t n, block **out, pyxbuf_error *err) {
+    device *d = &devices[id];
+    if (n > DEVICE_BYTES) return no_room(id, n, err);
+    int oom = 0;
+    block *b = carve(d, rounded(n), &oom);
+    if (b == NULL && oom && d->pool.cached > 0) {
+        release_idle(d, 0);
+        b = carve(d, rounded(n), &oom);
+    }
+    if (b == NULL) return oom ? no_room(id, n, err) : td_error(err, PYXBUF_ENOMEM, "emulated: OOM");
+    *out = b;
+    return 0;
+}
+
 static int td_alloc(void *ctx, int32_t id, size_t n, void **ptr, pyxbuf_error *err) {
     (void)ctx;
-    size_t size = ((n ? n : 1) + ALIGNMENT - 1) & ~(size_t)(ALIGNMENT - 1);
     pthread_mutex_lock(&lock);
+    block *b = NULL;
     int rc = check_id(id, err);
-    block *b = rc == 0 ? devices[id].blocks : NULL;
-    while (b != NULL && (b->used || b->size < size)) b = b->next;
-    if (rc == 0 && b == NULL)
-        rc = td_error(err, PYXBUF_ENOMEM,
-                      "emulated: cannot allocate %zu %s on emulated device %d", n,
-                      n == 1 ? "byte" : "bytes", (int)id);
-    if (rc == 0 && b->size > size) { /* split: the rest stays free */
-        block *rest = calloc(1, sizeof *rest);
-        if (rest == NULL) {
-            rc = td_error(err, PYXBUF_ENOMEM, "emulated: out of memory");
-        } else {
-            *rest = (block){b->offset + size, b->size - size, 0, b->next, 0};
-            b->size = size;
-            b->next = rest;
-        }
-    }
+    if (rc == 0) rc = allocate(id, n, &b, err);
     if (rc == 0) {
-        b->used = 1;
-        b->fresh = 1; /* poisoned at its first access: see touch() */
         *ptr = devices[id].guarded + b->offset;
         live_allocations++;
     }
@@ -279,31 +354,38 @@ static int td_alloc(void *ctx, int32_t id, size_t n, void **ptr, pyxbuf_error *e
     return rc;
 }
 
+static void run_stream(stream *s);
+
+/* The live block (allocated, not freed) that starts at device address p. */
+static block *live_block(int32_t id, const void *p) {
+    size_t offset = (size_t)((const char *)p - devices[id].guarded);
+    for (block *b = devices[id].blocks; b != NULL; b = b->next)
+        if (b->offset == offset && b->used && !b->cached) return b;
+    return NULL;
+}
+
+static int not_live(int32_t id, const void *ptr, pyxbuf_error *err) {
+    return td_error(err, PYXBUF_EINVAL,
+                    "emulated: %p is not a live allocation of emulated device %d", ptr, (int)id);
+}
+
+/* A plain free of pool memory whose earlier free is still queued (it was
+ * handed out again on the same stream) waits for that stream, as cuMemFree
+ * synchronises: the queued free must not outlive its block. */
 static int td_free(void *ctx, int32_t id, void *ptr, pyxbuf_error *err) {
     (void)ctx;
-    int rc = -1;
     pthread_mutex_lock(&lock);
-    if (id >= 0 && id < PYXBUF_EMULATED_MAX_DEVICES && devices[id].ready) {
-        size_t offset = (size_t)((char *)ptr - devices[id].guarded);
-        for (block *b = devices[id].blocks; b != NULL; b = b->next) {
-            if (b->offset != offset || !b->used) continue;
-            b->used = 0;
-            live_allocations--;
-            while (b->next != NULL && !b->next->used) { /* merge with free neighbours */
-                block *n = b->next;
-                b->size += n->size;
-                b->next = n->next;
-                free(n);
-            }
-            rc = 0;
-            break;
-        }
+    int ok = id >= 0 && id < PYXBUF_EMULATED_MAX_DEVICES && devices[id].ready;
+    block *b = ok ? live_block(id, ptr) : NULL;
+    if (b != NULL) {
+        if (b->pending_frees > 0) run_stream(b->freed_on);
+        if (b->pooled) devices[id].pool.reserved -= b->size;
+        *b = (block){.offset = b->offset, .size = b->size, .next = b->next};
+        live_allocations--;
+        coalesce(&devices[id]);
     }
     pthread_mutex_unlock(&lock);
-    return rc == 0 ? 0
-                   : td_error(err, PYXBUF_EINVAL,
-                              "emulated: %p is not a live allocation of emulated device %d", ptr,
-                              (int)id);
+    return b != NULL ? 0 : not_live(id, ptr, err);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -321,8 +403,6 @@ static void release_event(event *ev) {
     if (ev != NULL && --ev->refs == 0) free(ev);
 }
 
-static void run_stream(stream *s);
-
 static void run_op(op *o) {
     switch (o->kind) {
     case OP_WRITE:
@@ -336,6 +416,10 @@ static void run_op(op *o) {
         o->data = NULL; /* not the op's to free */
         break;
     case OP_RECORD: o->ev->done = 1; break;
+    case OP_FREE: /* what runs after it is the next owner's: fresh memory */
+        o->blk->pending_frees--;
+        o->blk->fresh = 1;
+        break;
     case OP_WAIT:
         /* Run every queue until the event has happened: its recording stream
          * is unknown here, so run all (deterministic, and cheap in tests). */
@@ -466,7 +550,7 @@ static int td_event_record(void *ctx, int32_t id, int64_t handle, void **out, py
         *out = ev;
     } else if (rc == 0) {
         ev->refs = 2; /* the handle and the queued record */
-        *o = (op){OP_RECORD, NULL, NULL, 0, ev, NULL};
+        *o = (op){OP_RECORD, NULL, NULL, 0, ev, NULL, NULL};
         enqueue(s, o);
         *out = ev;
     } else {
@@ -492,7 +576,7 @@ static int td_event_wait(void *ctx, int32_t id, void *ev, int64_t handle, pyxbuf
         rc = td_error(err, PYXBUF_ENOMEM, "emulated: OOM");
     if (rc == 0) {
         ((event *)ev)->refs++;
-        *o = (op){OP_WAIT, NULL, NULL, 0, ev, NULL};
+        *o = (op){OP_WAIT, NULL, NULL, 0, ev, NULL, NULL};
         enqueue(s, o); /* lazy: runs when this stream runs */
     }
     pthread_mutex_unlock(&lock);
@@ -507,13 +591,134 @@ static int td_event_destroy(void *ctx, int32_t id, void *ev, pyxbuf_error *err) 
     return 0;
 }
 
+/* What the pool keeps across a synchronisation: the configuration's release
+ * threshold (read before taking the device's lock). */
+static uint64_t release_threshold(void) {
+    pyxbuf_transfer_config c = {.size = sizeof c};
+    pyxbuf_transfer_config_get(&c);
+    return c.device_pool_release_threshold ? c.device_pool_release_threshold
+                                           : PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD_DEFAULT;
+}
+
 static int td_synchronize(void *ctx, int32_t id, int64_t handle, pyxbuf_error *err) {
     (void)ctx;
+    uint64_t keep = release_threshold();
     pthread_mutex_lock(&lock);
     int rc = check_id(id, err);
     stream *s = rc == 0 ? find_stream(id, handle) : NULL;
     if (rc == 0 && s == NULL) rc = no_stream(id, handle, err);
-    if (rc == 0) run_stream(s);
+    if (rc == 0) {
+        run_stream(s);
+        release_idle(&devices[id], keep);
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------- */
+/* The stream-ordered pool (CUDA's cuMemAllocAsync / cuMemFreeAsync)         */
+/* ------------------------------------------------------------------------- */
+
+/* Rules, deterministically: a free_async queues an OP_FREE on its stream and
+ * the block joins the pool at once. Work queued on that stream later is
+ * ordered after the free, so an allocation there may have the block at once;
+ * an allocation on another stream only once the free has run (CUDA's
+ * opportunistic reuse; it never inserts dependencies here). A free on an
+ * idle stream runs at once, as event_record's record does. Idle cached
+ * blocks go back to the allocator above the release threshold when a stream
+ * or event is synchronised, in pool_trim, and when an allocation would
+ * otherwise not fit. */
+
+/* The cached block for `size` bytes on stream s: one freed on s, or one whose
+ * free has run; the smallest that fits, at most twice the size. */
+static block *cached_fit(device *d, size_t size, const stream *s) {
+    block *best = NULL;
+    for (block *b = d->blocks; b != NULL; b = b->next)
+        if (b->cached && (b->freed_on == s || b->pending_frees == 0) && b->size >= size &&
+            b->size - size <= size && (best == NULL || b->size < best->size))
+            best = b;
+    return best;
+}
+
+/* A block from the pool or, failing that, from the allocator. */
+static int pool_take(int32_t id, size_t n, const stream *s, block **out, pyxbuf_error *err) {
+    device *d = &devices[id];
+    block *b = n <= DEVICE_BYTES ? cached_fit(d, rounded(n), s) : NULL;
+    if (b != NULL) {
+        b->cached = 0;
+        d->pool.cached -= b->size;
+        d->pool.reuses++;
+        if (b->pending_frees == 0) b->fresh = 1; /* else its queued free makes it fresh */
+        *out = b;
+        return 0;
+    }
+    int rc = allocate(id, n, &b, err);
+    if (rc == 0) {
+        b->pooled = 1;
+        d->pool.reserved += b->size;
+        *out = b;
+    }
+    return rc;
+}
+
+static stream *pool_stream(int32_t id, int64_t handle) {
+    return find_stream(id, handle == PYXBUF_STREAM_NONE ? 0 : handle);
+}
+
+static int td_alloc_async(void *ctx, int32_t id, size_t n, int64_t handle, void **ptr,
+                          pyxbuf_error *err) {
+    (void)ctx;
+    pthread_mutex_lock(&lock);
+    int rc = check_id(id, err);
+    stream *s = rc == 0 ? pool_stream(id, handle) : NULL;
+    block *b = NULL;
+    if (rc == 0 && s == NULL) rc = no_stream(id, handle, err);
+    if (rc == 0) rc = pool_take(id, n, s, &b, err);
+    if (rc == 0) {
+        devices[id].pool.allocations++;
+        live_allocations++;
+        *ptr = devices[id].guarded + b->offset;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+static int td_free_async(void *ctx, int32_t id, void *ptr, int64_t handle, pyxbuf_error *err) {
+    (void)ctx;
+    pthread_mutex_lock(&lock);
+    int rc = check_id(id, err);
+    stream *s = rc == 0 ? pool_stream(id, handle) : NULL;
+    block *b = rc == 0 ? live_block(id, ptr) : NULL;
+    op *o = NULL;
+    if (rc == 0 && s == NULL) rc = no_stream(id, handle, err);
+    else if (rc == 0 && b == NULL) rc = not_live(id, ptr, err);
+    else if (rc == 0 && !b->pooled)
+        rc = td_error(err, PYXBUF_EINVAL, "emulated: %p on emulated device %d came from alloc, "
+                      "not alloc_async: give it back with free", ptr, (int)id);
+    else if (rc == 0 && s->head != NULL && (o = calloc(1, sizeof *o)) == NULL)
+        rc = td_error(err, PYXBUF_ENOMEM, "emulated: OOM");
+    if (rc == 0) {
+        b->cached = 1;
+        b->freed_on = s;
+        devices[id].pool.cached += b->size;
+        live_allocations--;
+        if (o == NULL) {
+            b->fresh = 1; /* an idle stream passes the free at once */
+        } else {
+            b->pending_frees++;
+            *o = (op){.kind = OP_FREE, .blk = b};
+            enqueue(s, o);
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+static int td_pool_trim(void *ctx, int32_t id, uint64_t keep, pyxbuf_error *err) {
+    (void)ctx;
+    pthread_mutex_lock(&lock);
+    int rc = check_id(id, err);
+    if (rc == 0) release_idle(&devices[id], keep);
     pthread_mutex_unlock(&lock);
     return rc;
 }
@@ -561,8 +766,8 @@ static int td_copy_async(void *ctx, int32_t id, int32_t to_host, void *dst, cons
     if (rc == 0 && (o = calloc(1, sizeof *o)) == NULL)
         rc = td_error(err, PYXBUF_ENOMEM, "emulated: OOM");
     if (rc == 0) {
-        *o = to_host ? (op){OP_COPY, dst, b, n, NULL, NULL}
-                     : (op){OP_COPY, b, (char *)src, n, NULL, NULL};
+        *o = to_host ? (op){OP_COPY, dst, b, n, NULL, NULL, NULL}
+                     : (op){OP_COPY, b, (char *)src, n, NULL, NULL, NULL};
         enqueue(s, o);
     }
     pthread_mutex_unlock(&lock);
@@ -570,9 +775,11 @@ static int td_copy_async(void *ctx, int32_t id, int32_t to_host, void *dst, cons
 }
 
 /* Not done until something runs its stream; `wait` runs every queue until
- * it is (as OP_WAIT does: the recording stream is not kept). */
+ * it is (as OP_WAIT does: the recording stream is not kept), and is a
+ * synchronisation for the pool. */
 static int td_event_query(void *ctx, int32_t id, void *ev, int32_t wait, pyxbuf_error *err) {
     (void)ctx;
+    uint64_t keep = wait ? release_threshold() : 0;
     pthread_mutex_lock(&lock);
     int rc = check_id(id, err);
     event *e = ev;
@@ -581,6 +788,7 @@ static int td_event_query(void *ctx, int32_t id, void *ev, int32_t wait, pyxbuf_
             run_stream(&default_streams[i]);
         for (int i = 0; !e->done && i < MAX_STREAMS; i++)
             if (streams[i].used) run_stream(&streams[i]);
+        release_idle(&devices[id], keep); /* a synchronisation, as cuEventSynchronize */
     }
     if (rc == 0) rc = e->done;
     pthread_mutex_unlock(&lock);
@@ -588,11 +796,13 @@ static int td_event_query(void *ctx, int32_t id, void *ev, int32_t wait, pyxbuf_
 }
 
 /* Like cuPointerGetAttributes: only addresses inside a live allocation are
- * device memory (so a producer claiming more bytes than it owns is caught). */
+ * device memory (so a producer claiming more bytes than it owns is caught);
+ * memory the pool caches is not. */
 static int in_live_block(int32_t id, const void *ptr) {
     size_t offset = (size_t)((const char *)ptr - devices[id].guarded);
     for (const block *b = devices[id].blocks; b != NULL; b = b->next)
-        if (b->used && offset >= b->offset && offset < b->offset + b->size) return 1;
+        if (b->used && !b->cached && offset >= b->offset && offset < b->offset + b->size)
+            return 1;
     return 0;
 }
 
@@ -634,6 +844,7 @@ typedef struct emulated_api {
                          pyxbuf_error *err);
     int64_t (*pending)(int32_t id, int64_t handle);
     int (*peek)(const void *src, void *dst, size_t n, pyxbuf_error *err);
+    void (*pool_stats)(int32_t id, pyxbuf_emulated_pool_stats *out);
 } emulated_api;
 
 static const emulated_api own_api;
@@ -668,6 +879,9 @@ int pyxbuf_emulated_register(pyxbuf_error *err) {
         .host_free = td_host_free,
         .copy_async = td_copy_async,
         .event_query = td_event_query,
+        .alloc_async = td_alloc_async,
+        .free_async = td_free_async,
+        .pool_trim = td_pool_trim,
     };
     /* Another copy's emulated device serves the process: keep it (replacing
      * it would strand every array it holds). */
@@ -752,7 +966,7 @@ static int own_enqueue_write(int32_t id, int64_t handle, void *dst, const void *
             rc = td_error(err, PYXBUF_ENOMEM, "emulated: OOM");
         } else {
             memcpy(data, src, n);
-            *o = (op){OP_WRITE, b, data, n, NULL, NULL};
+            *o = (op){OP_WRITE, b, data, n, NULL, NULL, NULL};
             enqueue(s, o);
         }
     }
@@ -782,6 +996,17 @@ static int own_peek(const void *src, void *dst, size_t n, pyxbuf_error *err) {
     return b ? 0 : bad_address(-1, src, n, err);
 }
 
+static void own_pool_stats(int32_t id, pyxbuf_emulated_pool_stats *out) {
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&lock);
+    if (id >= 0 && id < PYXBUF_EMULATED_MAX_DEVICES) {
+        const pool_stats *p = &devices[id].pool;
+        *out = (pyxbuf_emulated_pool_stats){p->reserved, p->cached, p->allocations, p->reuses,
+                                            p->releases};
+    }
+    pthread_mutex_unlock(&lock);
+}
+
 static const emulated_api own_api = {
     .magic = EMULATED_API_MAGIC,
     .size = sizeof(emulated_api),
@@ -794,6 +1019,7 @@ static const emulated_api own_api = {
     .enqueue_write = own_enqueue_write,
     .pending = own_pending,
     .peek = own_peek,
+    .pool_stats = own_pool_stats,
 };
 
 int64_t pyxbuf_emulated_live_allocations(void) { return serving()->live_allocations(); }
@@ -825,4 +1051,8 @@ int64_t pyxbuf_emulated_pending(int32_t id, int64_t handle) {
 
 int pyxbuf_emulated_peek(const void *src, void *dst, size_t n, pyxbuf_error *err) {
     return serving()->peek(src, dst, n, err);
+}
+
+void pyxbuf_emulated_pool_stats_get(int32_t id, pyxbuf_emulated_pool_stats *out) {
+    serving()->pool_stats(id, out);
 }

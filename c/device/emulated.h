@@ -7,7 +7,8 @@
  * same pages. Streams are deterministic queues: work enqueued on a stream runs
  * only when that stream is synchronised, copied on, or made to wait for an
  * event recorded after the work — so a consumer that skips the wait reads
- * stale data every time. */
+ * stale data every time. Allocations can come from a stream-ordered pool
+ * (alloc_async) with CUDA's rules, below. */
 #ifndef PYXBUF_EMULATED_H
 #define PYXBUF_EMULATED_H
 
@@ -56,6 +57,23 @@ int64_t pyxbuf_emulated_pending(int32_t device_id, int64_t stream);
 /* Read n bytes at device address src NOW, without running any queue: what a
  * consumer sees if it copies without waiting for the producer's event. */
 int pyxbuf_emulated_peek(const void *src, void *dst, size_t n, pyxbuf_error *err);
+
+/* The stream-ordered pool of one emulated device (alloc_async, free_async,
+ * pool_trim), with CUDA's rules made deterministic: memory freed on a stream
+ * goes to later work on that stream at once and to other streams only once
+ * the stream has run past the free; idle cached memory goes back to the
+ * allocator above the configuration's device_pool_release_threshold when a
+ * stream or event is synchronised, in pool_trim, and when an allocation
+ * would not fit otherwise. A forked child keeps the pool, and copies only
+ * the blocks whose free is still queued. */
+typedef struct pyxbuf_emulated_pool_stats {
+    uint64_t reserved_bytes; /* alloc_async memory held: in use plus cached */
+    uint64_t cached_bytes;   /* freed with free_async and kept for reuse */
+    uint64_t allocations;    /* alloc_async calls that succeeded */
+    uint64_t reuses;         /* of those, served from the cache */
+    uint64_t releases;       /* cached blocks given back to the allocator */
+} pyxbuf_emulated_pool_stats;
+void pyxbuf_emulated_pool_stats_get(int32_t device_id, pyxbuf_emulated_pool_stats *out);
 
 #ifdef __cplusplus
 }

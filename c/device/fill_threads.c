@@ -107,7 +107,14 @@ static int32_t ensure_workers(int32_t want) {
     return have;
 }
 
-void pyxbuf__parallel_copy(void *dst, const void *src, size_t n, int32_t threads) {
+int32_t pyxbuf__own_fill_threads(void) {
+    pthread_mutex_lock(&state_lock);
+    int32_t n = workers;
+    pthread_mutex_unlock(&state_lock);
+    return n;
+}
+
+void pyxbuf__own_parallel_copy(void *dst, const void *src, size_t n, int32_t threads) {
     const size_t page = (size_t)4 << 10, min_part = (size_t)256 << 10;
     int32_t parts = threads;
     if ((size_t)parts > n / min_part) parts = (int32_t)(n / min_part);

@@ -150,10 +150,10 @@ static pyxbuf__pinned_block *wait_for_queued(const pyxbuf_backend *b, size_t siz
     return done ? pending : NULL;
 }
 
-pyxbuf__pinned_block *pyxbuf__pinned_take(const pyxbuf_backend *b, int32_t device_id, size_t n) {
+pyxbuf__pinned_block *pyxbuf__own_pinned_take(const pyxbuf_backend *b, int32_t device_id, size_t n) {
     pyxbuf_transfer_config cfg;
     size_t size = size_class(n);
-    if (b->host_alloc == NULL || size == 0 || pyxbuf__transfer_config(&cfg, NULL) < 0)
+    if (b->host_alloc == NULL || size == 0 || pyxbuf__own_transfer_config(&cfg, NULL) < 0)
         return NULL;
     pyxbuf__pinned_block *doomed = NULL, *pending;
     pthread_mutex_lock(&pool_lock);
@@ -175,9 +175,9 @@ pyxbuf__pinned_block *pyxbuf__pinned_take(const pyxbuf_backend *b, int32_t devic
     return found;
 }
 
-void pyxbuf__pinned_give(pyxbuf__pinned_block *blk, void *event) {
+void pyxbuf__own_pinned_give(pyxbuf__pinned_block *blk, void *event) {
     pyxbuf_transfer_config cfg;
-    pyxbuf__transfer_config(&cfg, NULL);
+    pyxbuf__own_transfer_config(&cfg, NULL);
     pyxbuf__pinned_block *doomed = NULL;
     pthread_mutex_lock(&pool_lock);
     blk->event = event;
@@ -188,9 +188,7 @@ void pyxbuf__pinned_give(pyxbuf__pinned_block *blk, void *event) {
     free_doomed(doomed);
 }
 
-void pyxbuf__pinned_give_finished(void *blk) { pyxbuf__pinned_give(blk, NULL); }
-
-int pyxbuf__pinned_contains(const void *p, size_t n) {
+int pyxbuf__own_pinned_contains(const void *p, size_t n) {
     const char *c = p;
     int inside = 0;
     pthread_mutex_lock(&pool_lock);
@@ -202,7 +200,7 @@ int pyxbuf__pinned_contains(const void *p, size_t n) {
     return inside;
 }
 
-void pyxbuf__pinned_pool_fit(uint64_t cap) {
+void pyxbuf__own_pinned_pool_fit(uint64_t cap) {
     pyxbuf__pinned_block *doomed = NULL;
     pthread_mutex_lock(&pool_lock);
     make_room(0, cap, &doomed);
@@ -210,9 +208,7 @@ void pyxbuf__pinned_pool_fit(uint64_t cap) {
     free_doomed(doomed);
 }
 
-void pyxbuf_pinned_pool_trim(void) { pyxbuf__pinned_pool_fit(0); }
-
-void pyxbuf_pinned_pool_stats_get(pyxbuf_pinned_pool_stats *out) {
+void pyxbuf__own_pinned_pool_stats(pyxbuf_pinned_pool_stats *out) {
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&pool_lock);
     out->held_bytes = held_bytes;

@@ -7,8 +7,11 @@
 #include <pthread.h>
 #include <stdio.h>
 
+/* Where the type has none: with the process's engine shared, the built-ins
+ * of the copy that installed it serve every copy (replacing them would
+ * strand the state, CUDA contexts and streams, their arrays rely on). */
 static void register_builtins(void) {
-    pyxbuf__backend_store(pyxbuf__cpu_backend());
+    pyxbuf__backend_store_if_absent(pyxbuf__cpu_backend());
     /* The CUDA driver serves device, pinned host and managed memory alike;
      * its pointer_query tells them apart. */
     static const int32_t cuda_types[] = {PYXBUF_DL_CUDA, PYXBUF_DL_CUDA_HOST,
@@ -16,7 +19,7 @@ static void register_builtins(void) {
     for (size_t i = 0; i < sizeof cuda_types / sizeof *cuda_types; i++) {
         pyxbuf_backend b = *pyxbuf__cuda_backend();
         b.device_type = cuda_types[i];
-        pyxbuf__backend_store(&b);
+        pyxbuf__backend_store_if_absent(&b);
     }
 }
 

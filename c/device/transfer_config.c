@@ -1,6 +1,7 @@
-/* transfer_config.c -- how large host <-> device copies are staged: the one
- * configuration (defaults, the environment, pyxbuf_transfer_config_get/set),
- * read by staging.c and pinned_pool.c. Under one lock; readers take a copy. */
+/* transfer_config.c -- how large host <-> device copies are staged: this
+ * copy's configuration (defaults, the environment, get and set), read through
+ * the process's transfer engine (engine.c) and by pinned_pool.c. Under one
+ * lock; readers take a copy. */
 
 #include "device/device.h"
 #include "base/platform.h"
@@ -78,6 +79,14 @@ static int check_config(const pyxbuf_transfer_config *c, const char *who, pyxbuf
     if (c->enabled && c->pool_cap < c->chunk * (uint64_t)c->buffers)
         return bad_field(err, who, "pool_cap", c->pool_cap,
                          "at least chunk x buffers (or set enabled = 0)");
+    /* "off" is the non-zero value, so a zeroed field keeps the pool on. */
+    if (c->device_pool_off != 0 && c->device_pool_off != 1)
+        return bad_signed(err, who, "device_pool_off", c->device_pool_off, "0 or 1");
+    if (c->device_pool_release_threshold > (uint64_t)INT64_MAX)
+        return bad_field(err, who, "device_pool_release_threshold",
+                         c->device_pool_release_threshold,
+                         "at most 2^63 - 1 bytes (0: the default, 256 MiB)");
+    if (c->reserved0 != 0) return bad_signed(err, who, "reserved0", c->reserved0, "0");
     return 0;
 }
 
@@ -147,7 +156,8 @@ static void env_switch(const char *name, int *field) {
 static const char *env_name_of(const char *message) {
     static const char *const names[][2] = {
         {"chunk", "PYXBUF_STAGING_CHUNK"}, {"threshold", "PYXBUF_STAGING_THRESHOLD"},
-        {"pool_cap", "PYXBUF_PINNED_POOL_CAP"}, {"threads", "PYXBUF_STAGING_THREADS"}};
+        {"pool_cap", "PYXBUF_PINNED_POOL_CAP"}, {"threads", "PYXBUF_STAGING_THREADS"},
+        {"device_pool_release_threshold", "PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD"}};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         char field[32];
         snprintf(field, sizeof field, ": %s is", names[i][0]);
@@ -165,6 +175,8 @@ static pyxbuf_transfer_config defaults(void) {
         .threshold = (uint64_t)8 << 20,
         .chunk = (uint64_t)16 << 20,
         .pool_cap = default_pool_cap(),
+        .device_pool_off = 0,
+        .device_pool_release_threshold = PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD_DEFAULT,
     };
 }
 
@@ -181,6 +193,10 @@ static void load_config(void) {
     env_bytes("PYXBUF_PINNED_POOL_CAP", &c.pool_cap);
     env_threads(&c.threads);
     env_switch("PYXBUF_STAGING_HUGE_PAGES", &huge_pages);
+    int device_pool = 1;
+    env_switch("PYXBUF_DEVICE_POOL", &device_pool);
+    c.device_pool_off = !device_pool;
+    env_bytes("PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD", &c.device_pool_release_threshold);
     pyxbuf_error why;
     if (!env_bad && check_config(&c, "pyxbuf", &why) < 0) {
         const char *name = env_name_of(why.message);
@@ -190,12 +206,12 @@ static void load_config(void) {
     config = env_bad ? defaults() : c;
 }
 
-int pyxbuf__staging_huge_pages(void) {
+int pyxbuf__own_staging_huge_pages(void) {
     pthread_once(&config_once, load_config);
     return huge_pages;
 }
 
-int pyxbuf__transfer_config(pyxbuf_transfer_config *out, pyxbuf_error *err) {
+int pyxbuf__own_transfer_config(pyxbuf_transfer_config *out, pyxbuf_error *err) {
     pthread_once(&config_once, load_config);
     pthread_mutex_lock(&config_lock);
     *out = config;
@@ -205,33 +221,15 @@ int pyxbuf__transfer_config(pyxbuf_transfer_config *out, pyxbuf_error *err) {
     return bad ? PYXBUF_EINVAL : 0;
 }
 
-void pyxbuf_transfer_config_get(pyxbuf_transfer_config *out) {
-    pyxbuf_transfer_config c;
-    pyxbuf__transfer_config(&c, NULL);
-    uint32_t n = out->size >= sizeof c || out->size == 0 ? (uint32_t)sizeof c : out->size;
-    memcpy(out, &c, n);
-    out->size = n;
-}
-
-int pyxbuf_transfer_config_check(pyxbuf_error *err) {
-    pyxbuf_transfer_config c;
-    return pyxbuf__transfer_config(&c, err);
-}
-
-int pyxbuf_transfer_config_set(const pyxbuf_transfer_config *in, pyxbuf_error *err) {
-    const char *who = "pyxbuf_transfer_config_set";
-    if (in == NULL || in->size < offsetof(pyxbuf_transfer_config, reserved))
-        return pyxbuf__error(err, PYXBUF_EINVAL, -1,
-                             "%s: config is NULL or its size %u is too small; start from "
-                             "pyxbuf_transfer_config_get",
-                             who, in ? (unsigned)in->size : 0u);
-    int rc = check_config(in, who, err);
+/* `in` is a whole configuration of this layout (engine.c's entry point
+ * checked its size). */
+int pyxbuf__own_transfer_config_set(const pyxbuf_transfer_config *in, pyxbuf_error *err) {
+    int rc = check_config(in, "pyxbuf_transfer_config_set", err);
     if (rc < 0) return rc;
     pthread_once(&config_once, load_config);
     pthread_mutex_lock(&config_lock);
     config = *in;
     config.size = (uint32_t)sizeof config;
-    memset(config.reserved, 0, sizeof config.reserved);
     env_bad = 0; /* the environment's values are replaced */
     pthread_mutex_unlock(&config_lock);
     return 0;

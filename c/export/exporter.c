@@ -272,25 +272,20 @@ PyObject *pyxbuf_exporter_wrap(const pyxbuf_export_desc *desc, void (*free_fn)(v
     return (PyObject *)e;
 }
 
-/* Device memory is freed through its backend when the exporter dies. */
-typedef struct device_block {
-    pyxbuf_backend backend;
-    int32_t device_id;
-    void *ptr;
-} device_block;
-
-static void free_device_block(void *p) {
-    device_block *block = p;
-    block->backend.free(block->backend.ctx, block->device_id, block->ptr, NULL);
-    free(block);
-}
-
-/* Allocate `nbytes` on `device`; free_fn(free_ctx) releases it. Host memory
- * that a device `from` fills is pooled page-locked memory when large (the
- * copy then runs at the link's rate, with no page faulted in during it). */
-static void *allocate_on(const pyxbuf_device *device, size_t nbytes, const pyxbuf_device *from,
-                         void (**free_fn)(void *), void **free_ctx) {
+/* Allocate `nbytes` on `device` for work on `stream`; free_fn(free_ctx)
+ * releases it. Host memory that a device `from` fills is pooled page-locked
+ * memory when large (the copy then runs at the link's rate, with no page
+ * faulted in during it). Device memory comes from the backend's
+ * stream-ordered pool where it has one, and is freed when the exporter dies
+ * in the order device/device_alloc.c writes down: on `stream`, after every
+ * other stream a view of it was handed to (pyxbuf_get_stream,
+ * pyxbuf_device_wait, __dlpack__(stream=)). *pooled says which. 0 and
+ * *buf, or -1 with an exception. */
+static int allocate_on(const pyxbuf_device *device, size_t nbytes, const pyxbuf_device *from,
+                       int64_t stream, void **buf, int *pooled, void (**free_fn)(void *),
+                       void **free_ctx) {
     pyxbuf_error err;
+    *pooled = 0;
     if (from != NULL && device->device_type == PYXBUF_DL_CPU &&
         !pyxbuf__host_accessible(from->device_type)) {
         /* Page-locking a new block takes the driver milliseconds to
@@ -302,28 +297,25 @@ static void *allocate_on(const pyxbuf_device *device, size_t nbytes, const pyxbu
         if (pinned != NULL) {
             *free_fn = pyxbuf__pinned_give_finished; /* the copy completed before return */
             *free_ctx = pinned;
-            return pinned->ptr;
+            *buf = pinned->ptr;
+            return 0;
         }
     }
-    device_block *block = calloc(1, sizeof *block);
-    if (block == NULL) return PyErr_NoMemory();
-    if (pyxbuf_backend_get(device->device_type, &block->backend, &err) < 0 ||
-        block->backend.alloc(block->backend.ctx, device->device_id, nbytes, &block->ptr, &err) <
-            0) {
-        free(block);
-        pyxbuf_error_raise(&err);
-        return NULL;
-    }
-    block->device_id = device->device_id;
-    *free_fn = free_device_block; /* also for the host: the CPU backend may be replaced */
+    /* Also for the host: the CPU backend may be replaced. */
+    pyxbuf__device_block *block = NULL;
+    if (pyxbuf__device_block_new(device, nbytes, stream, &block, &err) < 0)
+        return pyxbuf_error_raise(&err);
+    *free_fn = pyxbuf__device_block_free;
     *free_ctx = block;
-    return block->ptr;
+    *buf = block->ptr;
+    *pooled = block->pooled;
+    return 0;
 }
 
 static PyObject *exporter_new_filled_from(const char *format, Py_ssize_t itemsize_given,
                                           int32_t ndim, const Py_ssize_t *shape, int32_t readonly,
-                                          const pyxbuf_device *device,
-                                          const pyxbuf_device *from);
+                                          const pyxbuf_device *device, const pyxbuf_device *from,
+                                          int64_t stream);
 
 PyObject *pyxbuf_exporter_new(const char *format, int32_t ndim, const Py_ssize_t *shape,
                               int32_t readonly, const pyxbuf_device *device) {
@@ -333,15 +325,40 @@ PyObject *pyxbuf_exporter_new(const char *format, int32_t ndim, const Py_ssize_t
 PyObject *pyxbuf__exporter_new_sized(const char *format, Py_ssize_t itemsize_given, int32_t ndim,
                                      const Py_ssize_t *shape, int32_t readonly,
                                      const pyxbuf_device *device) {
-    return exporter_new_filled_from(format, itemsize_given, ndim, shape, readonly, device, NULL);
+    return exporter_new_filled_from(format, itemsize_given, ndim, shape, readonly, device, NULL,
+                                    PYXBUF_STREAM_DEFAULT);
 }
 
-/* A new exporter on `device`, its memory to be filled from device `from`
- * (NULL: by the caller). */
+/* Pool memory is usable by work on its allocation stream, and on another
+ * stream once it has waited for that stream (memory freed there may have
+ * come back with the previous owner's work still queued): an exporter the
+ * caller fills carries an event recorded after the allocation, which a
+ * consumer on another stream waits for (pyxbuf_device_wait), as for any
+ * producer -- unless it has happened already (an idle stream): then none,
+ * and the memory is ready everywhere. */
+static int mark_allocated(PyObject *e, const pyxbuf_device *device, int64_t stream) {
+    void *event = NULL;
+    pyxbuf_error err;
+    pyxbuf_backend b;
+    if (pyxbuf__record_event(device, stream, &event, &err) < 0) {
+        Py_DECREF(e);
+        return pyxbuf_error_raise(&err);
+    }
+    if (event != NULL && pyxbuf_backend_get(device->device_type, &b, NULL) == 0 &&
+        b.event_query != NULL && b.event_query(b.ctx, device->device_id, event, 0, NULL) == 1) {
+        b.event_destroy(b.ctx, device->device_id, event, NULL);
+        event = NULL;
+    }
+    if (event != NULL) pyxbuf__exporter_adopt_event(e, event, stream);
+    return 0;
+}
+
+/* A new exporter on `device`, its memory to be filled from device `from` on
+ * `stream` (from NULL: by the caller, on the default stream). */
 static PyObject *exporter_new_filled_from(const char *format, Py_ssize_t itemsize_given,
                                           int32_t ndim, const Py_ssize_t *shape, int32_t readonly,
-                                          const pyxbuf_device *device,
-                                          const pyxbuf_device *from) {
+                                          const pyxbuf_device *device, const pyxbuf_device *from,
+                                          int64_t stream) {
     static const pyxbuf_device host = {PYXBUF_DL_CPU, 0};
     if (device == NULL) device = &host;
     if (ndim < 0 || ndim > PYXBUF_MAX_NDIM || (ndim > 0 && shape == NULL)) {
@@ -379,10 +396,13 @@ static PyObject *exporter_new_filled_from(const char *format, Py_ssize_t itemsiz
     }
     void (*free_fn)(void *) = NULL;
     void *free_ctx = NULL;
-    d.buf = allocate_on(device, (size_t)nbytes, from, &free_fn, &free_ctx);
-    if (d.buf == NULL) return NULL;
+    int pooled = 0;
+    if (allocate_on(device, (size_t)nbytes, from, stream, &d.buf, &pooled, &free_fn, &free_ctx) <
+        0)
+        return NULL;
     PyObject *e = pyxbuf_exporter_wrap(&d, free_fn, free_ctx);
     if (e == NULL) free_fn(free_ctx);
+    if (e != NULL && pooled && from == NULL && mark_allocated(e, device, stream) < 0) return NULL;
     return e;
 }
 
@@ -424,7 +444,8 @@ PyObject *pyxbuf_to_device(const pyxbuf_view *view, const pyxbuf_device *target,
                                     : (view->base.ndim == 0 && flat == 1 ? 0 : 1);
     const Py_ssize_t *shape = view->base.shape ? view->base.shape : &flat;
     PyObject *out = exporter_new_filled_from(view_format(view, fmt, sizeof fmt),
-                                             view->base.itemsize, ndim, shape, 0, target, &src);
+                                             view->base.itemsize, ndim, shape, 0, target, &src,
+                                             stream);
     if (out == NULL) return NULL;
     void *dst = ((pyxbuf__exporter *)out)->desc.buf;
     void *event = NULL;

@@ -92,6 +92,9 @@ static int wait_then_copy(const pyxbuf_view *view, int64_t stream, void *dst) {
     pyxbuf_device d = {0, 0}; /* set by view_backend; gcc's -O2 cannot see it */
     pyxbuf_error err;
     int rc = view_backend(view, &b, &d, &err);
+    /* A consumer that waits on `stream` works there: pyxbuf's own memory is
+     * freed only after that work (device_alloc.c). */
+    if (rc == 0 && dst == NULL) pyxbuf__device_block_used_on(view, &d, stream);
     if (rc == 0) {
         Py_BEGIN_ALLOW_THREADS
         rc = wait_for_producer(&b, view, &d, stream, dst != NULL, &err);

@@ -89,18 +89,65 @@ static PyObject *shared_info(PyObject *mod, PyObject *unused) {
                          api->installer_version);
 }
 
-/* Whether this copy has a backend for the emulated device: it never
- * registered one, so a private registry answers no. */
+/* Whether this copy has a backend for the emulated device: it registers
+ * none itself, so only the process's shared registry answers yes. */
 static PyObject *has_emulated_device(PyObject *mod, PyObject *unused) {
     (void)mod, (void)unused;
     pyxbuf_backend b;
     return PyBool_FromLong(pyxbuf_backend_get(PYXBUF_DL_EXT_DEV, &b, NULL) == 0);
 }
 
+/* to_device(obj, device_type, device_id): this copy's pyxbuf_to_device on
+ * the default stream (device_type 1: the host). */
+static PyObject *to_device(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *obj;
+    int type, id;
+    if (!PyArg_ParseTuple(args, "Oii", &obj, &type, &id)) return NULL;
+    pyxbuf_device device = {type, id};
+    pyxbuf_view view;
+    if (pyxbuf_get(obj, &view, PyBUF_RECORDS_RO | PYXBUF_DEVICE) < 0) return NULL;
+    PyObject *out = pyxbuf_to_device(&view, &device, PYXBUF_STREAM_DEFAULT);
+    pyxbuf_release(&view);
+    return out;
+}
+
+/* (held, used, allocations, reuses, fill_threads) of the pinned pool, and
+ * (threads, chunk, pool_cap) of the configuration, as this copy sees them. */
+static PyObject *engine_state(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    pyxbuf_pinned_pool_stats st;
+    pyxbuf_pinned_pool_stats_get(&st);
+    pyxbuf_transfer_config c = {.size = sizeof c};
+    pyxbuf_transfer_config_get(&c);
+    return Py_BuildValue("((KKKKK)(iKK))", (unsigned long long)st.held_bytes,
+                         (unsigned long long)st.used_bytes, (unsigned long long)st.allocations,
+                         (unsigned long long)st.reuses, (unsigned long long)st.fill_threads,
+                         (int)c.threads, (unsigned long long)c.chunk,
+                         (unsigned long long)c.pool_cap);
+}
+
+/* cycle_stream(obj, flags, stream): this copy's pyxbuf_get_stream, then
+ * pyxbuf_release (a consumer that worked on `stream` and let go). */
+static PyObject *cycle_stream(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *obj;
+    int flags;
+    long long stream;
+    if (!PyArg_ParseTuple(args, "OiL", &obj, &flags, &stream)) return NULL;
+    pyxbuf_view view;
+    if (pyxbuf_get_stream(obj, &view, flags, stream) < 0) return NULL;
+    pyxbuf_release(&view);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"cycle_stream", cycle_stream, METH_VARARGS, "cycle_stream(obj, flags, stream): get, release"},
+    {"to_device", to_device, METH_VARARGS, "to_device(obj, type, id): this copy's pyxbuf_to_device"},
+    {"engine_state", engine_state, METH_NOARGS, "((pool stats), (threads, chunk, pool_cap))"},
     {"acquire", acquire, METH_VARARGS, "acquire(obj, flags) -> Held view (this copy's pyxbuf_get)"},
     {"shared_info", shared_info, METH_NOARGS, "(table address, live borrows, installer)"},
-    {"has_emulated_device", has_emulated_device, METH_NOARGS, "Private backend registry check."},
+    {"has_emulated_device", has_emulated_device, METH_NOARGS, "Whether the registry in use has it."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -474,6 +474,59 @@ static PyObject *emulated_live_allocations(PyObject *mod, PyObject *unused) {
     return PyLong_FromLongLong(pyxbuf_emulated_live_allocations());
 }
 
+/* --- the device pool -------------------------------------------------------- */
+
+/* emulated_pool_stats(device_id=0) -> pyxbuf_emulated_pool_stats_get as a dict. */
+static PyObject *emulated_pool_stats(PyObject *mod, PyObject *args) {
+    (void)mod;
+    int id = 0;
+    if (!PyArg_ParseTuple(args, "|i", &id)) return NULL;
+    pyxbuf_emulated_pool_stats st;
+    pyxbuf_emulated_pool_stats_get(id, &st);
+    return Py_BuildValue("{sKsKsKsKsK}", "reserved_bytes", (unsigned long long)st.reserved_bytes,
+                         "cached_bytes", (unsigned long long)st.cached_bytes, "allocations",
+                         (unsigned long long)st.allocations, "reuses",
+                         (unsigned long long)st.reuses, "releases",
+                         (unsigned long long)st.releases);
+}
+
+/* device_pool_trim((device_type, device_id), keep_bytes): the backend's pool_trim. */
+static PyObject *device_pool_trim(PyObject *mod, PyObject *args) {
+    (void)mod;
+    int type, id;
+    unsigned long long keep;
+    if (!PyArg_ParseTuple(args, "(ii)K", &type, &id, &keep)) return NULL;
+    pyxbuf_backend b;
+    pyxbuf_error err;
+    int rc = pyxbuf_backend_get(type, &b, &err);
+    if (rc == 0 && b.pool_trim == NULL) {
+        PyErr_Format(PyExc_RuntimeError, "backend '%s' has no device pool", b.name);
+        return NULL;
+    }
+    if (rc == 0) rc = b.pool_trim(b.ctx, id, keep, &err);
+    if (rc < 0) return (raise_err(&err), NULL);
+    Py_RETURN_NONE;
+}
+
+/* emulated_enqueue_write(address, stream, data, device_id=0): a "kernel" on
+ * `stream` that writes data at the device address when the stream runs. */
+static PyObject *emulated_enqueue_write(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *addr;
+    long long stream;
+    Py_buffer data;
+    int id = 0;
+    if (!PyArg_ParseTuple(args, "OLy*|i", &addr, &stream, &data, &id)) return NULL;
+    void *p = PyLong_AsVoidPtr(addr);
+    pyxbuf_error err;
+    int rc = p == NULL && PyErr_Occurred() ? -1 : 0;
+    if (rc == 0 && pyxbuf_emulated_enqueue_write(id, stream, p, data.buf, (size_t)data.len, &err) < 0)
+        rc = raise_err(&err);
+    PyBuffer_Release(&data);
+    if (rc < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* Dereference the exporter's first byte in a child process; return the
  * signal that ended the child (0 if it read the byte and exited). */
 static PyObject *deref_in_child(PyObject *mod, PyObject *arg) {
@@ -544,7 +597,9 @@ static PyObject *config_dict(const pyxbuf_transfer_config *c) {
         put_u64(d, "threads", (unsigned long long)c->threads) < 0 ||
         put_u64(d, "buffers", (unsigned long long)c->buffers) < 0 ||
         put_u64(d, "threshold", c->threshold) < 0 || put_u64(d, "chunk", c->chunk) < 0 ||
-        put_u64(d, "pool_cap", c->pool_cap) < 0)
+        put_u64(d, "pool_cap", c->pool_cap) < 0 ||
+        put_u64(d, "device_pool_off", (unsigned long long)c->device_pool_off) < 0 ||
+        put_u64(d, "device_pool_release_threshold", c->device_pool_release_threshold) < 0)
         Py_CLEAR(d);
     return d;
 }
@@ -554,15 +609,16 @@ static PyObject *config_dict(const pyxbuf_transfer_config *c) {
 static PyObject *transfer_config(PyObject *mod, PyObject *args, PyObject *kwargs) {
     (void)mod;
     static char *names[] = {"enabled", "threads", "buffers", "threshold", "chunk", "pool_cap",
-                            NULL};
+                            "device_pool_off", "device_pool_release_threshold", NULL};
     pyxbuf_transfer_config c = {.size = sizeof c};
     pyxbuf_transfer_config_get(&c);
     PyObject *before = config_dict(&c);
-    int enabled = c.enabled, threads = c.threads, buffers = c.buffers;
+    int enabled = c.enabled, threads = c.threads, buffers = c.buffers, off = c.device_pool_off;
     unsigned long long threshold = c.threshold, chunk = c.chunk, cap = c.pool_cap;
-    if (before == NULL || !PyArg_ParseTupleAndKeywords(args, kwargs, "|iiiKKK", names, &enabled,
-                                                       &threads, &buffers, &threshold, &chunk,
-                                                       &cap)) {
+    unsigned long long keep = c.device_pool_release_threshold;
+    if (before == NULL ||
+        !PyArg_ParseTupleAndKeywords(args, kwargs, "|iiiKKKiK", names, &enabled, &threads,
+                                     &buffers, &threshold, &chunk, &cap, &off, &keep)) {
         Py_XDECREF(before);
         return NULL;
     }
@@ -579,6 +635,8 @@ static PyObject *transfer_config(PyObject *mod, PyObject *args, PyObject *kwargs
     c.threshold = threshold;
     c.chunk = chunk;
     c.pool_cap = cap;
+    c.device_pool_off = off;
+    c.device_pool_release_threshold = keep;
     if (pyxbuf_transfer_config_set(&c, &err) < 0) {
         Py_DECREF(before);
         PyErr_SetString(PyExc_ValueError, err.message);
@@ -595,6 +653,7 @@ static PyObject *pinned_pool_stats(PyObject *mod, PyObject *unused) {
     if (d == NULL || put_u64(d, "held_bytes", st.held_bytes) < 0 ||
         put_u64(d, "used_bytes", st.used_bytes) < 0 ||
         put_u64(d, "allocations", st.allocations) < 0 || put_u64(d, "reuses", st.reuses) < 0 ||
+        put_u64(d, "fill_threads", st.fill_threads) < 0 ||
         put_u64(d, "emulated_host_blocks",
                 (unsigned long long)pyxbuf_emulated_live_host_allocations()) < 0 ||
         put_u64(d, "emulated_host_allocations_with_gil",
@@ -972,6 +1031,12 @@ static PyMethodDef module_methods[] = {
     {"emulated_pending", emulated_pending, METH_VARARGS, "emulated_pending(device_id, stream)"},
     {"emulated_peek", emulated_peek, METH_VARARGS, "emulated_peek(exporter, n): bytes now, no wait"},
     {"emulated_live_allocations", emulated_live_allocations, METH_NOARGS, "Live allocations."},
+    {"emulated_pool_stats", emulated_pool_stats, METH_VARARGS,
+     "emulated_pool_stats(device_id=0) -> the emulated device pool's counters"},
+    {"device_pool_trim", device_pool_trim, METH_VARARGS,
+     "device_pool_trim((type, id), keep_bytes): the backend's pool_trim"},
+    {"emulated_enqueue_write", emulated_enqueue_write, METH_VARARGS,
+     "emulated_enqueue_write(address, stream, data, device_id=0): a queued write"},
     {"transfer_config", (PyCFunction)(void (*)(void))transfer_config, METH_VARARGS | METH_KEYWORDS,
      "transfer_config(**fields) -> the configuration before; fields replace (pyxbuf_transfer_config_set)"},
     {"pinned_pool_stats", pinned_pool_stats, METH_NOARGS, "pyxbuf_pinned_pool_stats_get as a dict"},

@@ -179,6 +179,9 @@ static void check_missing_driver(void) {
         b->pointer_query(b->ctx, host, &dev, &err),
         b->synchronize(b->ctx, 0, PYXBUF_STREAM_NONE, &err),
         b->alloc(b->ctx, 0, 16, &p, NULL), /* no error struct: still no crash */
+        b->alloc_async(b->ctx, 0, 16, 0, &p, &err),
+        b->free_async(b->ctx, 0, (void *)0x1000, 0, &err),
+        b->pool_trim(b->ctx, 0, 0, &err),
     };
     for (size_t i = 0; i < sizeof rcs / sizeof *rcs; i++) CHECK_INT_EQ(rcs[i], PYXBUF_EDRIVER);
     CHECK_INT_EQ(err.code, PYXBUF_EDRIVER);
@@ -236,6 +239,8 @@ TEST_CASE(backend_describes_cuda) {
           b->synchronize);
     /* The staging functions: all four, so large pageable copies are staged. */
     CHECK(b->host_alloc && b->host_free && b->copy_async && b->event_query);
+    /* The stream-ordered pool (cuMemAllocFromPoolAsync where pools exist). */
+    CHECK(b->alloc_async && b->free_async && b->pool_trim);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -598,10 +603,161 @@ TEST_CASE(peer_copy_between_devices) {
     free(dst);
 }
 
+/* ------------------------------------------------------------------------- */
+/* The stream-ordered pool (issue 47, part 3)                                */
+/* ------------------------------------------------------------------------- */
+
+/* The pool's own driver calls, for checking what the backend set. Names and
+ * values as in cuda.h (c/device/cuda_driver.h cites them). */
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+static struct {
+    CUresult (*device_get_attribute)(int *value, int attribute, int device);
+    CUresult (*default_pool)(CUmemoryPool *pool, int device);
+    CUresult (*pool_get)(CUmemoryPool pool, int attribute, void *value);
+    CUresult (*pool_set)(CUmemoryPool pool, int attribute, void *value);
+} pools;
+#define MEMORY_POOLS_SUPPORTED 115
+#define RELEASE_THRESHOLD 4
+
+/* Device 0's default pool, or exit 77 when it has none. */
+static CUmemoryPool default_pool(void) {
+    load(&pools.device_get_attribute, "cuDeviceGetAttribute");
+    load(&pools.default_pool, "cuDeviceGetDefaultMemPool");
+    load(&pools.pool_get, "cuMemPoolGetAttribute");
+    load(&pools.pool_set, "cuMemPoolSetAttribute");
+    int supported = 0;
+    CU_OK(pools.device_get_attribute(&supported, MEMORY_POOLS_SUPPORTED, drv.device));
+    if (!supported) {
+        fprintf(stderr, "SKIP: CUDA device 0 has no memory pools (cuMemAlloc is used)\n");
+        exit(77);
+    }
+    CUmemoryPool pool = NULL;
+    CU_OK(pools.default_pool(&pool, drv.device));
+    return pool;
+}
+
+static uint64_t threshold_of(CUmemoryPool pool) {
+    uint64_t v = 0;
+    CU_OK(pools.pool_get(pool, RELEASE_THRESHOLD, &v));
+    return v;
+}
+
+static void set_threshold(uint64_t bytes) {
+    pyxbuf_transfer_config c = {.size = sizeof c};
+    pyxbuf_transfer_config_get(&c);
+    c.device_pool_release_threshold = bytes;
+    CHECK_OK(pyxbuf_transfer_config_set(&c, &last));
+}
+
+TEST_CASE(pooled_allocations_round_trip_on_every_stream) {
+    require_gpu();
+    driver_enter();
+    const pyxbuf_backend *b = cuda();
+    CUstream side;
+    CU_OK(drv.stream_create(&side, CU_STREAM_NON_BLOCKING));
+    const int64_t streams[] = {PYXBUF_STREAM_NONE, 0, 1, 2, stream_int(side)};
+    const size_t n = ((size_t)1 << 20) + 3;
+    unsigned char *src = malloc(n), *dst = malloc(n);
+    for (unsigned i = 0; i < sizeof streams / sizeof *streams; i++) {
+        void *d = NULL;
+        CHECK_OK(b->alloc_async(b->ctx, 0, n, streams[i], &d, &last));
+        CHECK(d != NULL);
+        pyxbuf_device where = {0, 0};
+        CHECK_OK(b->pointer_query(b->ctx, d, &where, &last));
+        CHECK_INT_EQ(where.device_type, PYXBUF_DL_CUDA);
+        fill(src, n, i);
+        memset(dst, 0, n);
+        CHECK_OK(b->copy_from_host(b->ctx, 0, d, src, n, streams[i], &last));
+        CHECK_OK(b->copy_to_host(b->ctx, 0, dst, d, n, streams[i], &last));
+        CHECK(memcmp(src, dst, n) == 0);
+        CHECK_OK(b->free_async(b->ctx, 0, d, streams[i], &last));
+    }
+    void *none = (void *)0x1;
+    CHECK_OK(b->alloc_async(b->ctx, 0, 0, 0, &none, &last)); /* 0 bytes: NULL, as alloc */
+    CHECK(none == NULL);
+    CHECK_OK(b->free_async(b->ctx, 0, NULL, 0, &last));
+    CU_OK(drv.stream_synchronize(side));
+    CHECK_OK(b->pool_trim(b->ctx, 0, 0, &last));
+    CHECK_INT_EQ(b->alloc_async(b->ctx, 0, 16, -5, &none, &last), PYXBUF_EINVAL);
+    CHECK_CONTAINS(last.message, "stream -5 is not a CUDA stream");
+    CU_OK(drv.stream_destroy(side));
+    free(src);
+    free(dst);
+    driver_leave();
+}
+
+/* The default pool is the process's: pyxbuf raises its release threshold to
+ * the configuration's, may lower what it set itself, and leaves a higher
+ * value another library set (PyTorch's cudaMallocAsync backend keeps all). */
+TEST_CASE(the_default_pools_release_threshold_follows_the_configuration) {
+    require_gpu();
+    driver_enter();
+    const pyxbuf_backend *b = cuda();
+    CUmemoryPool pool = default_pool();
+    uint64_t original = threshold_of(pool), zero = 0;
+    CU_OK(pools.pool_set(pool, RELEASE_THRESHOLD, &zero));
+    const uint64_t sizes[] = {(uint64_t)64 << 20, (uint64_t)1 << 40, (uint64_t)32 << 20};
+    for (unsigned i = 0; i < 3; i++) {
+        set_threshold(sizes[i]);
+        void *d = NULL;
+        CHECK_OK(b->alloc_async(b->ctx, 0, 256, 0, &d, &last));
+        CHECK_INT_EQ(threshold_of(pool), sizes[i]);
+        CHECK_OK(b->free_async(b->ctx, 0, d, 0, &last));
+    }
+    uint64_t all = UINT64_MAX;
+    CU_OK(pools.pool_set(pool, RELEASE_THRESHOLD, &all)); /* another library's */
+    set_threshold((uint64_t)16 << 20);
+    void *d = NULL;
+    CHECK_OK(b->alloc_async(b->ctx, 0, 256, 0, &d, &last));
+    CHECK(threshold_of(pool) == UINT64_MAX);
+    CHECK_OK(b->free_async(b->ctx, 0, d, 0, &last));
+    set_threshold(0); /* the default again */
+    CU_OK(pools.pool_set(pool, RELEASE_THRESHOLD, &original));
+    driver_leave();
+}
+
+/* pyxbuf's own block, handed to a consumer on another stream that works on
+ * it, then freed: the free is ordered after that stream (device_alloc.c),
+ * and the memory comes back; nothing is kept out. */
+TEST_CASE(a_device_block_is_freed_after_the_streams_it_was_handed_to) {
+    require_gpu();
+    driver_enter();
+    CUstream consumer, other;
+    CU_OK(drv.stream_create(&consumer, CU_STREAM_NON_BLOCKING));
+    CU_OK(drv.stream_create(&other, CU_STREAM_NON_BLOCKING));
+    uint64_t kept = pyxbuf__device_blocks_kept_out();
+    const size_t n = (size_t)64 << 20;
+    pyxbuf_device dev = {PYXBUF_DL_CUDA, 0};
+    for (int round = 0; round < 4; round++) {
+        pyxbuf__device_block *blk = NULL;
+        CHECK_OK(pyxbuf__device_block_new(&dev, n, stream_int(other), &blk, &last));
+        CHECK(blk != NULL && blk->pooled);
+        void *ready = NULL; /* the consumer waits for the allocation, as for any producer */
+        CHECK_OK(cuda()->event_record(cuda()->ctx, 0, stream_int(other), &ready, &last));
+        CHECK_OK(cuda()->event_wait(cuda()->ctx, 0, ready, stream_int(consumer), &last));
+        CHECK_OK(cuda()->event_destroy(cuda()->ctx, 0, ready, &last));
+        pyxbuf_view view = {.base = {.buf = blk->ptr}}; /* the consumer's */
+        pyxbuf__device_block_used_on(&view, &dev, stream_int(consumer));
+        CU_OK(drv.memset_d8_async((CUdeviceptr)(uintptr_t)blk->ptr, 0x5A, n, consumer));
+        pyxbuf__device_block_view_released(&view, &dev);
+        pyxbuf__device_block_free(blk);
+    }
+    CU_OK(drv.stream_synchronize(consumer));
+    CU_OK(drv.stream_synchronize(other));
+    CHECK_INT_EQ(pyxbuf__device_blocks_kept_out(), kept);
+    CU_OK(drv.stream_destroy(consumer));
+    CU_OK(drv.stream_destroy(other));
+    CHECK_OK(cuda()->pool_trim(cuda()->ctx, 0, 0, &last));
+    driver_leave();
+}
+
 TEST_MAIN(TEST_ENTRY(missing_driver_is_a_clear_error), TEST_ENTRY(backend_describes_cuda),
           TEST_ENTRY(alloc_copy_roundtrip), TEST_ENTRY(staged_copies_round_trip),
           TEST_ENTRY(device_to_device_copy),
           TEST_ENTRY(pointer_query_on_device_and_host_memory), TEST_ENTRY(events_order_a_copy),
           TEST_ENTRY(reused_events_order_each_record),
           TEST_ENTRY(error_names_from_driver), TEST_ENTRY(invalid_arguments_are_refused),
-          TEST_ENTRY(peer_copy_between_devices))
+          TEST_ENTRY(peer_copy_between_devices),
+          TEST_ENTRY(pooled_allocations_round_trip_on_every_stream),
+          TEST_ENTRY(the_default_pools_release_threshold_follows_the_configuration),
+          TEST_ENTRY(a_device_block_is_freed_after_the_streams_it_was_handed_to))

@@ -592,6 +592,30 @@ TEST_CASE(a_child_forked_while_another_thread_copies_is_not_stuck) {
     pthread_join(t, NULL);
 }
 
+/* issue 47 part 2: which published engine a copy may share. Without a
+ * running interpreter (this program) every copy keeps its own. */
+TEST_CASE(an_engine_of_another_layout_or_older_is_not_shared) {
+    const pyxbuf__engine *own = &pyxbuf__own_engine;
+    CHECK(pyxbuf__engine_in_use() == own);
+    char why[256] = "";
+    CHECK_INT_EQ(pyxbuf__engine_usable(own, why, sizeof why), 1);
+    pyxbuf__engine same = *own; /* another copy of this very layout */
+    CHECK_INT_EQ(pyxbuf__engine_usable(&same, why, sizeof why), 1);
+    pyxbuf__engine other = *own;
+    other.layout = 999;
+    other.installer_version = "9.9.9";
+    CHECK_INT_EQ(pyxbuf__engine_usable(&other, why, sizeof why), 0);
+    CHECK_CONTAINS(why, "pyxbuf 9.9.9 installed it with layout 999");
+    other = *own;
+    other.backend_size -= 8; /* a pyxbuf_backend of another size */
+    CHECK_INT_EQ(pyxbuf__engine_usable(&other, why, sizeof why), 0);
+    CHECK_CONTAINS(why, "which this copy");
+    other = *own;
+    other.size = 16; /* older: fewer functions than this copy calls */
+    CHECK_INT_EQ(pyxbuf__engine_usable(&other, why, sizeof why), 0);
+    CHECK_CONTAINS(why, "older than this copy");
+}
+
 TEST_MAIN(TEST_ENTRY(a_block_goes_out_again_only_after_its_event),
           TEST_ENTRY(at_the_cap_a_take_waits_for_a_queued_block_or_gets_none),
           TEST_ENTRY(trim_keeps_a_block_whose_last_use_is_queued),
@@ -607,4 +631,5 @@ TEST_MAIN(TEST_ENTRY(a_block_goes_out_again_only_after_its_event),
           TEST_ENTRY(every_knob_is_bounded_and_every_product_checked),
           TEST_ENTRY(a_bad_environment_variable_is_an_error_at_first_use),
           TEST_ENTRY(a_forked_childs_device_writes_stay_in_the_child),
-          TEST_ENTRY(a_child_forked_while_another_thread_copies_is_not_stuck))
+          TEST_ENTRY(a_child_forked_while_another_thread_copies_is_not_stuck),
+          TEST_ENTRY(an_engine_of_another_layout_or_older_is_not_shared))

@@ -293,7 +293,8 @@ fn inspect<'py>(
 ///
 /// `device` is 'cpu', 'cuda', 'cuda:1', 'ext_dev:0', ... or a (device_type,
 /// device_id) tuple of DLPack's integers. `stream` is the stream the copy
-/// runs on (None: the device's default stream).
+/// runs on (None: the device's default stream); a device result's memory is
+/// freed in that stream's order when it dies, so the stream must outlive it.
 #[pyfunction]
 #[pyo3(signature = (obj, device, stream = None))]
 fn to_device<'py>(
@@ -423,6 +424,11 @@ fn config_dict<'py>(py: Python<'py>, c: &pyxbuf::TransferConfig) -> PyResult<Bou
     d.set_item("threshold", c.threshold)?;
     d.set_item("chunk", c.chunk)?;
     d.set_item("pool_cap", c.pool_cap)?;
+    d.set_item("device_pool", c.device_pool)?;
+    d.set_item(
+        "device_pool_release_threshold",
+        c.device_pool_release_threshold,
+    )?;
     Ok(d)
 }
 
@@ -433,11 +439,16 @@ fn config_dict<'py>(py: Python<'py>, c: &pyxbuf::TransferConfig) -> PyResult<Bou
 /// staging off; `threads`: host threads filling a chunk (1..64); `buffers`:
 /// staging buffers in flight (2..16); `threshold`: bytes from which a copy
 /// is staged; `chunk`: bytes per staging buffer; `pool_cap`: bytes of
-/// page-locked memory the pool may hold. Without arguments, a ValueError
+/// page-locked memory the pool may hold; `device_pool`: False makes every
+/// device allocation (to_device results, device exporters) the backend's
+/// own instead of its stream-ordered pool; `device_pool_release_threshold`:
+/// bytes a device's pool keeps cached across a synchronisation (0: the
+/// default, 256 MiB). Without arguments, a ValueError
 /// naming the environment variable (PYXBUF_STAGING_CHUNK, ...) that set a
 /// value out of range; setting the configuration replaces the environment's.
 #[pyfunction]
-#[pyo3(signature = (*, enabled=None, threads=None, buffers=None, threshold=None, chunk=None, pool_cap=None))]
+#[pyo3(signature = (*, enabled=None, threads=None, buffers=None, threshold=None, chunk=None, pool_cap=None, device_pool=None, device_pool_release_threshold=None))]
+#[allow(clippy::too_many_arguments)]
 fn transfer_config<'py>(
     py: Python<'py>,
     enabled: Option<bool>,
@@ -446,11 +457,16 @@ fn transfer_config<'py>(
     threshold: Option<u64>,
     chunk: Option<u64>,
     pool_cap: Option<u64>,
+    device_pool: Option<bool>,
+    device_pool_release_threshold: Option<u64>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let c = pyxbuf::TransferConfig::current();
     let asked = [threads, buffers].iter().any(Option::is_some)
-        || [threshold, chunk, pool_cap].iter().any(Option::is_some)
-        || enabled.is_some();
+        || [threshold, chunk, pool_cap, device_pool_release_threshold]
+            .iter()
+            .any(Option::is_some)
+        || enabled.is_some()
+        || device_pool.is_some();
     if !asked {
         pyxbuf::TransferConfig::check()?; // a bad environment variable, named
     }
@@ -461,6 +477,9 @@ fn transfer_config<'py>(
         threshold: threshold.unwrap_or(c.threshold),
         chunk: chunk.unwrap_or(c.chunk),
         pool_cap: pool_cap.unwrap_or(c.pool_cap),
+        device_pool: device_pool.unwrap_or(c.device_pool),
+        device_pool_release_threshold: device_pool_release_threshold
+            .unwrap_or(c.device_pool_release_threshold),
     };
     if new != c {
         new.apply()?;
@@ -477,6 +496,7 @@ fn pinned_pool_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("used_bytes", s.used_bytes)?;
     d.set_item("allocations", s.allocations)?;
     d.set_item("reuses", s.reuses)?;
+    d.set_item("fill_threads", s.fill_threads)?;
     Ok(d)
 }
 

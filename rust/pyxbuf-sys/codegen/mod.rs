@@ -164,6 +164,7 @@ pub fn generate_emulated() -> Result<String, String> {
     let header = sources_root().join("c/device/emulated.h");
     let b = builder(&header)?
         .allowlist_function("pyxbuf_emulated_.*")
+        .allowlist_type("pyxbuf_emulated_.*")
         .allowlist_var("PYXBUF_EMULATED_.*")
         .allowlist_recursively(false);
     render(b, "c/device/emulated.h")

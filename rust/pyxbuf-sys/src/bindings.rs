@@ -162,7 +162,9 @@ PYXBUF_DEVICE_DLPACK)*/
     pub inline_dims: [Py_ssize_t; 16usize],
     /// the cooperative registry's entry, when TRACKED
     pub borrow_token: i64,
-    /// [0]: the rust-numpy borrow a TRACKED view holds
+    /** [0]: the rust-numpy borrow a TRACKED view holds;
+[1]: the device pool's mark of a view handed to a
+consumer's stream (it moves with the view)*/
     pub reserved: [i64; 3usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -628,10 +630,56 @@ pub struct pyxbuf_backend {
             err: *mut pyxbuf_error,
         ) -> ::std::os::raw::c_int,
     >,
+    /** Optional: a stream-ordered pool of device memory (CUDA's
+ cuMemAllocAsync), which pyxbuf's own device allocations (to_device
+ results, device exporters) come from unless the configuration's
+ device_pool_off says otherwise. alloc_async and free_async come both or
+ neither, and with event_record, event_wait and event_destroy (pyxbuf
+ orders frees after other streams with them); pool_trim only beside
+ them. A registrant whose `size` predates them has none.
+ alloc_async: `n` bytes usable by work queued on `stream` after the call
+ (work on another stream first waits for an event recorded on `stream`
+ after it); memory freed on `stream` may come back at once.*/
+    pub alloc_async: ::std::option::Option<
+        unsafe extern "C" fn(
+            ctx: *mut ::std::os::raw::c_void,
+            device_id: i32,
+            n: usize,
+            stream: i64,
+            ptr: *mut *mut ::std::os::raw::c_void,
+            err: *mut pyxbuf_error,
+        ) -> ::std::os::raw::c_int,
+    >,
+    /** Return alloc_async memory to the backend's pool once the work queued on
+ `stream` before the call has run, without blocking the host: later work
+ on `stream` may get it at once, other streams once the free has run.
+ Work on other streams that uses the memory must be ordered before the
+ call (pyxbuf makes `stream` wait for an event of each stream it handed
+ the memory to); the free must be ordered after the allocation.*/
+    pub free_async: ::std::option::Option<
+        unsafe extern "C" fn(
+            ctx: *mut ::std::os::raw::c_void,
+            device_id: i32,
+            ptr: *mut ::std::os::raw::c_void,
+            stream: i64,
+            err: *mut pyxbuf_error,
+        ) -> ::std::os::raw::c_int,
+    >,
+    /** Give memory the pool caches and no allocation uses back to the device
+ until the pool reserves at most `keep_bytes` (memory in use, and memory
+ whose free has not run yet, stays).*/
+    pub pool_trim: ::std::option::Option<
+        unsafe extern "C" fn(
+            ctx: *mut ::std::os::raw::c_void,
+            device_id: i32,
+            keep_bytes: u64,
+            err: *mut pyxbuf_error,
+        ) -> ::std::os::raw::c_int,
+    >,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of pyxbuf_backend"][::std::mem::size_of::<pyxbuf_backend>() - 136usize];
+    ["Size of pyxbuf_backend"][::std::mem::size_of::<pyxbuf_backend>() - 160usize];
     ["Alignment of pyxbuf_backend"][::std::mem::align_of::<pyxbuf_backend>() - 8usize];
     [
         "Offset of field: pyxbuf_backend::size",
@@ -687,6 +735,15 @@ const _: () = {
     [
         "Offset of field: pyxbuf_backend::event_query",
     ][::std::mem::offset_of!(pyxbuf_backend, event_query) - 128usize];
+    [
+        "Offset of field: pyxbuf_backend::alloc_async",
+    ][::std::mem::offset_of!(pyxbuf_backend, alloc_async) - 136usize];
+    [
+        "Offset of field: pyxbuf_backend::free_async",
+    ][::std::mem::offset_of!(pyxbuf_backend, free_async) - 144usize];
+    [
+        "Offset of field: pyxbuf_backend::pool_trim",
+    ][::std::mem::offset_of!(pyxbuf_backend, pool_trim) - 152usize];
 };
 impl Default for pyxbuf_backend {
     fn default() -> Self {
@@ -707,7 +764,33 @@ impl Default for pyxbuf_backend {
  PYXBUF_STAGING_THRESHOLD, PYXBUF_STAGING_CHUNK, PYXBUF_PINNED_POOL_CAP
  (bytes, suffixes K, M, G) and PYXBUF_STAGING_THREADS set the fields;
  PYXBUF_STAGING_HUGE_PAGES=1 asks the kernel for transparent huge pages on
- large destinations before draining into them (faster on some hosts).*/
+ large destinations before draining into them (faster on some hosts);
+ PYXBUF_DEVICE_POOL=0 sets device_pool_off, and
+ PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD (bytes) device_pool_release_threshold.
+ Every variable is checked as pyxbuf_transfer_config_set checks its field:
+ one out of range or malformed leaves the defaults in force and makes every
+ copy fail naming it (pyxbuf_transfer_config_check) until the
+ configuration is set.
+
+ pyxbuf's own device memory (to_device results, device exporters) comes
+ from the backend's stream-ordered pool where it has one (alloc_async:
+ CUDA's cuMemAllocAsync on devices with memory pools): allocated on the
+ request's stream (device exporters: the default stream) and freed in that
+ stream's order when the exporter dies, after every other stream the memory
+ was handed to (pyxbuf_get_stream, pyxbuf_device_wait, __dlpack__(stream=)),
+ with no device-wide synchronisation. device_pool_off = 1 makes every
+ device allocation the backend's alloc/free (cuMemAlloc, cuMemFree).
+ device_pool_release_threshold: bytes a device's pool keeps cached across a
+ synchronisation (CUDA's CU_MEMPOOL_ATTR_RELEASE_THRESHOLD); more is given
+ back to the device when a stream or event is synchronised. 0 means the
+ default, PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD_DEFAULT (256 MiB: pyxbuf
+ synchronises after every copy to the host, so CUDA's own default of 0
+ would hand a transfer loop's memory back each time and pay cuMemAlloc's
+ ~100 us again; 256 MiB keeps a loop of copies up to that size cached and
+ is 0.2% of an H200, 3% of an 8 GiB card). To keep next to nothing, set 1;
+ at most 2^63 - 1. A CUDA default pool that another library has set higher
+ (PyTorch's cudaMallocAsync backend sets it to keep everything) is left as
+ it is.*/
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
 pub struct pyxbuf_transfer_config {
@@ -725,7 +808,14 @@ pub struct pyxbuf_transfer_config {
     pub chunk: u64,
     /// bytes of page-locked memory the pool may hold
     pub pool_cap: u64,
-    pub reserved: [i64; 4usize],
+    /** 1: device allocations skip the stream-ordered pool;
+0 (default): from it where the backend has one*/
+    pub device_pool_off: i32,
+    /// zero
+    pub reserved0: i32,
+    /// bytes cached across a sync; 0: default
+    pub device_pool_release_threshold: u64,
+    pub reserved: [i64; 2usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
@@ -757,8 +847,18 @@ const _: () = {
         "Offset of field: pyxbuf_transfer_config::pool_cap",
     ][::std::mem::offset_of!(pyxbuf_transfer_config, pool_cap) - 32usize];
     [
+        "Offset of field: pyxbuf_transfer_config::device_pool_off",
+    ][::std::mem::offset_of!(pyxbuf_transfer_config, device_pool_off) - 40usize];
+    [
+        "Offset of field: pyxbuf_transfer_config::reserved0",
+    ][::std::mem::offset_of!(pyxbuf_transfer_config, reserved0) - 44usize];
+    [
+        "Offset of field: pyxbuf_transfer_config::device_pool_release_threshold",
+    ][::std::mem::offset_of!(pyxbuf_transfer_config, device_pool_release_threshold)
+        - 48usize];
+    [
         "Offset of field: pyxbuf_transfer_config::reserved",
-    ][::std::mem::offset_of!(pyxbuf_transfer_config, reserved) - 40usize];
+    ][::std::mem::offset_of!(pyxbuf_transfer_config, reserved) - 56usize];
 };
 /** The pool's state, for tests and tuning: bytes held and in use, and how
  many blocks were allocated and reused since the start.*/
@@ -769,7 +869,9 @@ pub struct pyxbuf_pinned_pool_stats {
     pub used_bytes: u64,
     pub allocations: u64,
     pub reuses: u64,
-    pub reserved: [i64; 4usize],
+    /// host threads the engine has started to fill and drain
+    pub fill_threads: u64,
+    pub reserved: [i64; 3usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
@@ -792,8 +894,11 @@ const _: () = {
         "Offset of field: pyxbuf_pinned_pool_stats::reuses",
     ][::std::mem::offset_of!(pyxbuf_pinned_pool_stats, reuses) - 24usize];
     [
+        "Offset of field: pyxbuf_pinned_pool_stats::fill_threads",
+    ][::std::mem::offset_of!(pyxbuf_pinned_pool_stats, fill_threads) - 32usize];
+    [
         "Offset of field: pyxbuf_pinned_pool_stats::reserved",
-    ][::std::mem::offset_of!(pyxbuf_pinned_pool_stats, reserved) - 32usize];
+    ][::std::mem::offset_of!(pyxbuf_pinned_pool_stats, reserved) - 40usize];
 };
 /// What a producer exports; the input of pyxbuf_export_fill.
 #[repr(C)]
@@ -1348,7 +1453,12 @@ unsafe extern "C" {
         cap: usize,
     ) -> ::std::os::raw::c_int;
     /** Register (or replace) the backend of backend->device_type; the struct is
- copied. libpyxbuf registers its CPU and CUDA backends itself.*/
+ copied. libpyxbuf registers its CPU and CUDA backends itself. The registry
+ is the process's (with the transfer configuration, the pinned pool and the
+ fill threads: one transfer engine, published in the shared module by the
+ first copy of libpyxbuf that needs it): a backend registered through any
+ extension serves every extension, and a device array made by one can be
+ moved by all.*/
     pub fn pyxbuf_backend_register(
         backend: *const pyxbuf_backend,
         err: *mut pyxbuf_error,
@@ -1410,7 +1520,11 @@ unsafe extern "C" {
     /** A new pyxbuf.Exporter on `target` holding the view's items in C order, or,
  when the view already lives on `target`, a new reference to the view's
  object (no copy). host->device, device->host and device->device go through
- the backends on `stream`. Returns NULL with an exception on failure.*/
+ the backends on `stream`. Device memory from the stream-ordered pool (see
+ pyxbuf_transfer_config) is allocated on `stream` and freed in its order
+ when the exporter dies: `stream` must still exist then (as for
+ cuMemFreeAsync), or the memory is kept out of the pool for good. Returns
+ NULL with an exception on failure.*/
     pub fn pyxbuf_to_device(
         view: *const pyxbuf_view,
         target: *const pyxbuf_device,

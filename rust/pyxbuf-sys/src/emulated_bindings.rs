@@ -3,6 +3,52 @@
 // `cargo test -p pyxbuf-sys` fails when this file and the header disagree.
 pub const PYXBUF_EMULATED_MAX_DEVICES: i32 = 4;
 pub const PYXBUF_EMULATED_POISON: u8 = 219;
+/** The stream-ordered pool of one emulated device (alloc_async, free_async,
+ pool_trim), with CUDA's rules made deterministic: memory freed on a stream
+ goes to later work on that stream at once and to other streams only once
+ the stream has run past the free; idle cached memory goes back to the
+ allocator above the configuration's device_pool_release_threshold when a
+ stream or event is synchronised, in pool_trim, and when an allocation
+ would not fit otherwise. A forked child keeps the pool, and copies only
+ the blocks whose free is still queued.*/
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct pyxbuf_emulated_pool_stats {
+    /// alloc_async memory held: in use plus cached
+    pub reserved_bytes: u64,
+    /// freed with free_async and kept for reuse
+    pub cached_bytes: u64,
+    /// alloc_async calls that succeeded
+    pub allocations: u64,
+    /// of those, served from the cache
+    pub reuses: u64,
+    /// cached blocks given back to the allocator
+    pub releases: u64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of pyxbuf_emulated_pool_stats",
+    ][::std::mem::size_of::<pyxbuf_emulated_pool_stats>() - 40usize];
+    [
+        "Alignment of pyxbuf_emulated_pool_stats",
+    ][::std::mem::align_of::<pyxbuf_emulated_pool_stats>() - 8usize];
+    [
+        "Offset of field: pyxbuf_emulated_pool_stats::reserved_bytes",
+    ][::std::mem::offset_of!(pyxbuf_emulated_pool_stats, reserved_bytes) - 0usize];
+    [
+        "Offset of field: pyxbuf_emulated_pool_stats::cached_bytes",
+    ][::std::mem::offset_of!(pyxbuf_emulated_pool_stats, cached_bytes) - 8usize];
+    [
+        "Offset of field: pyxbuf_emulated_pool_stats::allocations",
+    ][::std::mem::offset_of!(pyxbuf_emulated_pool_stats, allocations) - 16usize];
+    [
+        "Offset of field: pyxbuf_emulated_pool_stats::reuses",
+    ][::std::mem::offset_of!(pyxbuf_emulated_pool_stats, reuses) - 24usize];
+    [
+        "Offset of field: pyxbuf_emulated_pool_stats::releases",
+    ][::std::mem::offset_of!(pyxbuf_emulated_pool_stats, releases) - 32usize];
+};
 unsafe extern "C" {
     /** Register the backend for PYXBUF_DL_EXT_DEV (idempotent). Returns 0 or a
  negative code (mapping failures). A process has one emulated device: when
@@ -50,4 +96,8 @@ unsafe extern "C" {
         n: usize,
         err: *mut pyxbuf_error,
     ) -> ::std::os::raw::c_int;
+    pub fn pyxbuf_emulated_pool_stats_get(
+        device_id: i32,
+        out: *mut pyxbuf_emulated_pool_stats,
+    );
 }

@@ -11,6 +11,16 @@
 //! (`bench/results/2026-11-27-h200-staging.md`). Backends without page-locked
 //! memory (and copies under the threshold) use the direct call.
 //!
+//! pyxbuf's own device memory (the results of
+//! [`PyXBuffer::to_device`](crate::PyXBuffer::to_device) on a device, device
+//! exporters) comes from the backend's stream-ordered pool (CUDA's
+//! `cuMemAllocAsync` where the device has memory pools): allocated on the
+//! request's stream and freed in its order when the exporter dies, after
+//! every other stream a view of it was handed to, with no device-wide
+//! synchronisation. [`TransferConfig::device_pool`] turns it off;
+//! [`TransferConfig::device_pool_release_threshold`] is what a pool keeps
+//! cached across a synchronisation.
+//!
 //! The configuration starts from the environment (`PYXBUF_STAGING=0` turns
 //! staging off; `PYXBUF_STAGING_THRESHOLD`, `PYXBUF_STAGING_CHUNK`,
 //! `PYXBUF_PINNED_POOL_CAP` in bytes with K/M/G suffixes;
@@ -53,6 +63,15 @@ pub struct TransferConfig {
     /// Bytes of page-locked memory the pool may hold (default 1/16 of RAM,
     /// 256 MiB to 16 GiB); at least `chunk * buffers` while enabled.
     pub pool_cap: u64,
+    /// `false`: every device allocation is the backend's own `alloc`/`free`
+    /// (`cuMemAlloc`, `cuMemFree`) instead of its stream-ordered pool
+    /// (default `true`).
+    pub device_pool: bool,
+    /// Bytes a device's pool keeps cached across a stream or event
+    /// synchronisation; more goes back to the device then. 0 means the
+    /// default (`PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD_DEFAULT`, 256 MiB);
+    /// at most 2^63 - 1.
+    pub device_pool_release_threshold: u64,
 }
 
 /// A configuration [`TransferConfig::apply`] refused: the message names the
@@ -91,6 +110,8 @@ impl TransferConfig {
             threshold: c.threshold,
             chunk: c.chunk,
             pool_cap: c.pool_cap,
+            device_pool: c.device_pool_off == 0,
+            device_pool_release_threshold: c.device_pool_release_threshold,
         }
     }
 
@@ -112,8 +133,8 @@ impl TransferConfig {
 
     /// Make this the configuration for every later copy (every field in
     /// range, checked by the C side: `chunk` 64 KiB..1 GiB, `pool_cap` at most
-    /// the machine's memory and at least `chunk * buffers`, `threshold` below
-    /// 2^63).
+    /// the machine's memory and at least `chunk * buffers`, `threshold` and
+    /// `device_pool_release_threshold` below 2^63).
     pub fn apply(&self) -> Result<(), TransferConfigError> {
         let field = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
         let c = sys::pyxbuf_transfer_config {
@@ -124,7 +145,9 @@ impl TransferConfig {
             threshold: self.threshold,
             chunk: self.chunk,
             pool_cap: self.pool_cap,
-            reserved: [0; 4],
+            device_pool_off: i32::from(!self.device_pool),
+            device_pool_release_threshold: self.device_pool_release_threshold,
+            ..Default::default()
         };
         let mut err = sys::pyxbuf_error::default();
         // SAFETY: both pointers are valid for the call; no Python state is used.
@@ -149,6 +172,10 @@ pub struct PinnedPoolStats {
     pub allocations: u64,
     /// Blocks handed out again since the start.
     pub reuses: u64,
+    /// Host threads started to fill and drain staging buffers. The pool and
+    /// the threads are the process's: every extension that links pyxbuf in
+    /// one process shares them (and the configuration and device backends).
+    pub fill_threads: u64,
 }
 
 impl PinnedPoolStats {
@@ -162,6 +189,7 @@ impl PinnedPoolStats {
             used_bytes: s.used_bytes,
             allocations: s.allocations,
             reuses: s.reuses,
+            fill_threads: s.fill_threads,
         }
     }
 }

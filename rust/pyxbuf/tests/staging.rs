@@ -31,6 +31,8 @@ fn round_trips_through_staging_at_every_chunk_boundary() {
         buffers: 3,
         threads: 3,
         pool_cap: 64 * CHUNK,
+        device_pool: true,
+        device_pool_release_threshold: 0,
     }
     .apply()
     .unwrap();
@@ -135,4 +137,38 @@ fn a_chunk_or_pool_beyond_the_machine_is_refused_by_apply() {
     );
     assert_eq!(TransferConfig::current(), c);
     assert!(TransferConfig::check().is_ok());
+}
+
+/// Issue 47 part 3: the device pool's knobs beside the staging ones. A
+/// threshold of 0 reads back as 0 (the C side's default, 256 MiB, applies).
+#[test]
+fn the_device_pool_knobs_apply_and_bad_ones_are_refused() {
+    let _one = CONFIG.lock().unwrap();
+    let c = TransferConfig::current();
+    assert!(c.device_pool, "the pool is on by default");
+    assert_eq!(c.device_pool_release_threshold, 256 << 20);
+    let off = TransferConfig {
+        device_pool: false,
+        device_pool_release_threshold: 1 << 20,
+        ..c
+    };
+    off.apply().unwrap();
+    assert_eq!(TransferConfig::current(), off);
+    let err = TransferConfig {
+        device_pool_release_threshold: 1 << 63,
+        ..c
+    }
+    .apply()
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "pyxbuf_transfer_config_set: device_pool_release_threshold is 9223372036854775808; it \
+         must be at most 2^63 - 1 bytes (0: the default, 256 MiB)"
+    );
+    assert_eq!(
+        TransferConfig::current(),
+        off,
+        "a refused configuration changes nothing"
+    );
+    c.apply().unwrap();
 }

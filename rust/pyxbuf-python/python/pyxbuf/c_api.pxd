@@ -223,6 +223,12 @@ cdef extern from "pyxbuf.h":
                           pyxbuf_error *err) noexcept nogil
         int (*event_query)(void *ctx, int32_t device_id, void *event, int32_t block,
                            pyxbuf_error *err) noexcept nogil
+        int (*alloc_async)(void *ctx, int32_t device_id, size_t n, int64_t stream, void **ptr,
+                           pyxbuf_error *err) noexcept nogil
+        int (*free_async)(void *ctx, int32_t device_id, void *ptr, int64_t stream,
+                          pyxbuf_error *err) noexcept nogil
+        int (*pool_trim)(void *ctx, int32_t device_id, uint64_t keep_bytes,
+                         pyxbuf_error *err) noexcept nogil
 
     ctypedef struct pyxbuf_transfer_config:
         uint32_t size
@@ -232,7 +238,10 @@ cdef extern from "pyxbuf.h":
         uint64_t threshold
         uint64_t chunk
         uint64_t pool_cap
-        int64_t reserved[4]
+        int32_t device_pool_off
+        int32_t reserved0
+        uint64_t device_pool_release_threshold
+        int64_t reserved[2]
 
     void pyxbuf_transfer_config_get(pyxbuf_transfer_config *out) noexcept nogil
     int pyxbuf_transfer_config_set(const pyxbuf_transfer_config *config,
@@ -244,7 +253,8 @@ cdef extern from "pyxbuf.h":
         uint64_t used_bytes
         uint64_t allocations
         uint64_t reuses
-        int64_t reserved[4]
+        uint64_t fill_threads
+        int64_t reserved[3]
 
     void pyxbuf_pinned_pool_stats_get(pyxbuf_pinned_pool_stats *out) noexcept nogil
     void pyxbuf_pinned_pool_trim() noexcept nogil

@@ -86,12 +86,17 @@ def transfer_config(
     threshold: int | None = None,
     chunk: int | None = None,
     pool_cap: int | None = None,
+    device_pool: bool | None = None,
+    device_pool_release_threshold: int | None = None,
 ) -> dict[str, Any]:
     """How large host <-> device copies of pageable memory are staged through
     page-locked buffers (``enabled``, fill ``threads``, ``buffers`` in flight,
-    ``threshold``, ``chunk`` and ``pool_cap`` in bytes): the configuration in
-    force, after replacing the fields given (ValueError naming a field out
-    of range)."""
+    ``threshold``, ``chunk`` and ``pool_cap`` in bytes), and whether pyxbuf's
+    own device memory comes from the backend's stream-ordered pool
+    (``device_pool``; ``device_pool_release_threshold``: bytes a pool keeps
+    cached across a synchronisation, 0 for the default of 256 MiB): the
+    configuration in force, after replacing the fields given (ValueError
+    naming a field out of range)."""
 
 def pinned_pool_stats() -> dict[str, int]:
     """The page-locked pool: held_bytes, used_bytes, allocations, reuses."""

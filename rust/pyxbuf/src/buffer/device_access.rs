@@ -69,7 +69,10 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
     }
 
     /// [`to_device`](PyXUntypedBuffer::to_device) with the copies ordered on
-    /// `stream` (DLPack's integer convention).
+    /// `stream` (DLPack's integer convention). Device memory from the
+    /// stream-ordered pool ([`TransferConfig::device_pool`](crate::TransferConfig::device_pool))
+    /// is allocated on `stream` and freed in its order when the result dies:
+    /// `stream` must still exist then, or the memory is kept out of the pool.
     pub fn to_device_on_stream(&self, device: Device, stream: i64) -> PyResult<Bound<'py, PyAny>> {
         let target = device.raw();
         // SAFETY: a valid, acquired view and device; the result is a new

@@ -1,0 +1,139 @@
+/* cuda_pool.c -- the CUDA backend's stream-ordered pools: each device's
+ * default memory pool (cuDeviceGetDefaultMemPool), where the device supports
+ * pools (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, asked once per device),
+ * for cuda.c's alloc_async, free_async and pool_trim. cuda.c makes the
+ * device's primary context current around each call and turns results into
+ * messages; this file keeps what it learnt of each device. */
+
+#include "device/cuda_driver.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+enum { UNKNOWN = 0, POOLS, NO_POOLS };
+
+typedef struct device_pool {
+    int state;              /* UNKNOWN until asked */
+    CUmemoryPool pool;      /* POOLS: the device's default pool */
+    uint64_t threshold_for; /* the configured threshold last made to hold (0: none) */
+    cuuint64_t ours;        /* the threshold pyxbuf last set (0: never) */
+} device_pool;
+
+static const pyxbuf__cuda_pool_api *api; /* NULL: the driver has no pools */
+static device_pool *pools;
+static int pool_count;
+static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void pyxbuf__cuda_pools_init(const pyxbuf__cuda_pool_api *a, int count) {
+    pools = a != NULL && count > 0 ? calloc((size_t)count, sizeof *pools) : NULL;
+    api = pools != NULL ? a : NULL;
+    pool_count = pools != NULL ? count : 0;
+}
+
+/* Whether device `id` has pools, and its default pool: asked once. A driver
+ * that does not know the attribute, or will not give the pool, has none. */
+static CUresult find_pool(device_pool *p, int32_t id, const char **call) {
+    if (p->state != UNKNOWN) return CUDA_SUCCESS;
+    CUdevice dev = 0;
+    int supported = 0;
+    *call = "cuDeviceGet";
+    CUresult r = api->device_get(&dev, (int)id);
+    if (r == CUDA_SUCCESS) {
+        *call = "cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)";
+        r = api->device_get_attribute(&supported, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
+                                      dev);
+        if (r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_NOT_SUPPORTED) {
+            r = CUDA_SUCCESS;
+            supported = 0;
+        }
+    }
+    if (r == CUDA_SUCCESS && supported) {
+        *call = "cuDeviceGetDefaultMemPool";
+        r = api->device_get_default_mem_pool(&p->pool, dev);
+        if (r == CUDA_ERROR_NOT_SUPPORTED) {
+            r = CUDA_SUCCESS;
+            supported = 0;
+        }
+    }
+    if (r == CUDA_SUCCESS) p->state = supported ? POOLS : NO_POOLS;
+    return r;
+}
+
+/* The default pool is the process's: the CUDA runtime's cudaMallocAsync,
+ * PyTorch's cudaMallocAsync backend and CuPy's MemoryAsyncPool use it too.
+ * Its release threshold becomes pyxbuf's where it is lower, or where it is
+ * the value pyxbuf set last; one another library set higher (PyTorch's
+ * backend keeps everything) stays. Checked again when the configuration
+ * changes. A threshold is how much to cache, not whether memory can be had:
+ * pool_of does not fail an allocation for it. */
+static CUresult apply_threshold(device_pool *p, uint64_t threshold, const char **call) {
+    if (p->threshold_for == threshold) return CUDA_SUCCESS;
+    cuuint64_t now = 0;
+    *call = "cuMemPoolGetAttribute(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)";
+    CUresult r = api->mem_pool_get_attribute(p->pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &now);
+    if (r == CUDA_SUCCESS && (now < threshold || (p->ours != 0 && now == p->ours))) {
+        cuuint64_t value = threshold;
+        *call = "cuMemPoolSetAttribute(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)";
+        r = api->mem_pool_set_attribute(p->pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &value);
+        if (r == CUDA_SUCCESS) p->ours = value;
+    }
+    if (r == CUDA_SUCCESS) p->threshold_for = threshold;
+    return r;
+}
+
+/* Device `id`'s pool in *pool (NULL when it has none), with `threshold`
+ * applied unless it is 0. */
+static CUresult pool_of(int32_t id, uint64_t threshold, CUmemoryPool *pool, const char **call) {
+    *pool = NULL;
+    if (api == NULL || id < 0 || id >= pool_count) return CUDA_SUCCESS;
+    pthread_mutex_lock(&pools_lock);
+    device_pool *p = &pools[id];
+    CUresult r = find_pool(p, id, call);
+    if (r == CUDA_SUCCESS && p->state == POOLS && threshold != 0 &&
+        apply_threshold(p, threshold, call) != CUDA_SUCCESS)
+        p->threshold_for = threshold; /* not asked again until it changes */
+    if (r == CUDA_SUCCESS && p->state == POOLS) *pool = p->pool;
+    pthread_mutex_unlock(&pools_lock);
+    return r;
+}
+
+/* The configuration's release threshold (0 there means the default). */
+static uint64_t release_threshold(void) {
+    pyxbuf_transfer_config c;
+    pyxbuf__transfer_config(&c, NULL);
+    return c.device_pool_release_threshold ? c.device_pool_release_threshold
+                                           : PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD_DEFAULT;
+}
+
+CUresult pyxbuf__cuda_pool_alloc(int32_t id, size_t n, CUstream s, CUdeviceptr *out, int *pooled,
+                                 const char **call) {
+    CUmemoryPool pool = NULL;
+    CUresult r = pool_of(id, release_threshold(), &pool, call);
+    *pooled = pool != NULL;
+    if (r != CUDA_SUCCESS || pool == NULL) return r;
+    *call = "cuMemAllocFromPoolAsync";
+    r = api->mem_alloc_from_pool_async(out, n, pool, s);
+    /* The cap: memory the pool holds idle may be what is missing. */
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && api->mem_pool_trim_to(pool, 0) == CUDA_SUCCESS)
+        r = api->mem_alloc_from_pool_async(out, n, pool, s);
+    return r;
+}
+
+CUresult pyxbuf__cuda_pool_free(int32_t id, CUdeviceptr ptr, CUstream s, int *pooled,
+                                const char **call) {
+    CUmemoryPool pool = NULL;
+    CUresult r = pool_of(id, 0, &pool, call);
+    *pooled = pool != NULL;
+    if (r != CUDA_SUCCESS || pool == NULL) return r;
+    *call = "cuMemFreeAsync";
+    return api->mem_free_async(ptr, s);
+}
+
+CUresult pyxbuf__cuda_pool_trim(int32_t id, uint64_t keep, int *pooled, const char **call) {
+    CUmemoryPool pool = NULL;
+    CUresult r = pool_of(id, 0, &pool, call);
+    *pooled = pool != NULL;
+    if (r != CUDA_SUCCESS || pool == NULL) return r;
+    *call = "cuMemPoolTrimTo";
+    return api->mem_pool_trim_to(pool, keep > SIZE_MAX ? SIZE_MAX : (size_t)keep);
+}
