@@ -39,7 +39,7 @@ if ! { timeout 300 cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWit
 fi
 
 step ctest
-[ "$quick" = quick ] && only=(-R '^(device|threads)\.') || only=()
+[ "$quick" = quick ] && only=(-R '^(device|device_pool|staging|threads)\.') || only=()
 timeout 240 ctest --test-dir build-gpu -j16 --timeout 120 "${only[@]}" >"$out/ctest.log" 2>&1
 grep -E "tests passed|tests failed|\(Failed\)|\(SEGFAULT\)|\(Timeout\)|\(Skipped\)" "$out/ctest.log" | head -40
 timeout 120 ctest --test-dir build-gpu -R '^(cuda|bench)\.' -V >"$out/ctest-cuda.log" 2>&1
@@ -52,9 +52,12 @@ timeout 300 "$py" -m pytest -q -p no:cacheprovider -rs --timeout 120 \
     python-tests/test_dlpack.py >"$out/pytest-gpu.log" 2>&1
 grep -E "passed|failed|FAILED|ERROR|SKIPPED" "$out/pytest-gpu.log" | tail -40
 
-step "pytest: staging (emulated device)"
+step "pytest: staging, the device pool and the shared engine (emulated device)"
+# test_engine.py needs the Rust pyxbuf module (a cp312 wheel unpacked on
+# PYTHONPATH); without it, it says SKIPPED.
 timeout 200 "$py" -m pytest -q -p no:cacheprovider -rs --timeout 120 \
-    python-tests/test_staging.py >>"$out/pytest-gpu.log" 2>&1
+    python-tests/test_staging.py python-tests/test_device_pool.py python-tests/test_engine.py \
+    >>"$out/pytest-gpu.log" 2>&1
 grep -E "passed|failed|FAILED|ERROR|SKIPPED" "$out/pytest-gpu.log" | tail -20
 
 step "copy bandwidth"
