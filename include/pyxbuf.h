@@ -772,8 +772,14 @@ PYXBUF_API void pyxbuf_borrow_release(pyxbuf_borrow_counter *counter, Py_buffer 
  * C-contiguous block of memory on `device` (NULL = host), exporting it through
  * the extended protocol with borrow counting. Host memory is zeroed; device
  * memory is allocated by the device's backend and its contents are undefined.
- * `format` NULL = "B". Needs the GIL. Returns a new reference, or NULL with a
- * Python exception set. */
+ * Device memory from the backend's stream-ordered pool (see
+ * pyxbuf_transfer_config) is ready for work on the default stream; while that
+ * stream still has work queued (a previous owner's, and its free), the
+ * exporter carries an event recorded after the allocation, and work on ANY
+ * other stream -- the caller's own filling it included -- must first wait for
+ * it (pyxbuf_device_wait on a view of the exporter, or the device_info's
+ * sync_event), as for any producer's memory. `format` NULL = "B". Needs the
+ * GIL. Returns a new reference, or NULL with a Python exception set. */
 PYXBUF_API PyObject *pyxbuf_exporter_new(const char *format, int32_t ndim,
                                          const Py_ssize_t *shape, int32_t readonly,
                                          const pyxbuf_device *device);

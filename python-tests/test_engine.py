@@ -93,6 +93,28 @@ def test_a_view_taken_through_another_copy_orders_the_free_of_pooled_memory():
         t.emulated_destroy_stream(later)
 
 
+def test_setting_the_same_configuration_replaces_a_bad_environment():
+    """pyxbuf.transfer_config(...) with values equal to the ones in force
+    still sets them: that is how a bad variable's error is cleared."""
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if min(ram // 16, 16 << 30) >= 4 << 30:
+        pytest.skip("the default pinned pool holds 4 x 1 GiB chunks on this machine")
+    out = run("""
+        import pyxbuf
+        try:
+            pyxbuf.transfer_config()
+        except ValueError as e:
+            print("refused:", e)
+        pyxbuf.transfer_config(threads=2)  # the value in force already
+        print("now:", pyxbuf.transfer_config()["threads"])
+    """, PYXBUF_STAGING_CHUNK="1G", PYXBUF_STAGING_THREADS="2")
+    assert out.returncode == 0, out.stderr
+    refused, now = out.stdout.splitlines()
+    # chunk x buffers outgrew the pool: the variable that is set is named
+    assert refused.startswith("refused: the environment variable PYXBUF_STAGING_CHUNK is '1G'")
+    assert now == "now: 2"
+
+
 def run(code, **env):
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                           text=True, env={**os.environ, **env}, timeout=120)

@@ -4,6 +4,7 @@
  * engine (engine.c), so that the table in use is the process's. */
 
 #include "device/device.h"
+#include "base/platform.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -11,6 +12,22 @@
 static pyxbuf_backend backends[PYXBUF__MAX_DEVICE_TYPES];
 static int backend_present[PYXBUF__MAX_DEVICE_TYPES];
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+
+#if PYXBUF_HAVE_FORK
+/* A child must not start with the lock held by a thread it does not have:
+ * registered (once) before the lock is first taken. */
+static void before_fork(void) { pthread_mutex_lock(&table_lock); }
+static void after_fork(void) { pthread_mutex_unlock(&table_lock); }
+static void register_fork_rules(void) { pthread_atfork(before_fork, after_fork, after_fork); }
+#else
+static void register_fork_rules(void) {}
+#endif
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void lock_table(void) {
+    pthread_once(&fork_once, register_fork_rules);
+    pthread_mutex_lock(&table_lock);
+}
 
 int pyxbuf__backend_check(const pyxbuf_backend *b, pyxbuf_error *err) {
     if (b == NULL || b->size < offsetof(pyxbuf_backend, host_alloc))
@@ -59,7 +76,7 @@ int pyxbuf__backend_check(const pyxbuf_backend *b, pyxbuf_error *err) {
 /* Store under table_lock unless `keep` and the type has a backend already. */
 static int store(const pyxbuf_backend *backend, int keep) {
     if (pyxbuf__backend_check(backend, NULL) < 0) return PYXBUF_EINVAL;
-    pthread_mutex_lock(&table_lock);
+    lock_table();
     if (keep && backend_present[backend->device_type]) {
         pthread_mutex_unlock(&table_lock);
         return 0;
@@ -81,7 +98,7 @@ int pyxbuf__own_backend_store_if_absent(const pyxbuf_backend *backend) {
 
 int pyxbuf__own_backend_remove(int32_t device_type) {
     if (device_type < 1 || device_type >= PYXBUF__MAX_DEVICE_TYPES) return PYXBUF_EINVAL;
-    pthread_mutex_lock(&table_lock);
+    lock_table();
     int was = backend_present[device_type];
     backend_present[device_type] = 0;
     pthread_mutex_unlock(&table_lock);
@@ -90,7 +107,7 @@ int pyxbuf__own_backend_remove(int32_t device_type) {
 
 int pyxbuf__own_backend_lookup(int32_t device_type, pyxbuf_backend *out) {
     int found = 0;
-    pthread_mutex_lock(&table_lock);
+    lock_table();
     if (device_type >= 1 && device_type < PYXBUF__MAX_DEVICE_TYPES &&
         backend_present[device_type]) {
         *out = backends[device_type];

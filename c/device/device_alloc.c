@@ -141,6 +141,23 @@ static int marked_here(const pyxbuf__device_block *b, int64_t mark) {
     return 0;
 }
 
+/* Whether the view marked `mark` named `stream` already (a consumer that
+ * waits on the same stream once per step adds nothing). */
+static int named_here(const pyxbuf__device_block *b, int64_t mark, int64_t stream) {
+    for (int32_t i = 0; i < b->nnamers; i++)
+        if (b->namers[i].mark == mark && b->namers[i].stream == stream) return 1;
+    return 0;
+}
+
+/* The view marked `mark` named `stream` (under x->lock). */
+static void note(pyxbuf__device_block *b, int64_t mark, int64_t stream) {
+    if (use_of(b, stream) == NULL ||
+        !room((void **)&b->namers, b->nnamers, &b->ncap, sizeof *b->namers))
+        b->unordered = 1;
+    else
+        b->namers[b->nnamers++] = (pyxbuf__stream_namer){mark, stream};
+}
+
 void pyxbuf__device_block_used_on(const pyxbuf_view *view, const pyxbuf_device *device,
                                   int64_t stream) {
     if (stream < 0) return; /* PYXBUF_STREAM_NONE: no stream to order after */
@@ -153,11 +170,8 @@ void pyxbuf__device_block_used_on(const pyxbuf_view *view, const pyxbuf_device *
         pyxbuf_view *v = (pyxbuf_view *)(uintptr_t)view;
         if (!marked_here(b, v->reserved[1]))
             v->reserved[1] = MARK_TAG | (++x->marks & 0xFFFFFFFFFF);
-        if (use_of(b, s) == NULL ||
-            !room((void **)&b->namers, b->nnamers, &b->ncap, sizeof *b->namers))
-            b->unordered = 1;
-        else
-            b->namers[b->nnamers++] = (pyxbuf__stream_namer){v->reserved[1], s};
+        /* A consumer that waits on the same stream every step adds nothing. */
+        if (!named_here(b, v->reserved[1], s)) note(b, v->reserved[1], s);
     }
     pthread_mutex_unlock(&x->lock);
 }
@@ -177,9 +191,15 @@ static int record_use(const pyxbuf__device_block *b, pyxbuf__stream_use *use) {
 
 /* Only the streams this view named are recorded: after its last view is
  * released a consumer may destroy its stream, and a later release (someone
- * else's view) must not touch it. */
+ * else's view) must not touch it. The events are recorded without the
+ * index's lock (a backend takes its own: the two are never nested, so no
+ * fork or thread finds them taken in the other order); the block stays
+ * alive meanwhile, since its exporter outlives the view being released. */
+#define RELEASED_MAX 16
 void pyxbuf__device_block_view_released(const pyxbuf_view *view, const pyxbuf_device *device) {
     pyxbuf__device_blocks *x = blocks_index();
+    int64_t streams[RELEASED_MAX];
+    int32_t n = 0;
     pthread_mutex_lock(&x->lock);
     pyxbuf__device_block *b = find(x, device, view->base.buf);
     for (int32_t i = 0; b != NULL && i < b->nnamers;) {
@@ -187,11 +207,28 @@ void pyxbuf__device_block_view_released(const pyxbuf_view *view, const pyxbuf_de
             i++;
             continue;
         }
-        pyxbuf__stream_use *use = use_of(b, b->namers[i].stream); /* there already */
-        if (use == NULL || record_use(b, use) != 0) b->unordered = 1;
+        if (n < RELEASED_MAX) streams[n++] = b->namers[i].stream;
+        else b->unordered = 1; /* more streams than one release records */
         b->namers[i] = b->namers[--b->nnamers];
     }
     pthread_mutex_unlock(&x->lock);
+    for (int32_t i = 0; i < n; i++) {
+        void *event = NULL;
+        int rc = b->backend.event_record(b->backend.ctx, b->device.device_id, streams[i], &event,
+                                         NULL);
+        pthread_mutex_lock(&x->lock);
+        pyxbuf__stream_use *use = use_of(b, streams[i]); /* there already */
+        if (rc != 0 || use == NULL) {
+            b->unordered = 1;
+        } else {
+            void *old = use->event;
+            use->event = event;
+            event = old;
+        }
+        pthread_mutex_unlock(&x->lock);
+        if (event != NULL)
+            b->backend.event_destroy(b->backend.ctx, b->device.device_id, event, NULL);
+    }
 }
 
 /* Make the block's stream wait for the work `use` had queued when the last

@@ -24,6 +24,7 @@ static void register_fork_rules(void) { pthread_atfork(before_fork, after_fork, 
 #else
 static void register_fork_rules(void) {}
 #endif
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
 const pyxbuf__engine pyxbuf__own_engine = {
     .version = PYXBUF__ENGINE_VERSION,
@@ -121,9 +122,11 @@ static PYXBUF_COLD const pyxbuf__engine *resolve(void) {
         PyErr_SetRaisedException(exc);
         PyGILState_Release(g);
     }
+    /* Before this copy's engine is in use (and another copy can take its
+     * index's lock), once: concurrent first calls may both get here. */
+    if (found == &pyxbuf__own_engine) pthread_once(&fork_once, register_fork_rules);
     const pyxbuf__engine *expected = NULL;
     if (!atomic_compare_exchange_strong(&in_use, &expected, found)) found = expected;
-    else if (found == &pyxbuf__own_engine) register_fork_rules(); /* this copy's serves */
     return found;
 }
 

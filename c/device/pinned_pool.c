@@ -88,10 +88,20 @@ static void drain_at_exit(void) {
 }
 
 #if PYXBUF_HAVE_FORK
-/* fork() in another thread must not leave pool_lock held in the child. */
+/* fork() in another thread must not leave pool_lock held in the child:
+ * registered once, before the lock is first taken (lock_pool). */
 static void before_fork(void) { pthread_mutex_lock(&pool_lock); }
 static void after_fork(void) { pthread_mutex_unlock(&pool_lock); }
+static void register_fork_rules(void) { pthread_atfork(before_fork, after_fork, after_fork); }
+#else
+static void register_fork_rules(void) {}
 #endif
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void lock_pool(void) {
+    pthread_once(&fork_once, register_fork_rules);
+    pthread_mutex_lock(&pool_lock);
+}
 
 /* A new block of `size` bytes, counted in held_bytes before the (slow)
  * allocation runs outside the lock. Called and returns under pool_lock. */
@@ -101,7 +111,7 @@ static pyxbuf__pinned_block *allocate(const pyxbuf_backend *b, int32_t device_id
     pyxbuf__pinned_block *blk = calloc(1, sizeof *blk);
     void *ptr = NULL;
     int ok = blk != NULL && b->host_alloc(b->ctx, device_id, size, &ptr, NULL) == 0 && ptr;
-    pthread_mutex_lock(&pool_lock);
+    lock_pool();
     if (!ok) {
         held_bytes -= size;
         free(blk);
@@ -110,12 +120,7 @@ static pyxbuf__pinned_block *allocate(const pyxbuf_backend *b, int32_t device_id
     *blk = (pyxbuf__pinned_block){*b, device_id, ptr, size, NULL, 1, blocks};
     blocks = blk;
     allocations++;
-    if (!exit_hook_set) {
-        exit_hook_set = atexit(drain_at_exit) == 0;
-#if PYXBUF_HAVE_FORK
-        pthread_atfork(before_fork, after_fork, after_fork);
-#endif
-    }
+    if (!exit_hook_set) exit_hook_set = atexit(drain_at_exit) == 0;
     return blk;
 }
 
@@ -145,7 +150,7 @@ static pyxbuf__pinned_block *wait_for_queued(const pyxbuf_backend *b, size_t siz
     pending->in_use = 1;
     pthread_mutex_unlock(&pool_lock);
     int done = last_use_done(pending, 1);
-    pthread_mutex_lock(&pool_lock);
+    lock_pool();
     pending->in_use = 0;
     return done ? pending : NULL;
 }
@@ -155,8 +160,11 @@ pyxbuf__pinned_block *pyxbuf__own_pinned_take(const pyxbuf_backend *b, int32_t d
     size_t size = size_class(n);
     if (b->host_alloc == NULL || size == 0 || pyxbuf__own_transfer_config(&cfg, NULL) < 0)
         return NULL;
+    /* Larger than the whole pool may hold: never pooled (and no idle block
+     * is freed for it). */
+    if (size > cfg.pool_cap) return NULL;
     pyxbuf__pinned_block *doomed = NULL, *pending;
-    pthread_mutex_lock(&pool_lock);
+    lock_pool();
     pyxbuf__pinned_block *found = find_idle(b, size, &pending);
     if (found != NULL) {
         reuses++;
@@ -179,7 +187,7 @@ void pyxbuf__own_pinned_give(pyxbuf__pinned_block *blk, void *event) {
     pyxbuf_transfer_config cfg;
     pyxbuf__own_transfer_config(&cfg, NULL);
     pyxbuf__pinned_block *doomed = NULL;
-    pthread_mutex_lock(&pool_lock);
+    lock_pool();
     blk->event = event;
     blk->in_use = 0;
     used_bytes -= blk->size;
@@ -191,7 +199,7 @@ void pyxbuf__own_pinned_give(pyxbuf__pinned_block *blk, void *event) {
 int pyxbuf__own_pinned_contains(const void *p, size_t n) {
     const char *c = p;
     int inside = 0;
-    pthread_mutex_lock(&pool_lock);
+    lock_pool();
     for (const pyxbuf__pinned_block *blk = blocks; blk != NULL && !inside; blk = blk->next) {
         const char *lo = blk->ptr;
         inside = c >= lo && c < lo + blk->size && n <= (size_t)(lo + blk->size - c);
@@ -202,7 +210,7 @@ int pyxbuf__own_pinned_contains(const void *p, size_t n) {
 
 void pyxbuf__own_pinned_pool_fit(uint64_t cap) {
     pyxbuf__pinned_block *doomed = NULL;
-    pthread_mutex_lock(&pool_lock);
+    lock_pool();
     make_room(0, cap, &doomed);
     pthread_mutex_unlock(&pool_lock);
     free_doomed(doomed);
@@ -210,7 +218,7 @@ void pyxbuf__own_pinned_pool_fit(uint64_t cap) {
 
 void pyxbuf__own_pinned_pool_stats(pyxbuf_pinned_pool_stats *out) {
     memset(out, 0, sizeof *out);
-    pthread_mutex_lock(&pool_lock);
+    lock_pool();
     out->held_bytes = held_bytes;
     out->used_bytes = used_bytes;
     out->allocations = allocations;

@@ -25,19 +25,26 @@ static void register_builtins(void) {
 
 static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
 
-int pyxbuf_backend_register(const pyxbuf_backend *backend, pyxbuf_error *err) {
+/* The engine is resolved first, outside the once-guard: resolving may wait
+ * for the GIL, and a thread holding the GIL would wait on the guard. */
+static void ensure_builtins(void) {
+    (void)pyxbuf__engine_in_use();
     pthread_once(&builtins_once, register_builtins);
+}
+
+int pyxbuf_backend_register(const pyxbuf_backend *backend, pyxbuf_error *err) {
+    ensure_builtins();
     if (pyxbuf__backend_check(backend, err) < 0) return PYXBUF_EINVAL;
     return pyxbuf__backend_store(backend);
 }
 
 int pyxbuf_backend_unregister(int32_t device_type) {
-    pthread_once(&builtins_once, register_builtins);
+    ensure_builtins();
     return pyxbuf__backend_remove(device_type);
 }
 
 int pyxbuf_backend_get(int32_t device_type, pyxbuf_backend *out, pyxbuf_error *err) {
-    pthread_once(&builtins_once, register_builtins);
+    ensure_builtins();
     if (pyxbuf__backend_lookup(device_type, out)) return 0;
     return pyxbuf__error(err, PYXBUF_EUNSUPPORTED, -1,
                          "no pyxbuf backend for device type %d (%s) is registered; register one "
@@ -48,7 +55,7 @@ int pyxbuf_backend_get(int32_t device_type, pyxbuf_backend *out, pyxbuf_error *e
 
 int pyxbuf__backend_find_pointer(const void *ptr, pyxbuf_device *device, pyxbuf_backend *backend,
                                  pyxbuf_error *err) {
-    pthread_once(&builtins_once, register_builtins);
+    ensure_builtins();
     char tried[PYXBUF_ERROR_MESSAGE_SIZE] = "";
     size_t used = 0;
     /* CUDA first: it is what foreign device pointers almost always are. */

@@ -14,6 +14,16 @@
 
 static pyxbuf_transfer_config config;
 static pthread_mutex_t config_lock = PTHREAD_MUTEX_INITIALIZER;
+
+#if PYXBUF_HAVE_FORK
+/* A child must not start with the lock held by a thread it does not have:
+ * registered with the configuration's loading, before the lock is taken. */
+static void before_fork(void) { pthread_mutex_lock(&config_lock); }
+static void after_fork(void) { pthread_mutex_unlock(&config_lock); }
+static void register_fork_rules(void) { pthread_atfork(before_fork, after_fork, after_fork); }
+#else
+static void register_fork_rules(void) {}
+#endif
 static pthread_once_t config_once = PTHREAD_ONCE_INIT;
 static int huge_pages = 0; /* PYXBUF_STAGING_HUGE_PAGES=1: the madvise hint */
 
@@ -184,6 +194,7 @@ static pyxbuf_transfer_config defaults(void) {
  * argument; when any of it is refused the defaults stay in force and every
  * use reports the variable (env_error). */
 static void load_config(void) {
+    register_fork_rules(); /* once: load_config runs under pthread_once */
     pyxbuf_transfer_config c = defaults();
     int enabled = 1;
     env_switch("PYXBUF_STAGING", &enabled);
@@ -200,6 +211,12 @@ static void load_config(void) {
     pyxbuf_error why;
     if (!env_bad && check_config(&c, "pyxbuf", &why) < 0) {
         const char *name = env_name_of(why.message);
+        /* A product out of range (pool_cap under chunk x buffers) may come
+         * from another variable than the field's: name one that is set. */
+        static const char *const set_ones[] = {"PYXBUF_STAGING_CHUNK", "PYXBUF_PINNED_POOL_CAP",
+                                               "PYXBUF_STAGING_THRESHOLD"};
+        for (size_t i = 0; getenv(name) == NULL && i < sizeof set_ones / sizeof *set_ones; i++)
+            name = set_ones[i];
         const char *value = getenv(name);
         env_refused(name, value ? value : "(unset)", strstr(why.message, ": ") + 2);
     }

@@ -481,8 +481,16 @@ fn transfer_config<'py>(
         device_pool_release_threshold: device_pool_release_threshold
             .unwrap_or(c.device_pool_release_threshold),
     };
-    if new != c {
-        new.apply()?;
+    // Applied whenever a field is given, equal or not: setting the
+    // configuration is also how a bad environment variable is replaced.
+    if asked {
+        new.apply().map_err(|e| {
+            PyValueError::new_err(e.to_string().replacen(
+                "TransferConfig::apply:",
+                "pyxbuf.transfer_config:",
+                1,
+            ))
+        })?;
     }
     config_dict(py, &new)
 }

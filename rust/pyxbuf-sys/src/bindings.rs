@@ -1594,8 +1594,14 @@ unsafe extern "C" {
  C-contiguous block of memory on `device` (NULL = host), exporting it through
  the extended protocol with borrow counting. Host memory is zeroed; device
  memory is allocated by the device's backend and its contents are undefined.
- `format` NULL = "B". Needs the GIL. Returns a new reference, or NULL with a
- Python exception set.*/
+ Device memory from the backend's stream-ordered pool (see
+ pyxbuf_transfer_config) is ready for work on the default stream; while that
+ stream still has work queued (a previous owner's, and its free), the
+ exporter carries an event recorded after the allocation, and work on ANY
+ other stream -- the caller's own filling it included -- must first wait for
+ it (pyxbuf_device_wait on a view of the exporter, or the device_info's
+ sync_event), as for any producer's memory. `format` NULL = "B". Needs the
+ GIL. Returns a new reference, or NULL with a Python exception set.*/
     pub fn pyxbuf_exporter_new(
         format: *const ::std::os::raw::c_char,
         ndim: i32,

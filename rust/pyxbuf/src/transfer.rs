@@ -157,7 +157,13 @@ impl TransferConfig {
         }
         // SAFETY: the C side wrote a NUL-terminated message into the buffer.
         let msg = unsafe { std::ffi::CStr::from_ptr(err.message.as_ptr()) };
-        Err(TransferConfigError(msg.to_string_lossy().into_owned()))
+        // In this binding's terms: the C entry point's name is not the caller's.
+        let msg = msg.to_string_lossy().replacen(
+            "pyxbuf_transfer_config_set:",
+            "TransferConfig::apply:",
+            1,
+        );
+        Err(TransferConfigError(msg))
     }
 }
 

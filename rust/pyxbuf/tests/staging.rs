@@ -85,7 +85,7 @@ fn a_bad_configuration_is_a_value_error_naming_the_field() {
     let err = TransferConfig { chunk: 4096, ..c }.apply().unwrap_err();
     assert_eq!(
         err.to_string(),
-        "pyxbuf_transfer_config_set: chunk is 4096; it must be 65536..1073741824 bytes (64 KiB to 1 GiB)"
+        "TransferConfig::apply: chunk is 4096; it must be 65536..1073741824 bytes (64 KiB to 1 GiB)"
     );
     Python::attach(|py| {
         let py_err: PyErr = err.into();
@@ -162,7 +162,7 @@ fn the_device_pool_knobs_apply_and_bad_ones_are_refused() {
     .unwrap_err();
     assert_eq!(
         err.to_string(),
-        "pyxbuf_transfer_config_set: device_pool_release_threshold is 9223372036854775808; it \
+        "TransferConfig::apply: device_pool_release_threshold is 9223372036854775808; it \
          must be at most 2^63 - 1 bytes (0: the default, 256 MiB)"
     );
     assert_eq!(
