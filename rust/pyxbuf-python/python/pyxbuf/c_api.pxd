@@ -230,6 +230,9 @@ cdef extern from "pyxbuf.h":
         int (*pool_trim)(void *ctx, int32_t device_id, uint64_t keep_bytes,
                          pyxbuf_error *err) noexcept nogil
 
+    enum:
+        PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD_DEFAULT
+
     ctypedef struct pyxbuf_transfer_config:
         uint32_t size
         int32_t enabled
