@@ -723,6 +723,18 @@ static int td_pool_trim(void *ctx, int32_t id, uint64_t keep, pyxbuf_error *err)
     return rc;
 }
 
+/* Whether this thread holds the GIL (an attached thread state, on
+ * free-threaded builds). Not PyGILState_Check: it answers 1 whenever
+ * sub-interpreters have existed in the process. */
+static int attached_to_python(void) {
+    if (!Py_IsInitialized()) return 0;
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyThreadState_GetUnchecked() != NULL;
+#else
+    return _PyThreadState_UncheckedGet() != NULL;
+#endif
+}
+
 /* "Page-locked" host memory: ordinary memory here (the emulated device copies
  * any host memory); counted, so tests see the pinned pool free what it took. */
 static int td_host_alloc(void *ctx, int32_t id, size_t n, void **ptr, pyxbuf_error *err) {
@@ -732,7 +744,7 @@ static int td_host_alloc(void *ctx, int32_t id, size_t n, void **ptr, pyxbuf_err
     if (rc == 0 && (*ptr = malloc(n ? n : 1)) == NULL)
         rc = td_error(err, PYXBUF_ENOMEM, "emulated: cannot allocate %zu host bytes", n);
     if (rc == 0) live_host_allocations++;
-    if (rc == 0 && Py_IsInitialized() && PyGILState_Check()) host_allocations_with_gil++;
+    if (rc == 0 && attached_to_python()) host_allocations_with_gil++;
     pthread_mutex_unlock(&lock);
     return rc;
 }
