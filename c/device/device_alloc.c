@@ -24,7 +24,6 @@
  * index: a view taken through any copy of libpyxbuf in the process. */
 
 #include "device/device.h"
-#include "base/platform.h"
 
 #include <pthread.h>
 #include <stdlib.h>
