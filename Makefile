@@ -517,7 +517,9 @@ test-valgrind: valgrind-build
 TSAN_BUILD ?= build-tsan
 TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer
 TSAN_SUPP = suppressions=$(abspath c/tests/tsan.supp)
-TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:handle_segv=0:$(TSAN_SUPP)
+# die_after_fork=0: a forked child starts fill threads and the pinned pool's
+# grower of its own (staging.a_forked_child_*), as pyxbuf supports.
+TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:handle_segv=0:die_after_fork=0:$(TSAN_SUPP)
 
 tsan-build: venv
 	$(call sanitized_build,$(TSAN_BUILD),$(TSAN_FLAGS))

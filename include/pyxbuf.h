@@ -583,12 +583,19 @@ PYXBUF_API int pyxbuf_backend_get(int32_t device_type, pyxbuf_backend *out, pyxb
 /* pyxbuf_transfer_config.device_pool_release_threshold when it is 0 (below). */
 #define PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD_DEFAULT ((uint64_t)256 << 20)
 
-/* How pyxbuf moves large copies between pageable host memory and a device
- * whose backend has host_alloc (CUDA's does): through a pool of page-locked
- * staging buffers that a few host threads fill (or drain) while the device
- * copies the previous chunk, instead of the driver's one-thread staging.
- * Results of pyxbuf_to_device(view, cpu) at or above `threshold` live in
- * pooled page-locked memory (returned to the pool when the exporter dies).
+/* How pyxbuf moves copies between pageable host memory and a device whose
+ * backend has host_alloc (CUDA's does): through a pool of page-locked
+ * staging buffers. From `threshold` up a few host threads fill (or drain)
+ * one while the device copies the previous chunk, instead of the driver's
+ * one-thread staging; from 64 KiB to `threshold` the calling thread copies
+ * through one buffer. Results of pyxbuf_to_device(view, cpu) of 64 KiB and
+ * more live in pooled page-locked memory (returned to the pool when the
+ * exporter dies). Only idle pooled memory is used: a copy that finds none
+ * goes without (directly, or into pageable memory) and the pool grows in
+ * the background for the copies after it, so no copy waits for memory to
+ * be page-locked -- except one of 4 chunks or more that finds no buffer at
+ * all, which page-locks one (the serial copy through it still beats the
+ * driver's path). Under 64 KiB every copy is the backend's direct call.
  * Read once from the environment: PYXBUF_STAGING=0 turns it all off;
  * PYXBUF_STAGING_THRESHOLD, PYXBUF_STAGING_CHUNK, PYXBUF_PINNED_POOL_CAP
  * (bytes, suffixes K, M, G) and PYXBUF_STAGING_THREADS set the fields;
@@ -625,7 +632,7 @@ typedef struct pyxbuf_transfer_config {
     int32_t enabled;        /* 0: every copy is the backend's direct call */
     int32_t threads;        /* host threads filling or draining a chunk, 1..64 */
     int32_t buffers;        /* staging buffers in flight per copy, 2..16 */
-    uint64_t threshold;     /* bytes: smaller copies (and results) stay direct */
+    uint64_t threshold;     /* bytes: from here copies use `threads` and `buffers` */
     uint64_t chunk;         /* bytes per staging buffer, at least 64 KiB */
     uint64_t pool_cap;      /* bytes of page-locked memory the pool may hold */
     int32_t device_pool_off; /* 1: device allocations skip the stream-ordered pool;
@@ -648,12 +655,16 @@ PYXBUF_API int pyxbuf_transfer_config_set(const pyxbuf_transfer_config *config,
  * pyxbuf_transfer_config_set replaces it). */
 PYXBUF_API int pyxbuf_transfer_config_check(pyxbuf_error *err);
 /* The pool's state, for tests and tuning: bytes held and in use, and how
- * many blocks were allocated and reused since the start. */
+ * many blocks were allocated and reused since the start. A copy that finds
+ * no idle block of its size goes without one (directly, or into pageable
+ * memory) and the pool grows in the background, for the copies after it. */
 typedef struct pyxbuf_pinned_pool_stats {
     uint64_t held_bytes, used_bytes;
     uint64_t allocations, reuses;
     uint64_t fill_threads; /* host threads the engine has started to fill and drain */
-    int64_t reserved[3];
+    uint64_t background_allocations; /* of `allocations`, made off the copies' path */
+    uint64_t background_pending;     /* requests for blocks not yet served */
+    int64_t reserved[1];
 } pyxbuf_pinned_pool_stats;
 PYXBUF_API void pyxbuf_pinned_pool_stats_get(pyxbuf_pinned_pool_stats *out);
 /* Free every idle pooled block now (blocks in use are freed when returned

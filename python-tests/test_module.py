@@ -5,6 +5,7 @@ refcounts. The C test extension stays for what only C can do (lying
 producers, DLPack producers with counting deleters, a second library copy)."""
 
 import sys
+import time
 
 import ml_dtypes
 import numpy as np
@@ -139,6 +140,14 @@ def test_transfer_config_and_staged_copies_through_the_module():
         a = np.arange(300_001, dtype=np.float32)
         taken = pyxbuf.pinned_pool_stats()
         dev = pyxbuf.to_device(a, "ext_dev:0")
+        cold = pyxbuf.to_device(dev, "cpu")  # pageable: the pool grows a block of its size
+        np.testing.assert_array_equal(np.frombuffer(cold, np.float32), a)
+        del cold
+        for _ in range(10000):
+            if pyxbuf.pinned_pool_stats()["background_pending"] == 0:
+                break
+            time.sleep(0.001)
+        assert pyxbuf.pinned_pool_stats()["background_allocations"] > taken["background_allocations"]
         back = pyxbuf.to_device(dev, "cpu")  # pooled page-locked memory, read by NumPy
         assert pyxbuf.pinned_pool_stats()["used_bytes"] >= a.nbytes
         np.testing.assert_array_equal(np.frombuffer(back, np.float32), a)

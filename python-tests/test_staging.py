@@ -10,6 +10,7 @@ arrays cross every chunk boundary.
 """
 
 import gc
+import time
 
 import numpy as np
 import pytest
@@ -22,13 +23,26 @@ DEV0 = (EXT, 0)
 CHUNK = 64 << 10
 
 
+def settle():
+    """Until the pool's grower has served every request: a copy that finds no
+    idle block goes without one and asks the pool to grow for the next."""
+    for _ in range(10000):
+        if t.pinned_pool_stats()["background_pending"] == 0:
+            return t.pinned_pool_stats()
+        time.sleep(0.001)
+    raise AssertionError("the pinned pool's grower left requests unserved for 10 s")
+
+
 @pytest.fixture(autouse=True)
 def small_chunks():
     before = t.transfer_config(threshold=1, chunk=CHUNK, buffers=3, threads=3,
                                pool_cap=64 * CHUNK, enabled=1)
     live = t.emulated_live_allocations()
+    round_trip(pattern(3 * CHUNK))  # cold: direct, and the pool grows its buffers
+    settle()
     yield
     gc.collect()
+    settle()
     t.emulated_fail_copies_after(-1)
     t.transfer_config(**before)
     assert t.emulated_live_allocations() == live
@@ -56,9 +70,12 @@ def test_round_trip_at_every_chunk_boundary(n):
     _, back = round_trip(a)
     assert back == a.tobytes()
     after = t.pinned_pool_stats()
-    # Both directions took staging buffers (from the pool or new).
+    # From 64 KiB both directions took staging buffers; under it, none.
     taken = (after["allocations"] + after["reuses"]) - (before["allocations"] + before["reuses"])
-    assert taken >= 2
+    if n >= 64 << 10:
+        assert taken >= 2
+    else:
+        assert taken == 0
 
 
 def test_empty_copy_is_direct_and_empty():
@@ -103,6 +120,8 @@ def test_a_strided_upload_packs_into_pooled_memory_and_copies_it_directly():
     """A strided view is packed on the host into one pooled page-locked block,
     which the device then copies directly: no staging chunks beside it."""
     a = pattern(8 * CHUNK).reshape(64, -1)[:, ::3]
+    t.to_device(a, DEV0)  # cold: packed into plain memory; a block of its size grows
+    settle()
     before = _takes()
     dev = t.to_device(a, DEV0)
     assert _takes() - before == 1
@@ -113,6 +132,10 @@ def test_a_strided_upload_packs_into_pooled_memory_and_copies_it_directly():
 def test_result_on_the_host_is_pooled_memory_given_back():
     a = pattern(5 * CHUNK)
     dev = t.to_device(a, DEV0)
+    cold = t.to_device(dev, None)  # pageable; a pooled block of its size grows
+    del cold
+    gc.collect()
+    settle()
     before = t.pinned_pool_stats()
     host = t.to_device(dev, None)
     during = t.pinned_pool_stats()
@@ -129,17 +152,39 @@ def test_result_on_the_host_is_pooled_memory_given_back():
 
 
 def test_page_locked_results_are_allocated_without_the_gil():
-    """issue 47 item 5: page-locking a new result takes the driver
-    milliseconds to seconds; other Python threads run meanwhile."""
+    """issue 47 items 5 and part 3: page-locking a new result takes the
+    driver milliseconds to seconds. No call waits for it: a result that finds
+    no idle pooled block is pageable memory, and the pool's grower (holding no
+    GIL) page-locks one for the next call."""
     a = pattern(5 * CHUNK)
     dev = t.to_device(a, DEV0)
-    t.pinned_pool_trim()  # the next pooled result is a new allocation
+    t.pinned_pool_trim()
     before = t.pinned_pool_stats()
     host = t.to_device(dev, None)
-    after = t.pinned_pool_stats()
-    assert after["allocations"] > before["allocations"]
-    assert after["emulated_host_allocations_with_gil"] == before["emulated_host_allocations_with_gil"]
+    assert t.pinned_pool_stats()["used_bytes"] == before["used_bytes"]  # pageable
     assert bytes(memoryview(host)) == a.tobytes()
+    grown = settle()
+    assert grown["background_allocations"] > before["background_allocations"]
+    assert grown["emulated_host_allocations_with_gil"] == before["emulated_host_allocations_with_gil"]
+    again = t.to_device(dev, None)
+    assert t.pinned_pool_stats()["used_bytes"] >= a.nbytes  # the grown block
+    assert bytes(memoryview(again)) == a.tobytes()
+
+
+def test_medium_copies_go_through_one_pooled_buffer():
+    """From 64 KiB to the threshold a copy goes through idle staging buffers
+    (one, for a copy of one chunk), filled by the calling thread; a cold one
+    is direct."""
+    t.transfer_config(threshold=1 << 20, chunk=1 << 20, pool_cap=64 << 20)
+    for n in ((64 << 10), (200 << 10) + 3, (1 << 20) - 1):
+        a = pattern(n, seed=n)
+        round_trip(a)  # may be cold for this chunk size: the pool grows
+        settle()
+        before = _takes()
+        dev = t.to_device(a, DEV0)
+        assert _takes() - before == 1
+        assert t.copy_to_host(dev) == a.tobytes()
+        assert _takes() - before == 2
 
 
 @pytest.mark.parametrize("chunk", [2**64 - 2**20, 3 * 2**62 + 2**20, 2**30 + 1])
@@ -162,14 +207,14 @@ def test_a_pool_cap_beyond_the_machine_is_refused():
 
 
 def test_small_results_and_disabled_staging_use_plain_memory():
-    a = pattern(3 * CHUNK)
+    a = pattern((64 << 10) - 1)
     dev = t.to_device(a, DEV0)
-    t.transfer_config(threshold=4 * CHUNK)
     used = t.pinned_pool_stats()["used_bytes"]
     host = t.to_device(dev, None)
     assert t.pinned_pool_stats()["used_bytes"] == used
     assert bytes(memoryview(host)) == a.tobytes()
     t.transfer_config(threshold=1, enabled=0)
+    a = pattern(3 * CHUNK)
     before = t.pinned_pool_stats()
     _, back = round_trip(a)
     after = t.pinned_pool_stats()

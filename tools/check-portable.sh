@@ -61,7 +61,7 @@ int main(void) {
 }
 SMOKE
 "$CLANG" -std=c11 -Wall -Wextra -Werror $OFF -I"$ROOT/include" -I"$ROOT/c" -I"$inc" \
-    "$OUT/smoke.c" "$ROOT/c/device/emulated.c" -L"$OUT" -lpyxbuf -L"$libdir" -lpython"$ver" \
+    "$OUT/smoke.c" "$ROOT"/c/device/emulated*.c -L"$OUT" -lpyxbuf -L"$libdir" -lpython"$ver" \
     -Wl,-rpath,"$OUT" -Wl,-rpath,"$libdir" -lpthread -o "$OUT/smoke"
 "$OUT/smoke"
 say "ok"

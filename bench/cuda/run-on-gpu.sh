@@ -64,8 +64,8 @@ step "copy bandwidth"
 timeout 200 build-gpu/bench_cuda_copy >"$out/copy.md" 2>&1
 cat "$out/copy.md"
 
-step "transfers against PyTorch and CuPy (issue 40's targets)"
-timeout 300 "$py" bench/cuda/transfer.py >"$out/transfer.md" 2>&1
+step "transfers against PyTorch and CuPy (issues 40 and 47: large, small and first copies)"
+timeout 420 "$py" bench/cuda/transfer.py >"$out/transfer.md" 2>&1
 cat "$out/transfer.md"
 [ "$quick" = quick ] && { step done; exit 0; }
 

@@ -9,7 +9,12 @@ does with the same C call. Each figure is the median of RUNS timed calls
 after one warm-up, GB/s of the array's size. Prints a Markdown table, a
 thread/chunk sweep of the staging pipeline, a device allocation + free
 (`pyxbuf_exporter_new` on the device, which the stream-ordered pool serves,
-against `torch.empty`: median of ALLOC_RUNS calls, microseconds), then
+against `torch.empty`: median of ALLOC_RUNS calls, microseconds), small
+and medium copies per call (4 KiB to 16 MiB, each direction, against
+PyTorch's default path: `torch.from_numpy(a).to("cuda")`, `t.cpu()`;
+median of SMALL_RUNS calls, microseconds), the first copy of a fresh
+process at FIRST_MIB (each direction in a process of its own, the CUDA
+context and pyxbuf's backend already up, the pinned pool empty), then
 `target` lines.
 
 Run on a GPU machine: `python3 bench/cuda/transfer.py` with PYTHONPATH at
@@ -18,6 +23,7 @@ build-gpu/python (bench/cuda/run-on-gpu.sh does it).
 
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -33,6 +39,9 @@ RUNS = int(os.environ.get("TRANSFER_RUNS", "7"))
 SIZES = [int(s) << 20 for s in os.environ.get("TRANSFER_MIB", "256,1024").split(",")]
 ALLOC_RUNS = int(os.environ.get("TRANSFER_ALLOC_RUNS", "300"))
 ALLOC_BYTES = 1 << 20
+SMALL = [4 << 10, 64 << 10, 1 << 20, 16 << 20]
+SMALL_RUNS = int(os.environ.get("TRANSFER_SMALL_RUNS", "300"))
+FIRST = int(os.environ.get("TRANSFER_FIRST_MIB", "256")) << 20
 OURS_ALLOC = f"pyxbuf: exporter('f', (n,), device={'ext_dev' if EMULATED else 'cuda'}:0)"
 
 torch = cupy = None
@@ -145,6 +154,83 @@ def alloc_free():
     return rows
 
 
+def per_call_us(fn, runs):
+    """Median microseconds of fn() and dropping what it returns (with a
+    device synchronisation, as gbps), after a few warm-up calls."""
+    for _ in range(3):
+        keep = fn()
+        sync()
+        del keep
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        keep = fn()
+        sync()
+        del keep
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
+
+
+def small_copies():
+    """{size: {row: us}} for the small and medium sizes, each direction."""
+    out = {}
+    for n in SMALL:
+        runs = SMALL_RUNS if n <= (1 << 20) else max(SMALL_RUNS // 6, 20)
+        a = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8)
+        dev = t.to_device(a, CUDA)
+        check_equal(memoryview(t.to_device(dev, None)), a, f"to_device(cpu) of {n} bytes")
+        rows = {"up: pyxbuf": per_call_us(lambda: t.to_device(a, CUDA), runs),
+                "down: pyxbuf": per_call_us(lambda: t.to_device(dev, None), runs)}
+        if torch is not None:
+            td = torch.from_numpy(a).to("cuda")
+            rows["up: torch"] = per_call_us(lambda: torch.from_numpy(a).to("cuda"), runs)
+            rows["down: torch"] = per_call_us(lambda: td.cpu(), runs)
+            del td
+        out[n] = rows
+        del dev
+    return out
+
+
+FIRST_CALL = """
+import sys, time, numpy as np
+import _pyxbuf_testext as t
+direction, n, emulated = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+dev0 = (t.PYXBUF_DL_EXT_DEV, 0) if emulated else (t.PYXBUF_DL_CUDA, 0)
+sync = lambda: None
+small = np.ones(4096, np.uint8)
+t.copy_to_host(t.to_device(small, dev0))  # the backend and its context up; nothing pooled
+a = np.random.default_rng(1).integers(0, 256, n, dtype=np.uint8)
+if not emulated:
+    import torch
+    torch.cuda.synchronize()
+    sync = torch.cuda.synchronize
+if direction == "up":
+    t0 = time.perf_counter(); dev = t.to_device(a, dev0); sync(); dt = time.perf_counter() - t0
+    ok = t.copy_to_host(dev) == a.tobytes()
+else:
+    if emulated:
+        src = t.to_device(a, dev0)
+    else:
+        src = torch.from_numpy(a).to("cuda")  # not through pyxbuf: its pool stays empty
+        torch.cuda.synchronize()
+    t0 = time.perf_counter(); host = t.to_device(src, None); dt = time.perf_counter() - t0
+    ok = bytes(memoryview(host)) == a.tobytes()
+print(f"{n / dt / 1e9:.2f} {int(ok)}")
+"""
+
+
+def first_call(direction):
+    """GB/s of the first pyxbuf copy of FIRST bytes in a new process."""
+    out = subprocess.run([sys.executable, "-c", FIRST_CALL, direction, str(FIRST),
+                          "1" if EMULATED else "0"], capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise SystemExit(f"transfer.py: first call ({direction}) failed:\n{out.stderr}")
+    rate, ok = out.stdout.split()
+    if ok != "1":
+        raise SystemExit(f"transfer.py: the first call ({direction}) copied wrong bytes")
+    return float(rate)
+
+
 def target(name, value, goal, unit, met):
     print(f"target {name} ratio={value:.2f} goal={goal} {'met' if met else 'missed'}  # {unit}")
 
@@ -171,6 +257,14 @@ def main():
     print(f"\n| device alloc + free, {ALLOC_BYTES >> 20} MiB | us per call |\n|---|---|")
     for key, us in allocs.items():
         print(f"| {key} | {us:.1f} |")
+    smalls = small_copies()
+    print("\n| per call, us | " + " | ".join(f"{n >> 10} KiB" for n in SMALL) + " |")
+    print("|---|" + "---|" * len(SMALL))
+    for key in smalls[SMALL[0]]:
+        print(f"| {key} | " + " | ".join(f"{smalls[n][key]:.1f}" for n in SMALL) + " |")
+    firsts = {d: first_call(d) for d in ("up", "down")}
+    print(f"\nFirst call of a process, {FIRST >> 20} MiB: numpy -> device {firsts['up']:.1f} GB/s, "
+          f"device -> new host {firsts['down']:.1f} GB/s")
     print()
     ours = allocs[OURS_ALLOC]
     target(f"device-alloc-free-{ALLOC_BYTES >> 20}MiB", ours, "<=10 us", "us", ours <= 10)
@@ -193,6 +287,16 @@ def main():
                    down >= 30 * cpu)
         vec = r["device -> new Vec/bytes: pyxbuf_copy_to_host"]
         target(f"copy-to-host-new-memory-{size}", vec, ">=10 GB/s", "GB/s", vec >= 10)
+    for n in SMALL:
+        r = smalls[n]
+        for way, name in (("up", "numpy-to-device"), ("down", "device-to-new-host")):
+            if f"{way}: torch" in r:
+                ratio = r[f"{way}: pyxbuf"] / r[f"{way}: torch"]
+                target(f"{name}-per-call-{n >> 10}KiB-vs-torch-default", ratio, "<=0.9", "x time",
+                       ratio <= 0.9)
+    for way, name in (("up", "numpy-to-device"), ("down", "device-to-new-host")):
+        target(f"first-call-{name}-{FIRST >> 20}MiB", firsts[way], ">=10 GB/s", "GB/s",
+               firsts[way] >= 10)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,9 @@ int pyxbuf__check_copy_size(const pyxbuf_view *view, size_t nbytes);
 #define PYXBUF__STAGING_MAX_BUFFERS 16
 #define PYXBUF__STAGING_MIN_CHUNK ((uint64_t)64 << 10)
 #define PYXBUF__STAGING_MAX_CHUNK ((uint64_t)1 << 30)
+/* A copy of this many chunks that finds no idle buffer allocates one on its
+ * path (staging.c says why). */
+#define PYXBUF__STAGING_COLD_CHUNKS 4
 /* 0, or PYXBUF_EINVAL with err naming the environment variable that is out
  * of range (*out then holds the defaults). */
 int pyxbuf__transfer_config(pyxbuf_transfer_config *out, pyxbuf_error *err);
@@ -76,6 +79,15 @@ typedef struct pyxbuf__pinned_block {
  * the cap leaves no room (after freeing idle blocks and waiting for a
  * busy one of the size) or the allocation fails: callers copy directly. */
 pyxbuf__pinned_block *pyxbuf__pinned_take(const pyxbuf_backend *b, int32_t device_id, size_t n);
+/* An idle block of n's class whose last use is over, or NULL: never
+ * allocates, never waits (the copies' path). */
+pyxbuf__pinned_block *pyxbuf__pinned_take_idle(const pyxbuf_backend *b, int32_t device_id,
+                                               size_t n);
+/* Ask for `count` new idle blocks of n's class (a caller that found too
+ * few idle): allocated by the pool's grower thread within the room the cap
+ * leaves, off the caller's path. Requests for a class not yet served merge
+ * (the larger count stands). */
+void pyxbuf__pinned_grow(const pyxbuf_backend *b, int32_t device_id, size_t n, int32_t count);
 /* Back to the pool; `event` (may be NULL) is behind its last use, and the
  * block is handed out again only once it has happened. */
 void pyxbuf__pinned_give(pyxbuf__pinned_block *blk, void *event);
@@ -92,14 +104,16 @@ void pyxbuf__parallel_copy(void *dst, const void *src, size_t n, int32_t threads
 
 /* staging.c: the backend's copy_from_host / copy_to_host of n contiguous
  * bytes, through pinned staging buffers when the configuration says the copy
- * is worth it (same ordering and completion as the direct call). */
+ * is worth it and the pool has them idle (same ordering and completion as
+ * the direct call). */
 int pyxbuf__copy_from_host(const pyxbuf_backend *b, int32_t id, void *dst, const void *src,
                            size_t n, int64_t stream, pyxbuf_error *err);
 int pyxbuf__copy_to_host(const pyxbuf_backend *b, int32_t id, void *dst, const void *src,
                          size_t n, int64_t stream, pyxbuf_error *err);
 /* staging.c: host scratch of n bytes for packing or unpacking beside one
  * device copy: a pooled page-locked block of b's (*pinned set) when staging
- * is on and n is large, so that copy is direct at the link's rate, else
+ * is on, n at least 64 KiB and one is idle, so that copy is direct at the
+ * link's rate (else the pool grows one for the next call), else
  * malloc'd memory (*pinned NULL); NULL with err set (PYXBUF_ENOMEM) when
  * neither can be had. Give it back once the copy has completed. */
 void *pyxbuf__scratch_take(const pyxbuf_backend *b, int32_t id, size_t n,
@@ -107,8 +121,11 @@ void *pyxbuf__scratch_take(const pyxbuf_backend *b, int32_t id, size_t n,
 void pyxbuf__scratch_give(void *p, pyxbuf__pinned_block *pinned);
 /* staging.c: pooled page-locked memory for n bytes copied from the device
  * (device_type, device_id) into a new host result, or NULL when staging is
- * off, n is under the threshold or the pool cannot give it. */
+ * off, n is under 64 KiB or the pool has no idle block of its size; then,
+ * once the copy into pageable memory is done, pinned_result_missed asks the
+ * pool to grow one in the background for the next such result. */
 pyxbuf__pinned_block *pyxbuf__pinned_result(int32_t device_type, int32_t device_id, size_t n);
+void pyxbuf__pinned_result_missed(int32_t device_type, int32_t device_id, size_t n);
 
 /* device_alloc.c: pyxbuf's own device memory (to_device results, device
  * exporters), from the backend's stream-ordered pool unless the
@@ -201,8 +218,18 @@ typedef struct pyxbuf__engine {
     void (*pinned_pool_stats)(pyxbuf_pinned_pool_stats *out);
     void (*parallel_copy)(void *dst, const void *src, size_t n, int32_t threads);
     int32_t (*fill_threads)(void);
-    pyxbuf__device_blocks *device_blocks;
+    pyxbuf__device_blocks *device_blocks; /* the index the functions below work on */
     uint32_t device_block_size, device_blocks_size;
+    pyxbuf__pinned_block *(*pinned_take_idle)(const pyxbuf_backend *b, int32_t device_id,
+                                              size_t n);
+    void (*pinned_grow)(const pyxbuf_backend *b, int32_t device_id, size_t n, int32_t count);
+    int (*device_block_new)(const pyxbuf_backend *b, const pyxbuf_device *device, size_t n,
+                            int64_t stream, pyxbuf__device_block **out, pyxbuf_error *err);
+    void (*device_block_free)(void *block);
+    void (*device_block_view_released)(const pyxbuf_view *view, const pyxbuf_device *device);
+    void (*device_block_used_on)(const pyxbuf_view *view, const pyxbuf_device *device,
+                                 int64_t stream);
+    uint64_t (*device_blocks_kept_out)(void);
 } pyxbuf__engine;
 
 /* The engine in use: decided at the first call, for good (this copy's when
@@ -223,11 +250,24 @@ int pyxbuf__own_transfer_config(pyxbuf_transfer_config *out, pyxbuf_error *err);
 int pyxbuf__own_transfer_config_set(const pyxbuf_transfer_config *in, pyxbuf_error *err);
 int pyxbuf__own_staging_huge_pages(void);
 pyxbuf__pinned_block *pyxbuf__own_pinned_take(const pyxbuf_backend *b, int32_t device_id, size_t n);
+pyxbuf__pinned_block *pyxbuf__own_pinned_take_idle(const pyxbuf_backend *b, int32_t device_id,
+                                                   size_t n);
+void pyxbuf__own_pinned_grow(const pyxbuf_backend *b, int32_t device_id, size_t n, int32_t count);
 void pyxbuf__own_pinned_give(pyxbuf__pinned_block *blk, void *event);
 int pyxbuf__own_pinned_contains(const void *p, size_t n);
 void pyxbuf__own_pinned_pool_fit(uint64_t cap);
 void pyxbuf__own_pinned_pool_stats(pyxbuf_pinned_pool_stats *out);
 void pyxbuf__own_parallel_copy(void *dst, const void *src, size_t n, int32_t threads);
 int32_t pyxbuf__own_fill_threads(void);
+int pyxbuf__own_device_block_new(const pyxbuf_backend *b, const pyxbuf_device *device, size_t n,
+                                 int64_t stream, pyxbuf__device_block **out, pyxbuf_error *err);
+/* device_alloc.c's index, which the engine's table names. */
+extern PYXBUF_HIDDEN pyxbuf__device_blocks pyxbuf__own_device_blocks;
+void pyxbuf__own_device_block_free(void *block);
+void pyxbuf__own_device_block_view_released(const pyxbuf_view *view,
+                                            const pyxbuf_device *device);
+void pyxbuf__own_device_block_used_on(const pyxbuf_view *view, const pyxbuf_device *device,
+                                      int64_t stream);
+uint64_t pyxbuf__own_device_blocks_kept_out(void);
 
 #endif

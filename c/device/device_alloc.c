@@ -20,8 +20,10 @@
  * recorded or waited for, or the free fails, the block is kept out of the
  * pool for good (counted) rather than freed early: a leak, never a reuse
  * under work still queued. Views are found by the address they start at
- * (pyxbuf's exporters hand out the block's first byte), in the engine's
- * index: a view taken through any copy of libpyxbuf in the process. */
+ * (pyxbuf's exporters hand out the block's first byte), in one index per
+ * process: these functions are the engine's (engine.c routes every copy of
+ * libpyxbuf to the serving copy's), so a view taken through any copy finds
+ * a block any copy allocated, and one copy's code alone walks the index. */
 
 #include "device/device.h"
 
@@ -29,10 +31,12 @@
 #include <stdlib.h>
 
 /* Pooled blocks by address, so that a view's stream can be noted on the
- * block behind it: the engine's index (device.h), shared by every copy of
- * libpyxbuf in the process. Only pooled blocks are there: a plain free is
- * the backend's own business (cuMemFree synchronises). */
-static pyxbuf__device_blocks *blocks_index(void) { return pyxbuf__engine_in_use()->device_blocks; }
+ * block behind it: this copy's index (device.h), which serves the process
+ * when this copy's engine does (engine.c registers its lock's fork rules).
+ * Only pooled blocks are there: a plain free is the backend's own business
+ * (cuMemFree synchronises). */
+pyxbuf__device_blocks pyxbuf__own_device_blocks = {.lock = PTHREAD_MUTEX_INITIALIZER};
+static pyxbuf__device_blocks *blocks_index(void) { return &pyxbuf__own_device_blocks; }
 
 static size_t bucket_of(const void *p) {
     uintptr_t u = (uintptr_t)p;
@@ -50,11 +54,12 @@ static int64_t pool_stream(const pyxbuf_device *d, int64_t stream) {
 }
 
 /* The backend first: host memory (the CPU backend has no pool) reads no
- * configuration. */
+ * configuration. This copy's is the process's: these functions run in the
+ * copy whose engine serves it. */
 static int pool_wanted(const pyxbuf_backend *b) {
     if (b->alloc_async == NULL || b->free_async == NULL) return 0;
     pyxbuf_transfer_config c;
-    pyxbuf__transfer_config(&c, NULL); /* a bad environment: the defaults (pool on) */
+    pyxbuf__own_transfer_config(&c, NULL); /* a bad environment: the defaults (pool on) */
     return !c.device_pool_off;
 }
 
@@ -76,21 +81,20 @@ static void forget(pyxbuf__device_block *b) {
     pthread_mutex_unlock(&x->lock);
 }
 
-int pyxbuf__device_block_new(const pyxbuf_device *device, size_t n, int64_t stream,
-                             pyxbuf__device_block **out, pyxbuf_error *err) {
+int pyxbuf__own_device_block_new(const pyxbuf_backend *backend, const pyxbuf_device *device,
+                                 size_t n, int64_t stream, pyxbuf__device_block **out,
+                                 pyxbuf_error *err) {
     pyxbuf__device_block *b = calloc(1, sizeof *b);
     if (b == NULL)
         return pyxbuf__error(err, PYXBUF_ENOMEM, -1, "out of memory allocating %zu device %s", n,
                              PYXBUF__PLURAL(n, "byte", "bytes"));
-    int rc = pyxbuf_backend_get(device->device_type, &b->backend, err);
-    if (rc == 0) {
-        b->device = *device;
-        b->stream = pool_stream(device, stream);
-        b->pooled = pool_wanted(&b->backend);
-        rc = b->pooled ? b->backend.alloc_async(b->backend.ctx, device->device_id, n, b->stream,
+    b->backend = *backend;
+    b->device = *device;
+    b->stream = pool_stream(device, stream);
+    b->pooled = pool_wanted(&b->backend);
+    int rc = b->pooled ? b->backend.alloc_async(b->backend.ctx, device->device_id, n, b->stream,
                                                 &b->ptr, err)
                        : b->backend.alloc(b->backend.ctx, device->device_id, n, &b->ptr, err);
-    }
     if (rc != 0) {
         free(b);
         return rc;
@@ -157,8 +161,8 @@ static void note(pyxbuf__device_block *b, int64_t mark, int64_t stream) {
         b->namers[b->nnamers++] = (pyxbuf__stream_namer){mark, stream};
 }
 
-void pyxbuf__device_block_used_on(const pyxbuf_view *view, const pyxbuf_device *device,
-                                  int64_t stream) {
+void pyxbuf__own_device_block_used_on(const pyxbuf_view *view, const pyxbuf_device *device,
+                                      int64_t stream) {
     if (stream < 0) return; /* PYXBUF_STREAM_NONE: no stream to order after */
     pyxbuf__device_blocks *x = blocks_index();
     pthread_mutex_lock(&x->lock);
@@ -195,7 +199,8 @@ static int record_use(const pyxbuf__device_block *b, pyxbuf__stream_use *use) {
  * fork or thread finds them taken in the other order); the block stays
  * alive meanwhile, since its exporter outlives the view being released. */
 #define RELEASED_MAX 16
-void pyxbuf__device_block_view_released(const pyxbuf_view *view, const pyxbuf_device *device) {
+void pyxbuf__own_device_block_view_released(const pyxbuf_view *view,
+                                            const pyxbuf_device *device) {
     pyxbuf__device_blocks *x = blocks_index();
     int64_t streams[RELEASED_MAX];
     int32_t n = 0;
@@ -241,7 +246,7 @@ static int order_after(const pyxbuf__device_block *b, pyxbuf__stream_use *use) {
     return rc;
 }
 
-void pyxbuf__device_block_free(void *p) {
+void pyxbuf__own_device_block_free(void *p) {
     pyxbuf__device_block *b = p;
     const pyxbuf_backend *be = &b->backend;
     int32_t id = b->device.device_id;
@@ -267,7 +272,7 @@ void pyxbuf__device_block_free(void *p) {
     free(b);
 }
 
-uint64_t pyxbuf__device_blocks_kept_out(void) {
+uint64_t pyxbuf__own_device_blocks_kept_out(void) {
     pyxbuf__device_blocks *x = blocks_index();
     pthread_mutex_lock(&x->lock);
     uint64_t n = x->kept_out;

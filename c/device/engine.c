@@ -11,15 +11,12 @@
 #include <stdio.h>
 #include <string.h>
 
-/* This copy's index of pooled device blocks (device_alloc.c works on the
- * engine's). Its lock's fork rules are registered by the copy whose engine
- * is in use (resolve): once per lock, whatever the number of copies. */
-static pyxbuf__device_blocks own_device_blocks = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
 #if PYXBUF_HAVE_FORK
-/* A child must not start with the lock held by a thread it does not have. */
-static void before_fork(void) { pthread_mutex_lock(&own_device_blocks.lock); }
-static void after_fork(void) { pthread_mutex_unlock(&own_device_blocks.lock); }
+/* A child must not start with the device-block index's lock held by a
+ * thread it does not have. Registered by the copy whose engine is in use
+ * (resolve): once per lock, whatever the number of copies. */
+static void before_fork(void) { pthread_mutex_lock(&pyxbuf__own_device_blocks.lock); }
+static void after_fork(void) { pthread_mutex_unlock(&pyxbuf__own_device_blocks.lock); }
 static void register_fork_rules(void) { pthread_atfork(before_fork, after_fork, after_fork); }
 #else
 static void register_fork_rules(void) {}
@@ -49,9 +46,16 @@ const pyxbuf__engine pyxbuf__own_engine = {
     .pinned_pool_stats = pyxbuf__own_pinned_pool_stats,
     .parallel_copy = pyxbuf__own_parallel_copy,
     .fill_threads = pyxbuf__own_fill_threads,
-    .device_blocks = &own_device_blocks,
+    .device_blocks = &pyxbuf__own_device_blocks,
     .device_block_size = (uint32_t)sizeof(pyxbuf__device_block),
     .device_blocks_size = (uint32_t)sizeof(pyxbuf__device_blocks),
+    .pinned_take_idle = pyxbuf__own_pinned_take_idle,
+    .pinned_grow = pyxbuf__own_pinned_grow,
+    .device_block_new = pyxbuf__own_device_block_new,
+    .device_block_free = pyxbuf__own_device_block_free,
+    .device_block_view_released = pyxbuf__own_device_block_view_released,
+    .device_block_used_on = pyxbuf__own_device_block_used_on,
+    .device_blocks_kept_out = pyxbuf__own_device_blocks_kept_out,
 };
 
 /* Set once, for good, by the first call (threads may race to it: the
@@ -165,6 +169,15 @@ pyxbuf__pinned_block *pyxbuf__pinned_take(const pyxbuf_backend *b, int32_t devic
     return pyxbuf__engine_in_use()->pinned_take(b, device_id, n);
 }
 
+pyxbuf__pinned_block *pyxbuf__pinned_take_idle(const pyxbuf_backend *b, int32_t device_id,
+                                               size_t n) {
+    return pyxbuf__engine_in_use()->pinned_take_idle(b, device_id, n);
+}
+
+void pyxbuf__pinned_grow(const pyxbuf_backend *b, int32_t device_id, size_t n, int32_t count) {
+    pyxbuf__engine_in_use()->pinned_grow(b, device_id, n, count);
+}
+
 void pyxbuf__pinned_give(pyxbuf__pinned_block *blk, void *event) {
     pyxbuf__engine_in_use()->pinned_give(blk, event);
 }
@@ -179,6 +192,24 @@ void pyxbuf__pinned_pool_fit(uint64_t cap) { pyxbuf__engine_in_use()->pinned_poo
 
 void pyxbuf__parallel_copy(void *dst, const void *src, size_t n, int32_t threads) {
     pyxbuf__engine_in_use()->parallel_copy(dst, src, n, threads);
+}
+
+/* pyxbuf's own device memory: one copy's code keeps the process's index of
+ * pooled blocks, whichever copy allocated a block or took a view of it
+ * (device_memory.c allocates: the backend is looked up first). */
+void pyxbuf__device_block_free(void *block) { pyxbuf__engine_in_use()->device_block_free(block); }
+
+void pyxbuf__device_block_view_released(const pyxbuf_view *view, const pyxbuf_device *device) {
+    pyxbuf__engine_in_use()->device_block_view_released(view, device);
+}
+
+void pyxbuf__device_block_used_on(const pyxbuf_view *view, const pyxbuf_device *device,
+                                  int64_t stream) {
+    pyxbuf__engine_in_use()->device_block_used_on(view, device, stream);
+}
+
+uint64_t pyxbuf__device_blocks_kept_out(void) {
+    return pyxbuf__engine_in_use()->device_blocks_kept_out();
 }
 
 /* ------------------------------------------------------------------------- */

@@ -4,7 +4,10 @@
  * device-wide synchronisation), within a cap on the bytes held; idle blocks
  * are freed at exit. Page-locked allocation costs milliseconds (the pages are
  * pinned one by one), so a pipeline or a result that took one new each time
- * would lose what the link gains. */
+ * would lose what the link gains. So a call that finds no idle block of its
+ * class goes without one (a direct copy, a pageable result) and asks for
+ * it: one grower thread allocates such blocks off the critical path, for
+ * the calls after it. */
 
 #include "device/device.h"
 #include "base/platform.h"
@@ -17,6 +20,22 @@ static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static pyxbuf__pinned_block *blocks; /* every block held, idle or in use */
 static uint64_t held_bytes, used_bytes, allocations, reuses;
 static int exit_hook_set;
+
+/* Requests for idle blocks (grow_class), served in order by one detached
+ * grower thread, started at the first request. All under pool_lock. */
+#define GROW_QUEUE 16
+typedef struct grow_request {
+    pyxbuf_backend backend;
+    int32_t device_id, count; /* new blocks of the class asked for */
+    size_t size;             /* the class */
+    uint64_t cap;            /* the pool's cap when asked */
+} grow_request;
+static grow_request grow_queue[GROW_QUEUE];
+static int32_t grow_queued;  /* requests in grow_queue[0, grow_queued) */
+static int grower_started, grower_busy, exiting;
+static uint64_t growing_bytes; /* counted in held_bytes, not yet a block */
+static uint64_t background_allocations;
+static pthread_cond_t grow_cond = PTHREAD_COND_INITIALIZER; /* a request, or the grower idle */
 
 /* Size classes a quarter of a power of two apart (a block is at most 25%
  * larger than asked), in whole pages; 64 KiB at least. 0 for a size no
@@ -65,19 +84,31 @@ static void free_doomed(pyxbuf__pinned_block *doomed) {
     }
 }
 
-/* Unlink idle finished blocks until `need` more bytes fit under `cap`.
- * Under pool_lock. */
-static void make_room(uint64_t need, uint64_t cap, pyxbuf__pinned_block **doomed) {
+/* Unlink idle finished blocks, other than those of size `keep`, until
+ * `need` more bytes fit under `cap`. Under pool_lock. */
+static void make_room_keeping(uint64_t need, uint64_t cap, size_t keep,
+                              pyxbuf__pinned_block **doomed) {
     pyxbuf__pinned_block **link = &blocks;
     while (*link != NULL && (need > cap || held_bytes > cap - need)) {
-        if (!(*link)->in_use && last_use_done(*link, 0)) unlink_block(link, doomed);
-        else link = &(*link)->next;
+        if (!(*link)->in_use && (*link)->size != keep && last_use_done(*link, 0))
+            unlink_block(link, doomed);
+        else
+            link = &(*link)->next;
     }
+}
+
+static void make_room(uint64_t need, uint64_t cap, pyxbuf__pinned_block **doomed) {
+    make_room_keeping(need, cap, 0, doomed);
 }
 
 static void drain_at_exit(void) {
     pyxbuf__pinned_block *doomed = NULL;
     pthread_mutex_lock(&pool_lock);
+    /* No driver call of the grower's may run on into the driver's own
+     * teardown: it stops, and an allocation under way is waited for. */
+    exiting = 1;
+    pthread_cond_broadcast(&grow_cond);
+    while (grower_busy) pthread_cond_wait(&grow_cond, &pool_lock);
     pyxbuf__pinned_block **link = &blocks;
     while (*link != NULL) {
         if (!(*link)->in_use && last_use_done(*link, 1)) unlink_block(link, &doomed);
@@ -91,8 +122,20 @@ static void drain_at_exit(void) {
 /* fork() in another thread must not leave pool_lock held in the child:
  * registered once, before the lock is first taken (lock_pool). */
 static void before_fork(void) { pthread_mutex_lock(&pool_lock); }
-static void after_fork(void) { pthread_mutex_unlock(&pool_lock); }
-static void register_fork_rules(void) { pthread_atfork(before_fork, after_fork, after_fork); }
+static void after_fork_parent(void) { pthread_mutex_unlock(&pool_lock); }
+/* The child has no grower: its queue goes, and the bytes of an allocation
+ * the parent's grower had under way are not the child's. */
+static void after_fork_child(void) {
+    held_bytes -= growing_bytes;
+    growing_bytes = 0;
+    grow_queued = 0;
+    grower_started = grower_busy = 0;
+    pthread_cond_init(&grow_cond, NULL);
+    pthread_mutex_unlock(&pool_lock);
+}
+static void register_fork_rules(void) {
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
 #else
 static void register_fork_rules(void) {}
 #endif
@@ -183,6 +226,98 @@ pyxbuf__pinned_block *pyxbuf__own_pinned_take(const pyxbuf_backend *b, int32_t d
     return found;
 }
 
+pyxbuf__pinned_block *pyxbuf__own_pinned_take_idle(const pyxbuf_backend *b, int32_t device_id,
+                                                   size_t n) {
+    (void)device_id; /* blocks are the backend's, as for pinned_take */
+    size_t size = size_class(n);
+    if (b->host_alloc == NULL || size == 0) return NULL;
+    pyxbuf__pinned_block *pending;
+    lock_pool();
+    pyxbuf__pinned_block *found = find_idle(b, size, &pending);
+    if (found != NULL) {
+        reuses++;
+        found->in_use = 1;
+        used_bytes += found->size;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    return found;
+}
+
+/* Allocate the request's new blocks, idle, under the cap: idle finished
+ * blocks of other sizes are freed to make room, as a take that allocates
+ * frees them (the request stands for a call that went without). Called and
+ * returns under pool_lock (allocate and the frees drop it). */
+static void grow_class(const grow_request *r) {
+    for (int32_t i = 0; i < r->count && !exiting && r->size <= r->cap; i++) {
+        pyxbuf__pinned_block *doomed = NULL;
+        make_room_keeping(r->size, r->cap, r->size, &doomed); /* never the ones just grown */
+        if (doomed != NULL) {
+            pthread_mutex_unlock(&pool_lock);
+            free_doomed(doomed);
+            lock_pool();
+        }
+        if (exiting || held_bytes > r->cap - r->size) return; /* blocks in use fill it */
+        growing_bytes += r->size;
+        pyxbuf__pinned_block *blk = allocate(&r->backend, r->device_id, r->size);
+        growing_bytes -= r->size;
+        if (blk == NULL) return; /* the driver refused: the next request asks again */
+        blk->in_use = 0;
+        background_allocations++;
+    }
+}
+
+static void *grower(void *unused) {
+    (void)unused;
+    lock_pool();
+    for (;;) {
+        while (grow_queued == 0 && !exiting) pthread_cond_wait(&grow_cond, &pool_lock);
+        if (exiting) break;
+        grow_request r = grow_queue[0];
+        grow_queued--;
+        memmove(grow_queue, grow_queue + 1, (size_t)grow_queued * sizeof r);
+        grower_busy = 1;
+        grow_class(&r);
+        grower_busy = 0;
+        pthread_cond_broadcast(&grow_cond); /* drain_at_exit may wait for it */
+    }
+    pthread_mutex_unlock(&pool_lock);
+    return NULL;
+}
+
+/* The grower, started once (detached: it lives as long as the process, as
+ * the fill threads do). Under pool_lock; 0 if it cannot be started. */
+static int start_grower(void) {
+    if (grower_started) return 1;
+    pthread_t t;
+    pthread_attr_t attr;
+    if (pthread_attr_init(&attr) != 0) return 0;
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    grower_started = pthread_create(&t, &attr, grower, NULL) == 0;
+    pthread_attr_destroy(&attr);
+    return grower_started;
+}
+
+void pyxbuf__own_pinned_grow(const pyxbuf_backend *b, int32_t device_id, size_t n, int32_t count) {
+    pyxbuf_transfer_config cfg;
+    size_t size = size_class(n);
+    if (b->host_alloc == NULL || size == 0 || count < 1 ||
+        pyxbuf__own_transfer_config(&cfg, NULL) < 0 || size > cfg.pool_cap)
+        return;
+    lock_pool();
+    int32_t i = 0;
+    while (i < grow_queued && !(grow_queue[i].size == size &&
+                                same_backend(&grow_queue[i].backend, b)))
+        i++;
+    if (i < grow_queued) {
+        /* Asked already, and not yet served: the larger count stands. */
+        if (grow_queue[i].count < count) grow_queue[i].count = count;
+    } else if (!exiting && grow_queued < GROW_QUEUE && start_grower()) {
+        grow_queue[grow_queued++] = (grow_request){*b, device_id, count, size, cfg.pool_cap};
+        pthread_cond_broadcast(&grow_cond);
+    } /* else a full queue: the request is dropped, and made again next time */
+    pthread_mutex_unlock(&pool_lock);
+}
+
 void pyxbuf__own_pinned_give(pyxbuf__pinned_block *blk, void *event) {
     pyxbuf_transfer_config cfg;
     pyxbuf__own_transfer_config(&cfg, NULL);
@@ -223,5 +358,7 @@ void pyxbuf__own_pinned_pool_stats(pyxbuf_pinned_pool_stats *out) {
     out->used_bytes = used_bytes;
     out->allocations = allocations;
     out->reuses = reuses;
+    out->background_allocations = background_allocations;
+    out->background_pending = (uint64_t)grow_queued + (uint64_t)grower_busy;
     pthread_mutex_unlock(&pool_lock);
 }

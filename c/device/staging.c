@@ -1,11 +1,23 @@
-/* staging.c -- large copies between pageable host memory and a device,
- * through page-locked staging buffers from the pinned pool: host threads fill
- * buffer k (fill_threads.c) while the device copies buffer k-1, and a buffer
- * is refilled only after the event recorded behind its last copy has
- * happened. The driver's own path stages pageable memory through one buffer
- * with one thread (8 GB/s host to device on an H100 against 55 pinned).
- * Semantics are the direct copy's: ordered after the work queued on the
- * stream, complete when the call returns. */
+/* staging.c -- copies between pageable host memory and a device through
+ * page-locked buffers from the pinned pool. Large copies (from the
+ * configuration's threshold) pipeline: host threads fill buffer k
+ * (fill_threads.c) while the device copies buffer k-1, and a buffer is
+ * refilled only after the event recorded behind its last copy has happened.
+ * Medium ones (64 KiB up) go through one buffer, filled by the calling
+ * thread alone: the driver's own path for pageable memory costs more than
+ * a memcpy into page-locked memory and a copy at the link's rate. The
+ * driver's path stages through one buffer with one thread (8 GB/s host to
+ * device on an H100 against 55 pinned). Semantics are the direct copy's:
+ * ordered after the work queued on the stream, complete when the call
+ * returns.
+ *
+ * Buffers are taken only when idle in the pool: page-locking a new one
+ * costs milliseconds, more than a medium copy takes whole, so a copy that
+ * finds too few asks the pool to grow in the background (for the copies
+ * after it) and makes do -- with the buffers it found, or directly. Only a
+ * copy of at least PYXBUF__STAGING_COLD_CHUNKS chunks that finds none
+ * allocates one on its path: a serial fill-then-copy through one buffer
+ * still beats the driver's path by more than the allocation costs. */
 
 #include "device/device.h"
 
@@ -27,34 +39,51 @@ typedef struct pipeline {
      * (its event could not be recorded, nor the stream synchronised): it
      * never goes back to the pool, whose next owner the copy would corrupt. */
     int lost[PYXBUF__STAGING_MAX_BUFFERS];
+    int32_t missing; /* buffers wanted that the pool had not idle */
 } pipeline;
 
-/* Worth staging: on, large, a backend that can, the stream given, and host
- * memory that is pageable (neither pooled nor memory the backend knows, as
- * CUDA knows page-locked memory another library allocated). */
+/* Below this a copy is direct: the driver copies small pageable buffers
+ * inline, and no buffer would pay for itself. */
+#define MEDIUM_MIN ((size_t)64 << 10)
+
+/* Worth staging: on, at least medium, a backend that can, the stream given,
+ * and host memory that is pageable (neither pooled nor memory the backend
+ * knows, as CUDA knows page-locked memory another library allocated). */
 static int worth_staging(const pyxbuf_backend *b, const void *host, size_t n, int64_t stream,
                          pyxbuf_transfer_config *cfg, pyxbuf_error *err) {
     if (pyxbuf__transfer_config(cfg, err) < 0) return -1; /* a bad environment variable */
-    if (!cfg->enabled || n < cfg->threshold || n == 0 || b->copy_async == NULL ||
+    if (!cfg->enabled || n < MEDIUM_MIN || b->copy_async == NULL ||
         stream == PYXBUF_STREAM_NONE || pyxbuf__pinned_contains(host, n))
         return 0;
     pyxbuf_device d;
     return b->pointer_query(b->ctx, host, &d, NULL) != 0;
 }
 
-/* Take the buffers; 0 when the pool cannot give them all (the caller then
- * copies directly). */
+/* The buffers the pool has idle, up to nbuf (the rest are p->missing). None
+ * idle: one allocated now for a copy of at least PYXBUF__STAGING_COLD_CHUNKS
+ * chunks, else 0 (the caller copies directly). */
 static int take_buffers(pipeline *p) {
-    for (int32_t k = 0; k < p->nbuf; k++) {
+    int32_t want = p->nbuf, got = 0;
+    while (got < want && (p->buf[got] = pyxbuf__pinned_take_idle(p->b, p->id, p->chunk)) != NULL)
+        got++;
+    if (got == 0 && p->n / p->chunk >= PYXBUF__STAGING_COLD_CHUNKS &&
+        (p->buf[0] = pyxbuf__pinned_take(p->b, p->id, p->chunk)) != NULL)
+        got = 1;
+    for (int32_t k = 0; k < got; k++) {
         p->event[k] = NULL;
         p->lost[k] = 0;
-        p->buf[k] = pyxbuf__pinned_take(p->b, p->id, p->chunk);
-        if (p->buf[k] == NULL) {
-            while (k-- > 0) pyxbuf__pinned_give(p->buf[k], NULL);
-            return 0;
-        }
     }
-    return 1;
+    p->missing = want - got;
+    p->nbuf = got;
+    return got > 0;
+}
+
+/* After the copy, not during it (page-locking competes with the copy's page
+ * faults for the process's memory map): the pool grows the buffers this
+ * copy went without, for the copies after it. */
+static int grow_missing(const pipeline *p, int rc) {
+    if (p->missing > 0) pyxbuf__pinned_grow(p->b, p->id, p->chunk, p->missing);
+    return rc;
 }
 
 /* Wait for buffer k's last copy; its event goes. */
@@ -155,10 +184,13 @@ static int stage_out(pipeline *p, char *dst, const char *src, pyxbuf_error *err)
     return finish(p, rc, err);
 }
 
+/* A large copy fills each buffer with the configured threads; a medium one
+ * (under the threshold) with the calling thread alone, which costs less
+ * than waking others for a few hundred microseconds of memcpy. */
 static void start(pipeline *p, const pyxbuf_backend *b, int32_t id, size_t n, int64_t stream,
                   const pyxbuf_transfer_config *cfg) {
     *p = (pipeline){.b = b, .id = id, .stream = stream, .n = n, .chunk = (size_t)cfg->chunk,
-                    .threads = cfg->threads};
+                    .threads = n >= cfg->threshold ? cfg->threads : 1};
     size_t chunks = chunk_count(p);
     p->nbuf = (int32_t)(chunks < (size_t)cfg->buffers ? chunks : (size_t)cfg->buffers);
 }
@@ -166,40 +198,42 @@ static void start(pipeline *p, const pyxbuf_backend *b, int32_t id, size_t n, in
 int pyxbuf__copy_from_host(const pyxbuf_backend *b, int32_t id, void *dst, const void *src,
                            size_t n, int64_t stream, pyxbuf_error *err) {
     pyxbuf_transfer_config cfg;
-    pipeline p;
+    pipeline p = {.missing = 0};
     int worth = worth_staging(b, src, n, stream, &cfg, err);
     if (worth < 0) return PYXBUF_EINVAL;
     if (worth) {
         start(&p, b, id, n, stream, &cfg);
-        if (take_buffers(&p)) return stage_in(&p, dst, src, err);
+        if (take_buffers(&p)) return grow_missing(&p, stage_in(&p, dst, src, err));
     }
-    return b->copy_from_host(b->ctx, id, dst, src, n, stream, err);
+    return grow_missing(&p, b->copy_from_host(b->ctx, id, dst, src, n, stream, err));
 }
 
 int pyxbuf__copy_to_host(const pyxbuf_backend *b, int32_t id, void *dst, const void *src,
                          size_t n, int64_t stream, pyxbuf_error *err) {
     pyxbuf_transfer_config cfg;
-    pipeline p;
+    pipeline p = {.missing = 0};
     int worth = worth_staging(b, dst, n, stream, &cfg, err);
     if (worth < 0) return PYXBUF_EINVAL;
     if (worth) {
         start(&p, b, id, n, stream, &cfg);
-        if (take_buffers(&p)) return stage_out(&p, dst, src, err);
+        if (take_buffers(&p)) return grow_missing(&p, stage_out(&p, dst, src, err));
     }
-    return b->copy_to_host(b->ctx, id, dst, src, n, stream, err);
+    return grow_missing(&p, b->copy_to_host(b->ctx, id, dst, src, n, stream, err));
 }
 
-/* Pooled page-locked memory of b's for n host bytes beside one device copy,
- * when staging is on and n is large; else NULL. */
-static pyxbuf__pinned_block *pinned_for(const pyxbuf_backend *b, int32_t id, size_t n) {
+/* Whether n host bytes beside one device copy of b's are worth pooled
+ * page-locked memory: staging on, n at least medium. */
+static int worth_pinning(const pyxbuf_backend *b, size_t n) {
     pyxbuf_transfer_config cfg;
-    if (pyxbuf__transfer_config(&cfg, NULL) < 0) return NULL; /* the copy reports it */
-    return cfg.enabled && n != 0 && n >= cfg.threshold ? pyxbuf__pinned_take(b, id, n) : NULL;
+    if (b->host_alloc == NULL || pyxbuf__transfer_config(&cfg, NULL) < 0) return 0;
+    return cfg.enabled && n >= MEDIUM_MIN; /* a bad configuration: the copy reports it */
 }
 
 void *pyxbuf__scratch_take(const pyxbuf_backend *b, int32_t id, size_t n,
                            pyxbuf__pinned_block **pinned, pyxbuf_error *err) {
-    *pinned = pinned_for(b, id, n);
+    *pinned = worth_pinning(b, n) ? pyxbuf__pinned_take_idle(b, id, n) : NULL;
+    /* Packing is host work beside the copy: the block grows at once. */
+    if (*pinned == NULL && worth_pinning(b, n)) pyxbuf__pinned_grow(b, id, n, 1);
     void *p = *pinned ? (*pinned)->ptr : malloc(n ? n : 1);
     if (p == NULL)
         pyxbuf__error(err, PYXBUF_ENOMEM, -1, "cannot allocate %zu %s to stage a copy", n,
@@ -214,5 +248,12 @@ void pyxbuf__scratch_give(void *p, pyxbuf__pinned_block *pinned) {
 
 pyxbuf__pinned_block *pyxbuf__pinned_result(int32_t device_type, int32_t device_id, size_t n) {
     pyxbuf_backend b;
-    return pyxbuf_backend_get(device_type, &b, NULL) < 0 ? NULL : pinned_for(&b, device_id, n);
+    if (pyxbuf_backend_get(device_type, &b, NULL) < 0 || !worth_pinning(&b, n)) return NULL;
+    return pyxbuf__pinned_take_idle(&b, device_id, n);
+}
+
+void pyxbuf__pinned_result_missed(int32_t device_type, int32_t device_id, size_t n) {
+    pyxbuf_backend b;
+    if (pyxbuf_backend_get(device_type, &b, NULL) == 0 && worth_pinning(&b, n))
+        pyxbuf__pinned_grow(&b, device_id, n, 1);
 }

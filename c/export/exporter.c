@@ -274,8 +274,9 @@ PyObject *pyxbuf_exporter_wrap(const pyxbuf_export_desc *desc, void (*free_fn)(v
 
 /* Allocate `nbytes` on `device` for work on `stream`; free_fn(free_ctx)
  * releases it. Host memory that a device `from` fills is pooled page-locked
- * memory when large (the copy then runs at the link's rate, with no page
- * faulted in during it). Device memory comes from the backend's
+ * memory when the pool has an idle block of its size (the copy then runs at
+ * the link's rate, with no page faulted in during it); else pageable memory,
+ * which the copy fills through staging buffers. Device memory comes from the backend's
  * stream-ordered pool where it has one, and is freed when the exporter dies
  * in the order device/device_alloc.c writes down: on `stream`, after every
  * other stream a view of it was handed to (pyxbuf_get_stream,
@@ -288,12 +289,10 @@ static int allocate_on(const pyxbuf_device *device, size_t nbytes, const pyxbuf_
     *pooled = 0;
     if (from != NULL && device->device_type == PYXBUF_DL_CPU &&
         !pyxbuf__host_accessible(from->device_type)) {
-        /* Page-locking a new block takes the driver milliseconds to
-         * seconds: without the GIL (the pool has its own lock). */
-        pyxbuf__pinned_block *pinned;
-        Py_BEGIN_ALLOW_THREADS
-        pinned = pyxbuf__pinned_result(from->device_type, from->device_id, nbytes);
-        Py_END_ALLOW_THREADS
+        /* An idle pooled block or none (never a page-locking on this
+         * path: the pool grows in the background), so the GIL stays. */
+        pyxbuf__pinned_block *pinned =
+            pyxbuf__pinned_result(from->device_type, from->device_id, nbytes);
         if (pinned != NULL) {
             *free_fn = pyxbuf__pinned_give_finished; /* the copy completed before return */
             *free_ctx = pinned;
@@ -316,6 +315,14 @@ static PyObject *exporter_new_filled_from(const char *format, Py_ssize_t itemsiz
                                           int32_t ndim, const Py_ssize_t *shape, int32_t readonly,
                                           const pyxbuf_device *device, const pyxbuf_device *from,
                                           int64_t stream);
+
+/* A new host result of a device copy in pageable memory (the pool had no
+ * idle block of its size). */
+static int result_went_without_pinned(PyObject *out, const pyxbuf_device *from,
+                                      const pyxbuf_device *target) {
+    return target->device_type == PYXBUF_DL_CPU && !pyxbuf__host_accessible(from->device_type) &&
+           ((pyxbuf__exporter *)out)->free_fn != pyxbuf__pinned_give_finished;
+}
 
 PyObject *pyxbuf_exporter_new(const char *format, int32_t ndim, const Py_ssize_t *shape,
                               int32_t readonly, const pyxbuf_device *device) {
@@ -453,6 +460,8 @@ PyObject *pyxbuf_to_device(const pyxbuf_view *view, const pyxbuf_device *target,
     Py_BEGIN_ALLOW_THREADS
     rc = pyxbuf__copy_view_into(view, &src, dst, target, stream, &err);
     Py_END_ALLOW_THREADS
+    if (rc == 0 && result_went_without_pinned(out, &src, target))
+        pyxbuf__pinned_result_missed(src.device_type, src.device_id, (size_t)view->base.len);
     if (rc == 0) rc = pyxbuf__record_event(target, stream, &event, &err);
     if (rc < 0) {
         Py_DECREF(out);

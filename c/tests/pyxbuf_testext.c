@@ -654,6 +654,8 @@ static PyObject *pinned_pool_stats(PyObject *mod, PyObject *unused) {
         put_u64(d, "used_bytes", st.used_bytes) < 0 ||
         put_u64(d, "allocations", st.allocations) < 0 || put_u64(d, "reuses", st.reuses) < 0 ||
         put_u64(d, "fill_threads", st.fill_threads) < 0 ||
+        put_u64(d, "background_allocations", st.background_allocations) < 0 ||
+        put_u64(d, "background_pending", st.background_pending) < 0 ||
         put_u64(d, "emulated_host_blocks",
                 (unsigned long long)pyxbuf_emulated_live_host_allocations()) < 0 ||
         put_u64(d, "emulated_host_allocations_with_gil",

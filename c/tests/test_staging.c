@@ -34,6 +34,28 @@ static void configure(uint64_t cap, int32_t threads) {
     CHECK(pyxbuf_transfer_config_set(&c, &err) == 0);
 }
 
+/* `count` idle blocks of `size` in the pool: copies take only idle ones
+ * (a copy that finds none goes direct and asks the pool to grow). */
+static void stock(const pyxbuf_backend *b, size_t size, int count) {
+    pyxbuf__pinned_block *blk[16];
+    CHECK(count <= 16);
+    for (int i = 0; i < count; i++) CHECK((blk[i] = pyxbuf__pinned_take(b, 0, size)) != NULL);
+    for (int i = 0; i < count; i++)
+        if (blk[i]) pyxbuf__pinned_give(blk[i], NULL);
+}
+
+/* Until the pool's grower has served every request (10 s at most). */
+static pyxbuf_pinned_pool_stats grown(void) {
+    pyxbuf_pinned_pool_stats st;
+    for (int i = 0; i < 10000; i++) {
+        pyxbuf_pinned_pool_stats_get(&st);
+        if (st.background_pending == 0) break;
+        usleep(1000);
+    }
+    CHECK_INT_EQ(st.background_pending, 0);
+    return st;
+}
+
 /* An event that has not happened: recorded behind a pending write on a new
  * stream of the lazy emulated device. */
 static void *pending_event(const pyxbuf_backend *b, int64_t *stream, void **dev) {
@@ -167,6 +189,7 @@ TEST_CASE(staged_copies_from_four_threads_at_once) {
     c.pool_cap = (uint64_t)64 << 20;
     pyxbuf_error err;
     CHECK(pyxbuf_transfer_config_set(&c, &err) == 0);
+    stock(&b, (size_t)1 << 20, 6); /* fewer than 4 x 3: some copies make do, the pool grows */
     pthread_t t[4];
     worker_arg args[4];
     for (unsigned i = 0; i < 4; i++) {
@@ -367,6 +390,7 @@ static void staged_copy_with_a_failed_record(int32_t to_host) {
     void *dev = NULL;
     CHECK(b.alloc(b.ctx, 0, n, &dev, &err) == 0);
     CHECK(b.copy_from_host(b.ctx, 0, dev, host, n, PYXBUF_STREAM_NONE, &err) == 0);
+    stock(&b, (size_t)64 << 10, 3);
     records_before_failure = 0; /* the first chunk's record fails: nothing waits for its copy */
     int rc = to_host ? pyxbuf__copy_to_host(&b, 0, host, dev, n, stream, &err)
                      : pyxbuf__copy_from_host(&b, 0, dev, host, n, stream, &err);
@@ -616,6 +640,184 @@ TEST_CASE(an_engine_of_another_layout_or_older_is_not_shared) {
     CHECK_CONTAINS(why, "older than this copy");
 }
 
+/* ------------------------------------------------------------------------- */
+/* Idle buffers only; the pool grows in the background (issue 47 part 3)     */
+/* ------------------------------------------------------------------------- */
+
+static pyxbuf_backend plain;            /* the emulated device's own functions */
+static pthread_t caller;                /* the test's thread */
+static atomic_int allocs_on_caller, allocs_elsewhere;
+
+static int counted_host_alloc(void *ctx, int32_t id, size_t n, void **ptr, pyxbuf_error *err) {
+    atomic_fetch_add(pthread_equal(pthread_self(), caller) ? &allocs_on_caller : &allocs_elsewhere,
+                     1);
+    return plain.host_alloc(ctx, id, n, ptr, err);
+}
+
+/* The emulated device with host_alloc counted by thread; chunks of 256 KiB,
+ * 3 buffers, copies from 1 MiB pipelined, an empty pool. */
+static pyxbuf_backend counting(uint64_t cap) {
+    plain = emulated();
+    pyxbuf_backend b = plain;
+    b.host_alloc = counted_host_alloc;
+    caller = pthread_self();
+    pyxbuf_transfer_config c = {.size = sizeof c};
+    pyxbuf_transfer_config_get(&c);
+    c.enabled = 1, c.threshold = 1 << 20, c.chunk = CLASS, c.buffers = 3, c.threads = 2;
+    c.pool_cap = cap;
+    pyxbuf_error err;
+    CHECK(pyxbuf_transfer_config_set(&c, &err) == 0);
+    grown();
+    pyxbuf_pinned_pool_trim();
+    atomic_store(&allocs_on_caller, 0);
+    atomic_store(&allocs_elsewhere, 0);
+    return b;
+}
+
+/* n bytes up and back through b, checked. */
+static void round_trip(const pyxbuf_backend *b, size_t n) {
+    unsigned char *src = malloc(n), *back = calloc(n, 1);
+    for (size_t k = 0; k < n; k++) src[k] = (unsigned char)(k * 13u + n);
+    void *dev = NULL;
+    pyxbuf_error err;
+    CHECK(b->alloc(b->ctx, 0, n, &dev, &err) == 0);
+    CHECK(pyxbuf__copy_from_host(b, 0, dev, src, n, 0, &err) == 0);
+    CHECK(pyxbuf__copy_to_host(b, 0, back, dev, n, 0, &err) == 0);
+    CHECK(memcmp(src, back, n) == 0);
+    CHECK(b->free(b->ctx, 0, dev, &err) == 0);
+    free(src);
+    free(back);
+}
+
+/* n bytes to the device through b. */
+static void upload(const pyxbuf_backend *b, size_t n) {
+    unsigned char *src = malloc(n), *back = calloc(n, 1);
+    for (size_t k = 0; k < n; k++) src[k] = (unsigned char)(k * 11u + 5u);
+    void *dev = NULL;
+    pyxbuf_error err;
+    CHECK(b->alloc(b->ctx, 0, n, &dev, &err) == 0);
+    CHECK(pyxbuf__copy_from_host(b, 0, dev, src, n, 0, &err) == 0);
+    CHECK(pyxbuf_emulated_peek(dev, back, n, &err) == 0);
+    CHECK(memcmp(src, back, n) == 0);
+    CHECK(b->free(b->ctx, 0, dev, &err) == 0);
+    free(src);
+    free(back);
+}
+
+TEST_CASE(a_medium_copy_never_page_locks_on_its_path_and_the_pool_grows_for_the_next) {
+    pyxbuf_backend b = counting(64 * CLASS);
+    upload(&b, (size_t)200 << 10); /* no idle buffer: direct, and one asked for */
+    pyxbuf_pinned_pool_stats st = grown();
+    CHECK_INT_EQ(atomic_load(&allocs_on_caller), 0);
+    CHECK_INT_EQ(atomic_load(&allocs_elsewhere), 1);
+    CHECK_INT_EQ(st.background_allocations, 1);
+    CHECK_INT_EQ(st.held_bytes, CLASS);
+    const size_t sizes[] = {64 << 10, (64 << 10) + 1, 200 << 10, CLASS, CLASS + 4097,
+                            (1 << 20) - 1};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) round_trip(&b, sizes[i]);
+    pyxbuf_pinned_pool_stats after = grown();
+    CHECK_INT_EQ(atomic_load(&allocs_on_caller), 0);
+    CHECK(after.reuses >= st.reuses + 6); /* every medium copy went through the buffer */
+    CHECK_INT_EQ(after.used_bytes, 0);
+    pyxbuf_pinned_pool_trim();
+    CHECK_INT_EQ(pyxbuf_emulated_live_host_allocations(), 0);
+}
+
+TEST_CASE(a_small_copy_is_direct) {
+    pyxbuf_backend b = counting(64 * CLASS);
+    round_trip(&b, (64 << 10) - 1);
+    pyxbuf_pinned_pool_stats st = grown();
+    CHECK_INT_EQ(st.allocations + st.reuses, 0);
+}
+
+TEST_CASE(a_cold_copy_of_many_chunks_page_locks_one_buffer_and_grows_the_rest) {
+    pyxbuf_backend b = counting(64 * CLASS);
+    size_t n = PYXBUF__STAGING_COLD_CHUNKS * CLASS + 1;
+    unsigned char *src = malloc(n), *back = calloc(n, 1);
+    for (size_t k = 0; k < n; k++) src[k] = (unsigned char)(k * 29u + 3u);
+    void *dev = NULL;
+    pyxbuf_error err;
+    CHECK(b.alloc(b.ctx, 0, n, &dev, &err) == 0);
+    CHECK(pyxbuf__copy_from_host(&b, 0, dev, src, n, 0, &err) == 0);
+    CHECK_INT_EQ(atomic_load(&allocs_on_caller), 1);
+    pyxbuf_pinned_pool_stats st = grown();
+    CHECK_INT_EQ(st.held_bytes, 3 * CLASS); /* the one, and two grown */
+    CHECK(pyxbuf__copy_to_host(&b, 0, back, dev, n, 0, &err) == 0);
+    CHECK(memcmp(src, back, n) == 0);
+    CHECK_INT_EQ(atomic_load(&allocs_on_caller), 1); /* warm now: all three idle */
+    CHECK(b.free(b.ctx, 0, dev, &err) == 0);
+    free(src);
+    free(back);
+    pyxbuf_pinned_pool_trim();
+}
+
+TEST_CASE(a_copy_under_cold_chunks_that_finds_no_buffer_is_direct) {
+    pyxbuf_backend b = counting(64 * CLASS);
+    upload(&b, (PYXBUF__STAGING_COLD_CHUNKS - 1) * CLASS);
+    CHECK_INT_EQ(atomic_load(&allocs_on_caller), 0);
+    CHECK_INT_EQ(grown().held_bytes, 3 * CLASS);
+    pyxbuf_pinned_pool_trim();
+}
+
+TEST_CASE(the_pool_grows_within_its_cap_freeing_idle_blocks_of_other_sizes) {
+    pyxbuf_backend b = counting(3 * CLASS); /* the least: chunk x buffers */
+    pyxbuf__pinned_block *idle = pyxbuf__pinned_take(&b, 0, (size_t)64 << 10);
+    pyxbuf__pinned_block *used = pyxbuf__pinned_take(&b, 0, (size_t)128 << 10);
+    CHECK(idle != NULL && used != NULL);
+    pyxbuf__pinned_give(idle, NULL); /* idle, of another size: freed for the growth */
+    pyxbuf__pinned_grow(&b, 0, CLASS, 5);
+    pyxbuf__pinned_grow(&b, 0, CLASS, 2); /* asked already: the larger count stands */
+    pyxbuf_pinned_pool_stats st = grown();
+    CHECK_INT_EQ(st.held_bytes, ((size_t)128 << 10) + 2 * CLASS); /* in use: kept */
+    CHECK_INT_EQ(st.background_allocations, 2);
+    pyxbuf__pinned_grow(&b, 0, 4 * CLASS, 1); /* larger than the cap: never */
+    CHECK_INT_EQ(grown().background_allocations, 2);
+    pyxbuf__pinned_give(used, NULL);
+    pyxbuf_pinned_pool_trim();
+    CHECK_INT_EQ(pyxbuf_emulated_live_host_allocations(), 0);
+}
+
+TEST_CASE(a_result_is_page_locked_only_when_an_idle_block_waits) {
+    counting(64 * CLASS);
+    size_t n = (size_t)300 << 10;
+    CHECK(pyxbuf__pinned_result(PYXBUF_DL_EXT_DEV, 0, n) == NULL); /* pageable */
+    CHECK_INT_EQ(grown().background_allocations, 0); /* nothing asked yet */
+    pyxbuf__pinned_result_missed(PYXBUF_DL_EXT_DEV, 0, n); /* the copy done: one grows */
+    CHECK_INT_EQ(grown().background_allocations, 1);
+    pyxbuf__pinned_block *blk = pyxbuf__pinned_result(PYXBUF_DL_EXT_DEV, 0, n);
+    CHECK(blk != NULL && blk->size >= n);
+    CHECK(pyxbuf__pinned_result(PYXBUF_DL_EXT_DEV, 0, (size_t)63 << 10) == NULL); /* small */
+    if (blk) pyxbuf__pinned_give(blk, NULL);
+    grown();
+    pyxbuf_pinned_pool_trim();
+}
+
+TEST_CASE(a_forked_child_grows_its_pool_with_a_grower_of_its_own) {
+    counting(64 * CLASS);
+    size_t n = (size_t)300 << 10;
+    CHECK(pyxbuf__pinned_result(PYXBUF_DL_EXT_DEV, 0, n) == NULL);
+    pyxbuf__pinned_result_missed(PYXBUF_DL_EXT_DEV, 0, n); /* the parent's grower */
+    grown();
+    pyxbuf_pinned_pool_trim();
+    pid_t pid = fork();
+    if (pid == 0) {
+        int ok = pyxbuf__pinned_result(PYXBUF_DL_EXT_DEV, 0, n) == NULL;
+        pyxbuf__pinned_result_missed(PYXBUF_DL_EXT_DEV, 0, n);
+        pyxbuf_pinned_pool_stats st;
+        for (int i = 0; i < 10000; i++) {
+            pyxbuf_pinned_pool_stats_get(&st);
+            if (st.background_pending == 0) break;
+            usleep(1000);
+        }
+        pyxbuf__pinned_block *blk = pyxbuf__pinned_result(PYXBUF_DL_EXT_DEV, 0, n);
+        ok = ok && st.background_pending == 0 && blk != NULL;
+        _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 TEST_MAIN(TEST_ENTRY(a_block_goes_out_again_only_after_its_event),
           TEST_ENTRY(at_the_cap_a_take_waits_for_a_queued_block_or_gets_none),
           TEST_ENTRY(trim_keeps_a_block_whose_last_use_is_queued),
@@ -632,4 +834,11 @@ TEST_MAIN(TEST_ENTRY(a_block_goes_out_again_only_after_its_event),
           TEST_ENTRY(a_bad_environment_variable_is_an_error_at_first_use),
           TEST_ENTRY(a_forked_childs_device_writes_stay_in_the_child),
           TEST_ENTRY(a_child_forked_while_another_thread_copies_is_not_stuck),
-          TEST_ENTRY(an_engine_of_another_layout_or_older_is_not_shared))
+          TEST_ENTRY(an_engine_of_another_layout_or_older_is_not_shared),
+          TEST_ENTRY(a_medium_copy_never_page_locks_on_its_path_and_the_pool_grows_for_the_next),
+          TEST_ENTRY(a_small_copy_is_direct),
+          TEST_ENTRY(a_cold_copy_of_many_chunks_page_locks_one_buffer_and_grows_the_rest),
+          TEST_ENTRY(a_copy_under_cold_chunks_that_finds_no_buffer_is_direct),
+          TEST_ENTRY(the_pool_grows_within_its_cap_freeing_idle_blocks_of_other_sizes),
+          TEST_ENTRY(a_result_is_page_locked_only_when_an_idle_block_waits),
+          TEST_ENTRY(a_forked_child_grows_its_pool_with_a_grower_of_its_own))

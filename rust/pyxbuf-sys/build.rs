@@ -1,8 +1,8 @@
 //! Compiles libpyxbuf (every `.c` under `c/` except the C tests, the fuzzers
-//! and the test-only emulated device `c/device/emulated.c`) into
+//! and the test-only emulated device `c/device/emulated*.c`) into
 //! a static library with the `cc` crate, so every crate that links
 //! pyxbuf-sys carries its own private copy (PYXBUF_STATIC: nothing exported).
-//! The `emulated-device` feature adds `c/device/emulated.c`, the guarded emulated device.
+//! The `emulated-device` feature adds `c/device/emulated*.c`, the guarded emulated device.
 //!
 //! `c/` and `include/` in this crate are symbolic links to the repository's
 //! `c/` and `include/`: one copy of the sources, which `cargo package`
@@ -59,7 +59,7 @@ fn python_include() -> String {
 /// The library's C sources: every `.c` file under `c/` (the layer folders
 /// and `c/acquire.c`), sorted, except the C tests and fuzzers (`c/tests`,
 /// `c/fuzz`) and, without the `emulated-device` feature, the emulated device
-/// (`c/device/emulated.c`). New files are picked up by themselves.
+/// (`c/device/emulated*.c`). New files are picked up by themselves.
 fn c_sources(c_dir: &Path, with_emulated: bool) -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         let entries = std::fs::read_dir(dir)
@@ -75,8 +75,14 @@ fn c_sources(c_dir: &Path, with_emulated: bool) -> Vec<PathBuf> {
     }
     let mut files = Vec::new();
     walk(c_dir, &mut files);
-    let emulated = c_dir.join("device").join("emulated.c");
-    files.retain(|p| with_emulated || *p != emulated);
+    let device = c_dir.join("device");
+    let is_emulated = |p: &Path| {
+        p.parent() == Some(device.as_path())
+            && p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("emulated"))
+    };
+    files.retain(|p| with_emulated || !is_emulated(p));
     files.sort();
     files
 }

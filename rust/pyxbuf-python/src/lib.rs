@@ -438,7 +438,8 @@ fn config_dict<'py>(py: Python<'py>, c: &pyxbuf::TransferConfig) -> PyResult<Bou
 /// field out of range, and nothing changed). `enabled`: False turns pinned
 /// staging off; `threads`: host threads filling a chunk (1..64); `buffers`:
 /// staging buffers in flight (2..16); `threshold`: bytes from which a copy
-/// is staged; `chunk`: bytes per staging buffer; `pool_cap`: bytes of
+/// is pipelined through `threads` threads (from 64 KiB up to it, the calling
+/// thread fills one buffer); `chunk`: bytes per staging buffer; `pool_cap`: bytes of
 /// page-locked memory the pool may hold; `device_pool`: False makes every
 /// device allocation (to_device results, device exporters) the backend's
 /// own instead of its stream-ordered pool; `device_pool_release_threshold`:
@@ -495,7 +496,8 @@ fn transfer_config<'py>(
     config_dict(py, &new)
 }
 
-/// The page-locked pool's state: held_bytes, used_bytes, allocations, reuses.
+/// The page-locked pool's state: held_bytes, used_bytes, allocations, reuses,
+/// fill_threads, background_allocations, background_pending.
 #[pyfunction]
 fn pinned_pool_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let s = pyxbuf::PinnedPoolStats::current();
@@ -505,6 +507,8 @@ fn pinned_pool_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("allocations", s.allocations)?;
     d.set_item("reuses", s.reuses)?;
     d.set_item("fill_threads", s.fill_threads)?;
+    d.set_item("background_allocations", s.background_allocations)?;
+    d.set_item("background_pending", s.background_pending)?;
     Ok(d)
 }
 

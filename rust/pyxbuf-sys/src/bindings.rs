@@ -754,12 +754,19 @@ impl Default for pyxbuf_backend {
         }
     }
 }
-/** How pyxbuf moves large copies between pageable host memory and a device
- whose backend has host_alloc (CUDA's does): through a pool of page-locked
- staging buffers that a few host threads fill (or drain) while the device
- copies the previous chunk, instead of the driver's one-thread staging.
- Results of pyxbuf_to_device(view, cpu) at or above `threshold` live in
- pooled page-locked memory (returned to the pool when the exporter dies).
+/** How pyxbuf moves copies between pageable host memory and a device whose
+ backend has host_alloc (CUDA's does): through a pool of page-locked
+ staging buffers. From `threshold` up a few host threads fill (or drain)
+ one while the device copies the previous chunk, instead of the driver's
+ one-thread staging; from 64 KiB to `threshold` the calling thread copies
+ through one buffer. Results of pyxbuf_to_device(view, cpu) of 64 KiB and
+ more live in pooled page-locked memory (returned to the pool when the
+ exporter dies). Only idle pooled memory is used: a copy that finds none
+ goes without (directly, or into pageable memory) and the pool grows in
+ the background for the copies after it, so no copy waits for memory to
+ be page-locked -- except one of 4 chunks or more that finds no buffer at
+ all, which page-locks one (the serial copy through it still beats the
+ driver's path). Under 64 KiB every copy is the backend's direct call.
  Read once from the environment: PYXBUF_STAGING=0 turns it all off;
  PYXBUF_STAGING_THRESHOLD, PYXBUF_STAGING_CHUNK, PYXBUF_PINNED_POOL_CAP
  (bytes, suffixes K, M, G) and PYXBUF_STAGING_THREADS set the fields;
@@ -802,7 +809,7 @@ pub struct pyxbuf_transfer_config {
     pub threads: i32,
     /// staging buffers in flight per copy, 2..16
     pub buffers: i32,
-    /// bytes: smaller copies (and results) stay direct
+    /// bytes: from here copies use `threads` and `buffers`
     pub threshold: u64,
     /// bytes per staging buffer, at least 64 KiB
     pub chunk: u64,
@@ -861,7 +868,9 @@ const _: () = {
     ][::std::mem::offset_of!(pyxbuf_transfer_config, reserved) - 56usize];
 };
 /** The pool's state, for tests and tuning: bytes held and in use, and how
- many blocks were allocated and reused since the start.*/
+ many blocks were allocated and reused since the start. A copy that finds
+ no idle block of its size goes without one (directly, or into pageable
+ memory) and the pool grows in the background, for the copies after it.*/
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
 pub struct pyxbuf_pinned_pool_stats {
@@ -871,7 +880,11 @@ pub struct pyxbuf_pinned_pool_stats {
     pub reuses: u64,
     /// host threads the engine has started to fill and drain
     pub fill_threads: u64,
-    pub reserved: [i64; 3usize],
+    /// of `allocations`, made off the copies' path
+    pub background_allocations: u64,
+    /// requests for blocks not yet served
+    pub background_pending: u64,
+    pub reserved: [i64; 1usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
@@ -897,8 +910,15 @@ const _: () = {
         "Offset of field: pyxbuf_pinned_pool_stats::fill_threads",
     ][::std::mem::offset_of!(pyxbuf_pinned_pool_stats, fill_threads) - 32usize];
     [
+        "Offset of field: pyxbuf_pinned_pool_stats::background_allocations",
+    ][::std::mem::offset_of!(pyxbuf_pinned_pool_stats, background_allocations)
+        - 40usize];
+    [
+        "Offset of field: pyxbuf_pinned_pool_stats::background_pending",
+    ][::std::mem::offset_of!(pyxbuf_pinned_pool_stats, background_pending) - 48usize];
+    [
         "Offset of field: pyxbuf_pinned_pool_stats::reserved",
-    ][::std::mem::offset_of!(pyxbuf_pinned_pool_stats, reserved) - 40usize];
+    ][::std::mem::offset_of!(pyxbuf_pinned_pool_stats, reserved) - 56usize];
 };
 /// What a producer exports; the input of pyxbuf_export_fill.
 #[repr(C)]

@@ -1,15 +1,19 @@
-//! How large copies between pageable host memory and a device are made.
+//! How copies between pageable host memory and a device are made.
 //!
 //! A copy of pageable memory (a `Vec`, a NumPy array) at or above
 //! [`TransferConfig::threshold`] goes through page-locked staging buffers
 //! that [`TransferConfig::threads`] host threads fill (or drain) while the
-//! device copies the previous chunk; results of
-//! [`PyXBuffer::to_device`](crate::PyXBuffer::to_device) to the host live in
-//! pooled page-locked memory. On an H200 host that moved a NumPy array to the
-//! device at 43-48 GB/s against 7 for the driver's own pageable copy, and a
-//! device array into new host memory at 55 GB/s against 1.4
-//! (`bench/results/2026-11-27-h200-staging.md`). Backends without page-locked
-//! memory (and copies under the threshold) use the direct call.
+//! device copies the previous chunk; one from 64 KiB up to the threshold
+//! goes through one buffer that the calling thread fills; results of
+//! [`PyXBuffer::to_device`](crate::PyXBuffer::to_device) to the host of
+//! 64 KiB and more live in pooled page-locked memory. On an H200 host that
+//! moved a NumPy array to the device at 43-48 GB/s against 7 for the
+//! driver's own pageable copy, and a device array into new host memory at
+//! 55 GB/s against 1.4 (`bench/results/2026-11-27-h200-staging.md`). Only
+//! idle pooled memory is used: a copy that finds none goes without (directly,
+//! or into pageable memory) while the pool grows in the background for the
+//! copies after it ([`PinnedPoolStats::background_allocations`]). Backends
+//! without page-locked memory (and copies under 64 KiB) use the direct call.
 //!
 //! pyxbuf's own device memory (the results of
 //! [`PyXBuffer::to_device`](crate::PyXBuffer::to_device) on a device, device
@@ -55,8 +59,9 @@ pub struct TransferConfig {
     pub threads: u32,
     /// Staging buffers in flight per copy, 2..=16 (default 4).
     pub buffers: u32,
-    /// Copies (and host results) smaller than this many bytes stay direct
-    /// (default 8 MiB).
+    /// Copies from this many bytes up are filled and drained by `threads`
+    /// threads through up to `buffers` buffers; smaller ones (from 64 KiB)
+    /// by the calling thread (default 8 MiB).
     pub threshold: u64,
     /// Bytes per staging buffer, at least 64 KiB (default 16 MiB).
     pub chunk: u64,
@@ -182,6 +187,11 @@ pub struct PinnedPoolStats {
     /// the threads are the process's: every extension that links pyxbuf in
     /// one process shares them (and the configuration and device backends).
     pub fill_threads: u64,
+    /// Of `allocations`, those made in the background: a copy that finds no
+    /// idle block goes without one and asks the pool to grow for the next.
+    pub background_allocations: u64,
+    /// Requests to grow the pool not yet served.
+    pub background_pending: u64,
 }
 
 impl PinnedPoolStats {
@@ -196,6 +206,8 @@ impl PinnedPoolStats {
             allocations: s.allocations,
             reuses: s.reuses,
             fill_threads: s.fill_threads,
+            background_allocations: s.background_allocations,
+            background_pending: s.background_pending,
         }
     }
 }

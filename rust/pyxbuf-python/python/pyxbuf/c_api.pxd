@@ -257,7 +257,9 @@ cdef extern from "pyxbuf.h":
         uint64_t allocations
         uint64_t reuses
         uint64_t fill_threads
-        int64_t reserved[3]
+        uint64_t background_allocations
+        uint64_t background_pending
+        int64_t reserved[1]
 
     void pyxbuf_pinned_pool_stats_get(pyxbuf_pinned_pool_stats *out) noexcept nogil
     void pyxbuf_pinned_pool_trim() noexcept nogil

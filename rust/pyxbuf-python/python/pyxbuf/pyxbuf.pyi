@@ -89,9 +89,10 @@ def transfer_config(
     device_pool: bool | None = None,
     device_pool_release_threshold: int | None = None,
 ) -> dict[str, Any]:
-    """How large host <-> device copies of pageable memory are staged through
-    page-locked buffers (``enabled``, fill ``threads``, ``buffers`` in flight,
-    ``threshold``, ``chunk`` and ``pool_cap`` in bytes), and whether pyxbuf's
+    """How host <-> device copies of pageable memory (64 KiB and more) are
+    staged through page-locked buffers (``enabled``, fill ``threads`` and
+    ``buffers`` in flight from ``threshold`` bytes up, ``chunk`` and
+    ``pool_cap`` in bytes), and whether pyxbuf's
     own device memory comes from the backend's stream-ordered pool
     (``device_pool``; ``device_pool_release_threshold``: bytes a pool keeps
     cached across a synchronisation, 0 for the default of 256 MiB): the
@@ -99,7 +100,10 @@ def transfer_config(
     naming a field out of range)."""
 
 def pinned_pool_stats() -> dict[str, int]:
-    """The page-locked pool: held_bytes, used_bytes, allocations, reuses."""
+    """The page-locked pool: held_bytes, used_bytes, allocations, reuses,
+    fill_threads, background_allocations (blocks page-locked off the copies'
+    path: a copy that finds no idle block goes without one and the pool grows
+    for the next) and background_pending (requests not yet served)."""
 
 def pinned_pool_trim() -> None:
     """Free every idle block of the page-locked pool now."""

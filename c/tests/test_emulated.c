@@ -1,0 +1,269 @@
+/* test_emulated.c -- the guarded emulated device's own rules
+ * (c/device/emulated*.c): what a forked child's device memory holds while
+ * the parent's streams keep running, and one emulated device per process
+ * when two copies of it register at once. Linked against the shared
+ * library, with an embedded interpreter (the copies meet through it). */
+#include "pyxbuf.h"
+#include "device/emulated.h"
+#include "device/emulated_internal.h" /* the copies' table and their lock's address */
+#include "python_fixture.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MIB ((size_t)1 << 20)
+
+static pyxbuf_backend emulated(void) {
+    pyxbuf_error err;
+    pyxbuf_backend b;
+    CHECK(pyxbuf_emulated_register(&err) == 0);
+    CHECK(pyxbuf_backend_get(PYXBUF_DL_EXT_DEV, &b, &err) == 0);
+    return b;
+}
+
+/* ------------------------------------------------------------------------- */
+/* fork(): the child's device memory is the parent's as it was at fork()      */
+/* ------------------------------------------------------------------------- */
+
+#define SPAN (16 * MIB) /* long enough that copying it overlaps the next write */
+#define FORKS 10
+
+/* Round v writes pattern(v) into every byte of the span (never the poison). */
+static unsigned char pattern(unsigned v) { return (unsigned char)(v % 200 + 1); }
+
+static atomic_uint enqueued; /* the round whose write was last queued (or is about to be) */
+static atomic_int keep_writing;
+static unsigned at_fork; /* `enqueued` when fork() happened; the child inherits it */
+
+/* Registered before the emulated device's fork rules, so it runs after its
+ * prepare handler: with the device's lock held, no write runs, and the
+ * device holds pattern(at_fork - 1) or pattern(at_fork). */
+static void note_fork(void) { at_fork = atomic_load(&enqueued); }
+
+typedef struct writer {
+    pyxbuf_backend b;
+    void *dev;
+    int64_t stream;
+} writer;
+
+/* The parent's "kernels": each round queues a write of the whole span on
+ * its stream and runs it, one after another, until told to stop. */
+static void *write_rounds(void *p) {
+    writer *w = p;
+    unsigned char *bytes = malloc(SPAN);
+    pyxbuf_error err;
+    for (unsigned v = 1; bytes != NULL && atomic_load(&keep_writing); v++) {
+        memset(bytes, pattern(v), SPAN);
+        atomic_store(&enqueued, v);
+        if (pyxbuf_emulated_enqueue_write(0, w->stream, w->dev, bytes, SPAN, &err) != 0 ||
+            w->b.synchronize(w->b.ctx, 0, w->stream, &err) != 0) {
+            fprintf(stderr, "write_rounds: %s\n", err.message);
+            break;
+        }
+    }
+    free(bytes);
+    return NULL;
+}
+
+/* What the child found: 0 a whole round, the round of fork(), unchanged;
+ * else which of those it was not. */
+enum { SAME = 0, UNREADABLE = 1, TORN = 2, NOT_AT_FORK = 3, CHANGED = 4 };
+
+static int child_checks(const pyxbuf_backend *b, void *dev) {
+    static unsigned char first[SPAN], again[SPAN];
+    pyxbuf_error err;
+    /* No stream is run: the copy reads the memory as it is. */
+    if (b->copy_to_host(b->ctx, 0, first, dev, SPAN, PYXBUF_STREAM_NONE, &err) != 0)
+        return UNREADABLE;
+    for (size_t k = 1; k < SPAN; k++)
+        if (first[k] != first[0]) return TORN;
+    if (first[0] != pattern(at_fork) && first[0] != pattern(at_fork - 1)) return NOT_AT_FORK;
+    usleep(100 * 1000); /* the parent's writer runs meanwhile */
+    if (b->copy_to_host(b->ctx, 0, again, dev, SPAN, PYXBUF_STREAM_NONE, &err) != 0)
+        return UNREADABLE;
+    return memcmp(first, again, SPAN) == 0 ? SAME : CHANGED;
+}
+
+/* Review finding (a): the child copied the parent's device memory in its
+ * after-fork handler, reading the memfd both share while the parent's
+ * writer, free again once the parent's lock was released, wrote the next
+ * round into it: torn copies. */
+TEST_CASE(a_forked_child_gets_the_memory_of_the_moment_of_fork) {
+    pthread_atfork(note_fork, NULL, NULL); /* before the device's: see note_fork */
+    static writer w;
+    w.b = emulated();
+    pyxbuf_error err;
+    CHECK(w.b.alloc(w.b.ctx, 0, SPAN, &w.dev, &err) == 0);
+    CHECK(pyxbuf_emulated_stream_create(0, &w.stream, &err) == 0);
+    static unsigned char start[SPAN];
+    memset(start, pattern(0), SPAN);
+    CHECK(w.b.copy_from_host(w.b.ctx, 0, w.dev, start, SPAN, PYXBUF_STREAM_NONE, &err) == 0);
+    atomic_store(&keep_writing, 1);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, write_rounds, &w) == 0);
+    int found[5] = {0};
+    for (int i = 0; i < FORKS; i++) {
+        while (atomic_load(&enqueued) < (unsigned)(2 * i + 1)) usleep(1000); /* it writes */
+        /* The verdict comes through a pipe: a launcher may replace the exit
+         * status (valgrind's --error-exitcode counts the parent's errors). */
+        int verdict[2];
+        CHECK(pipe(verdict) == 0);
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            unsigned char code = (unsigned char)child_checks(&w.b, w.dev);
+            _exit(write(verdict[1], &code, 1) == 1 ? 0 : 1);
+        }
+        close(verdict[1]);
+        unsigned char code = UNREADABLE;
+        if (read(verdict[0], &code, 1) != 1 || code > CHANGED) code = UNREADABLE;
+        close(verdict[0]);
+        int status = 0;
+        CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+        CHECK(WIFEXITED(status));
+        found[code]++;
+    }
+    atomic_store(&keep_writing, 0);
+    pthread_join(t, NULL);
+    fprintf(stderr, "%d forks: %d as at fork, %d unreadable, %d torn, %d of another round, "
+            "%d changed later\n", FORKS, found[SAME], found[UNREADABLE], found[TORN],
+            found[NOT_AT_FORK], found[CHANGED]);
+    CHECK_INT_EQ(found[SAME], FORKS);
+    CHECK(pyxbuf_emulated_stream_destroy(w.stream, &err) == 0);
+    CHECK(w.b.free(w.b.ctx, 0, w.dev, &err) == 0);
+    CHECK_INT_EQ(pyxbuf_emulated_live_allocations(), 0);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Two copies registering at once                                            */
+/* ------------------------------------------------------------------------- */
+
+/* Another copy of the emulated device, as a second extension linking
+ * emulated.c has one: its helpers' table (the registered backend's ctx;
+ * only the fields this test needs are set) and its backend, whose functions
+ * are this copy's (none is called). It registers as every copy does: under
+ * the registration lock the copies share (its own, published, when no copy
+ * has published one), only when no copy's device serves the process. */
+static const emulated_api other_api = {.magic = EMULATED_API_MAGIC, .size = sizeof other_api};
+static pyxbuf_backend other_backend;
+static pthread_mutex_t other_own_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t *other_lock; /* the shared one */
+static atomic_int other_registered, go, ready;
+
+/* What the other copy finds at _pyxbuf_shared.EMULATED_REGISTRATION: the
+ * lock some copy published there, or its own, published now (this thread
+ * holds the GIL). */
+static pthread_mutex_t *other_copy_finds_its_lock(void) {
+    PyObject *mods = PyImport_GetModuleDict();
+    PyObject *shared = PyDict_GetItemString(mods, PYXBUF_SHARED_MODULE); /* borrowed */
+    PyObject *fresh = shared ? NULL : PyModule_New(PYXBUF_SHARED_MODULE);
+    if (fresh != NULL && PyDict_SetItemString(mods, PYXBUF_SHARED_MODULE, fresh) == 0)
+        shared = fresh;
+    PyObject *capsule = PyCapsule_New(&other_own_lock, EMULATED_REGISTRATION_CAPSULE, NULL);
+    PyObject *dict = shared ? PyModule_GetDict(shared) : NULL; /* borrowed */
+    PyObject *found = dict && capsule ? PyObject_CallMethod(dict, "setdefault", "sO",
+                                                            EMULATED_REGISTRATION_ATTR, capsule)
+                                      : NULL;
+    pthread_mutex_t *m = found ? PyCapsule_GetPointer(found, EMULATED_REGISTRATION_CAPSULE) : NULL;
+    Py_XDECREF(found);
+    Py_XDECREF(capsule);
+    Py_XDECREF(fresh);
+    CHECK(m != NULL);
+    return m ? m : &other_own_lock;
+}
+
+/* Wait for the start: spinning, for both threads to leave together, and
+ * yielding after a while, for the one not yet running to be scheduled. */
+static void start_line(void) {
+    atomic_fetch_add(&ready, 1);
+    for (int spins = 0; !atomic_load(&go); spins++)
+        if (spins > 2000) sched_yield();
+}
+
+/* The other copy's pyxbuf_emulated_register, slow between its check and
+ * its store (as a thread preempted there is): a copy that registers in that
+ * window is replaced by it. */
+static atomic_int this_replaced;
+
+static int emulated_serves(void) {
+    pyxbuf_backend b;
+    return pyxbuf_backend_get(PYXBUF_DL_EXT_DEV, &b, NULL) == 0 && b.name != NULL &&
+           strcmp(b.name, "pyxbuf.emulated") == 0;
+}
+
+static void *other_copy_registers(void *unused) {
+    (void)unused;
+    start_line();
+    pthread_mutex_lock(other_lock);
+    if (!emulated_serves()) {
+        usleep(50);
+        if (emulated_serves()) atomic_store(&this_replaced, 1);
+        pyxbuf_error err;
+        CHECK(pyxbuf_backend_register(&other_backend, &err) == 0);
+        atomic_store(&other_registered, 1);
+    }
+    pthread_mutex_unlock(other_lock);
+    return NULL;
+}
+
+static atomic_int this_rc;
+
+static void *this_copy_registers(void *unused) {
+    (void)unused;
+    start_line();
+    pyxbuf_error err;
+    atomic_store(&this_rc, pyxbuf_emulated_register(&err));
+    return NULL;
+}
+
+#define ROUNDS 2000
+
+/* Review finding (b): pyxbuf_emulated_register checked that no copy's device
+ * served the process, then registered its own; a second copy doing the same
+ * at once could pass the check too and replace the first's backend after
+ * the first had handed out memory, stranding it. Each round races this
+ * copy's registration against the other's; a copy that registered must be
+ * the one that serves. */
+TEST_CASE(two_copies_registering_at_once_keep_one_device) {
+    pyxbuf_backend mine = emulated(); /* the engine resolved, the lock found */
+    other_backend = mine;
+    other_backend.ctx = (void *)&other_api;
+    other_lock = other_copy_finds_its_lock();
+    int stranded = 0, wrong_rc = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (int round = 0; round < ROUNDS; round++) {
+        pyxbuf_backend_unregister(PYXBUF_DL_EXT_DEV);
+        atomic_store(&go, 0);
+        atomic_store(&ready, 0);
+        atomic_store(&other_registered, 0);
+        atomic_store(&this_replaced, 0);
+        pthread_t a, b;
+        if (pthread_create(&a, NULL, this_copy_registers, NULL) != 0 ||
+            pthread_create(&b, NULL, other_copy_registers, NULL) != 0) {
+            wrong_rc++;
+            break;
+        }
+        while (atomic_load(&ready) < 2) sched_yield(); /* both at the start line */
+        atomic_store(&go, 1);
+        pthread_join(a, NULL);
+        pthread_join(b, NULL);
+        pyxbuf_backend now;
+        int present = pyxbuf_backend_get(PYXBUF_DL_EXT_DEV, &now, NULL) == 0;
+        wrong_rc += atomic_load(&this_rc) != 0 || !present;
+        /* A copy that registered still serves: nobody replaced it. */
+        if (present && atomic_load(&other_registered) && now.ctx != (void *)&other_api)
+            stranded++;
+        stranded += atomic_load(&this_replaced);
+    }
+    Py_END_ALLOW_THREADS
+    fprintf(stderr, "%d rounds: a registered copy's device replaced in %d\n", ROUNDS, stranded);
+    CHECK_INT_EQ(stranded, 0);
+    CHECK_INT_EQ(wrong_rc, 0);
+    pyxbuf_backend_unregister(PYXBUF_DL_EXT_DEV);
+}
+
+PYTHON_TEST_MAIN(TEST_ENTRY(a_forked_child_gets_the_memory_of_the_moment_of_fork),
+                 TEST_ENTRY(two_copies_registering_at_once_keep_one_device))
