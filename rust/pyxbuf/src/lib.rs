@@ -93,6 +93,26 @@
 //! (this crate's feature of that name), a buffer argument's stub type is the
 //! buffer ABC, as for PyO3's `PyBuffer`.
 //!
+//! # Bytes and plain-data reinterpretation
+//!
+//! Where a port cast `buf_ptr()` to a slice of another type in an `unsafe`
+//! block, [`as_bytes`](PyXUntypedBuffer::as_bytes) reads any contiguous host
+//! buffer as `&[u8]` whatever its format and item size, and
+//! [`as_slice_of::<U>`](PyXUntypedBuffer::as_slice_of) as `&[U]` for any
+//! [`bytemuck::AnyBitPattern`] type (an `i8` buffer as `u8`, `u32` as
+//! `f32`, `f16` as `u16`, bytes as `[u8; 4]`), checking that the bytes are
+//! a whole number of `U`s at an address aligned for `U`; `bool`, not valid
+//! for every byte, is refused when compiling. Both need the grant
+//! [`as_slice`](PyXBuffer::as_slice) needs and borrow the buffer. Their
+//! writable forms, [`as_bytes_mut`](PyXUntypedBuffer::as_bytes_mut) and
+//! [`as_mut_slice_of`](PyXUntypedBuffer::as_mut_slice_of) (`U:`
+//! [`bytemuck::Pod`]), exist only on `Exclusive` buffers. Refusals (device
+//! memory, a strided layout, no grant, size or alignment) are `BufferError`s
+//! naming the cause. The numeric element types are `Pod` (`f16`, `bf16`,
+//! the float8 types and `Complex` through their crates' `bytemuck`
+//! features; not `F4E2M1x2`, whose crate has none: read it as `u8`), and
+//! [`bytemuck`] is re-exported for your own types.
+//!
 //! # Grants
 //!
 //! Every acquisition asks for a borrow: [`Shared`] by default (read-only,
@@ -273,6 +293,11 @@ pub use buffer::{
     BorrowMode, Exclusive, Grants, Iter, IterMut, Path, PyXBuffer, PyXBuffer1, PyXBuffer2,
     PyXBufferN, PyXBufferOwned, PyXUntypedBuffer, ReadOnlyCell, Request, Shared, Untyped,
 };
+/// The `bytemuck` crate whose `AnyBitPattern` and `Pod` traits bound
+/// [`as_slice_of`](PyXUntypedBuffer::as_slice_of) and
+/// [`as_mut_slice_of`](PyXUntypedBuffer::as_mut_slice_of): implement (or
+/// derive, with its `derive` feature) them for your own plain-data types.
+pub use bytemuck;
 pub use device::{Device, DevicePtr, SyncEvent};
 pub use element::{register_custom, Element, ElementKind, RegisterCustomError};
 #[cfg(feature = "float4")]

@@ -1,6 +1,8 @@
-//! What the type system refuses (trybuild): `as_mut_slice` and `iter_mut` without an
-//! exclusive borrow, buffers outliving their `Python<'py>`, slices outliving
-//! their buffer, buffers crossing threads, `temporary()` outside `unsafe`,
+//! What the type system refuses (trybuild): `as_mut_slice`, `iter_mut` and
+//! `as_bytes_mut` without an exclusive borrow, buffers outliving their
+//! `Python<'py>`, slices and byte views outliving their buffer, a byte view
+//! as a type that does not allow every bit pattern (`bool`), buffers
+//! crossing threads, `temporary()` outside `unsafe`,
 //! a `HostArray` or a `PyXBufferOwned` shared across threads over items that
 //! are not `Sync`, `export_pymethods!` on a class without the `ExportBuffer`
 //! promise. The expected compiler messages are

@@ -8,6 +8,8 @@
 //! - `view`: [`PyXUntypedBuffer`], the acquired view;
 //! - `typed`: [`PyXBuffer`], an untyped view checked to hold `T`s;
 //! - `host`: slices, cells and copies of host memory;
+//! - `bytes`: byte views and plain-data reinterpretation (`as_bytes`,
+//!   `as_slice_of`) of contiguous host memory, whatever the format;
 //! - `iter`: `iter` / `iter_mut`, the items in C order for any strides;
 //! - `layout`: layout questions the iterators and ndarray views share;
 //! - `ndim`: [`PyXBufferN`] (`PyXBuffer1`, `PyXBuffer2`), a buffer of a
@@ -16,6 +18,7 @@
 //! - `device_access`: device, device pointer, waits, `to_device`;
 //! - `ndarray_views`: `as_array` / `as_array_mut` (feature `ndarray`).
 
+mod bytes;
 mod device_access;
 mod grants;
 mod host;

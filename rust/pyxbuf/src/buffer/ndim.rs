@@ -21,9 +21,9 @@ use crate::element::Element;
 /// aliases [`PyXBuffer1`] and [`PyXBuffer2`].
 ///
 /// It derefs to [`PyXBuffer`] for everything that reads (`iter`, `shape`,
-/// `as_slice`, `to_vec`, grants, device...); what writes (`iter_mut`,
-/// `as_mut_slice`, `copy_from_slice`) is here for `Exclusive` buffers, and
-/// with the `ndarray` feature (on by default)
+/// `as_slice`, `as_bytes`, `to_vec`, grants, device...); what writes
+/// (`iter_mut`, `as_mut_slice`, `as_bytes_mut`, `copy_from_slice`) is here
+/// for `Exclusive` buffers, and with the `ndarray` feature (on by default)
 /// [`as_array`](PyXBufferN::as_array) is typed (`ArrayView1`, `ArrayView2`).
 /// [`dims`](Self::dims) gives the shape as an array.
 ///
@@ -127,6 +127,16 @@ impl<'py, T: Element, const N: usize> PyXBufferN<'py, T, N, Exclusive> {
     /// [`PyXBuffer::copy_from_fortran_slice`].
     pub fn copy_from_fortran_slice(&mut self, source: &[T]) -> PyResult<()> {
         self.inner.copy_from_fortran_slice(source)
+    }
+
+    /// [`PyXUntypedBuffer::as_bytes_mut`](crate::PyXUntypedBuffer::as_bytes_mut).
+    pub fn as_bytes_mut(&mut self) -> PyResult<&mut [u8]> {
+        self.inner.as_bytes_mut()
+    }
+
+    /// [`PyXUntypedBuffer::as_mut_slice_of`](crate::PyXUntypedBuffer::as_mut_slice_of).
+    pub fn as_mut_slice_of<U: bytemuck::Pod>(&mut self) -> PyResult<&mut [U]> {
+        self.inner.as_mut_slice_of()
     }
 }
 
