@@ -123,6 +123,28 @@ typedef struct pyxbuf_error {
  * Returns -1. */
 PYXBUF_API int pyxbuf_error_raise(const pyxbuf_error *err);
 
+/* Which exception, in every binding: TypeError when an object is not
+ * readable at all (pyxbuf_get) or its *item type* is not the one asked;
+ * BufferError when pyxbuf reads the memory but cannot hand it out as asked
+ * (read-only, device memory, layout, a borrow conflict, the producer's own
+ * refusal); ValueError for arguments pyxbuf's API refuses. An item-type
+ * refusal -- a format or itemsize that is not the consumer's type, or a
+ * number of dimensions a typed consumer fixes -- is this class:
+ * pyxbuf.ItemTypeError, deriving from both TypeError and BufferError, so
+ * that code written for pyxbuf's rule and code written for PyO3's PyBuffer
+ * (which raises BufferError there) both catch it. pyxbuf's Rust, C++ and
+ * Cython layers raise it; raise it from C with
+ * PyErr_SetString(pyxbuf_item_type_error(), message).
+ *
+ * One class for the process: the first copy of libpyxbuf that needs it makes
+ * it and stores it as the attribute "ItemTypeError" of
+ * sys.modules[PYXBUF_SHARED_MODULE]; every later copy (each PyO3 extension
+ * has its own) finds it there, and the `pyxbuf` module exports it as
+ * pyxbuf.ItemTypeError. Returns a borrowed reference, valid for the process
+ * (the library keeps one), or NULL with an exception set (RuntimeError when
+ * something else stands at that attribute). Needs the GIL; thread-safe. */
+PYXBUF_API PyObject *pyxbuf_item_type_error(void);
+
 /* ------------------------------------------------------------------------- */
 /* 3. Request flags, grant bits, supported flags                             */
 /* ------------------------------------------------------------------------- */

@@ -48,7 +48,11 @@
 // built without exceptions uses try_get(), which returns std::nullopt and
 // leaves the Python exception set (as the C API does); without exceptions
 // the throwing members are not declared, and element access outside the
-// rules (device memory, a bad index in at()) aborts instead.
+// rules (device memory, a bad index in at()) aborts instead. Items that are
+// not T (format or itemsize) raise pyxbuf.ItemTypeError, the process's one
+// class deriving from TypeError and BufferError (pyxbuf.h,
+// pyxbuf_item_type_error; python_type() "ItemTypeError"); memory pyxbuf
+// cannot hand out as asked raises BufferError.
 #ifndef PYXBUF_HPP
 #define PYXBUF_HPP
 
@@ -234,6 +238,17 @@ inline std::pair<std::string, std::string> take_python_error() {
     }
     PyErr_Clear(); // str() itself may have failed
     return out;
+}
+
+// The class of an item-type refusal (a format or itemsize that is not T's):
+// pyxbuf.ItemTypeError, one class for the process deriving from TypeError and
+// BufferError (pyxbuf.h, pyxbuf_item_type_error), or TypeError should it not
+// be had. Needs the GIL.
+inline PyObject *item_type_error() noexcept {
+    PyObject *cls = pyxbuf_item_type_error();
+    if (cls != nullptr) return cls;
+    PyErr_Clear();
+    return PyExc_TypeError;
 }
 
 [[noreturn]] inline void fail(const char *message) {
@@ -529,7 +544,8 @@ enum class argument_status {
                   // now cleared: another overload may take the object
     refused       // an array pyxbuf could not hand out as view<T> (format,
                   // read-only, a borrow conflict, device memory ...): the
-                  // Python exception (BufferError as a rule) is left set
+                  // Python exception is left set (pyxbuf.ItemTypeError for
+                  // another item type, BufferError for the rest)
 };
 
 template <class T> argument_status load_argument(PyObject *obj, view<T> &out) noexcept;
@@ -601,9 +617,10 @@ private:
         const Py_buffer &b = s->v.base;
         if (!detail::format_matches<value_type>(b.format)) {
             const char *have = b.format != nullptr ? b.format : "B";
-            // An item type that is not T: TypeError, as Rust's PyXBuffer says it
-            // (the memory is fine, the argument is of the wrong kind).
-            PyErr_Format(PyExc_TypeError,
+            // An item type that is not T: pyxbuf.ItemTypeError, a TypeError (the
+            // memory is fine, the argument is of the wrong kind) and a
+            // BufferError, as Rust's PyXBuffer raises it.
+            PyErr_Format(detail::item_type_error(),
                          "pyxbuf::view: the buffer's format is '%s', expected '%s' (%zd-byte "
                          "items); pass an array of that item type (convert it first)",
                          have, detail::item_traits<value_type>::format,
@@ -615,7 +632,7 @@ private:
         const bool flat_bytes = b.format == nullptr && b.shape == nullptr;
         const Py_ssize_t item = flat_bytes ? 1 : b.itemsize;
         if (item != static_cast<Py_ssize_t>(sizeof(value_type))) {
-            PyErr_Format(PyExc_TypeError,
+            PyErr_Format(detail::item_type_error(),
                          "pyxbuf::view: itemsize %zd, expected %zd; pass an array of that item type",
                          item, static_cast<Py_ssize_t>(sizeof(value_type)));
             return nullptr;
@@ -869,7 +886,8 @@ PYXBUF_HPP_INLINE argument_status load_argument(PyObject *obj, view<T> &out) noe
     }
 #endif
     // pyxbuf_get's TypeError: no buffer protocol pyxbuf knows. An array of
-    // another item type (TypeError too, raised after it was read) is refused.
+    // another item type (pyxbuf.ItemTypeError, a TypeError too, raised after
+    // it was read) is refused.
     if (!read && PyErr_ExceptionMatches(PyExc_TypeError)) {
         PyErr_Clear();
         return argument_status::not_an_array;

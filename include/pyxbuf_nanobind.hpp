@@ -41,12 +41,12 @@
 // function arguments") when none does; pyxbuf's reason would be lost. So:
 //   - an object pyxbuf cannot read at all (pyxbuf_get's TypeError) is simply
 //     not accepted: the next overload may take it (an int, a str, a list);
-//   - an array pyxbuf reads but refuses (another item type: pyxbuf's
-//     TypeError; read-only memory for a view<T>, a borrow conflict, device
-//     memory: pyxbuf's BufferError; each naming what was asked and what was
-//     found) is not accepted in nanobind's first,
-//     strict pass over an overloaded function (another overload may fit
-//     exactly), and in the pass that allows conversions -- the only pass of a
+//   - an array pyxbuf reads but refuses (another item type:
+//     pyxbuf.ItemTypeError, a TypeError and a BufferError; read-only memory
+//     for a view<T>, a borrow conflict, device memory: pyxbuf's BufferError;
+//     each naming what was asked and what was found) is not accepted in
+//     nanobind's first, strict pass over an overloaded function (another
+//     overload may fit exactly), and in the pass that allows conversions -- the only pass of a
 //     function with one overload -- it is accepted and its exception raised
 //     when the call would start: the caller gets pyxbuf's exception itself.
 //     Overloads after it are not tried then; put overloads that should take a

@@ -27,10 +27,11 @@
 //     pybind11's no-convert pass (the first pass over an overloaded function,
 //     or an argument marked py::arg().noconvert()), and in a pass that allows
 //     conversion -- the only pass of a function with one overload -- its
-//     exception (pyxbuf's TypeError for another item type, BufferError for
-//     memory it cannot hand out; each naming what was asked and found) is
-//     raised to the caller at once (py::error_already_set from load()), so
-//     later overloads are not tried: order overloads accordingly;
+//     exception (pyxbuf.ItemTypeError -- a TypeError and a BufferError -- for
+//     another item type, BufferError for memory it cannot hand out; each
+//     naming what was asked and found) is raised to the caller at once
+//     (py::error_already_set from load()), so later overloads are not tried:
+//     order overloads accordingly;
 //   - by value, the view is moved into the parameter and released when the
 //     function returns or throws; by reference it is released after the call,
 //     which is what functions with py::call_guard<py::gil_scoped_release>

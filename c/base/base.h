@@ -73,6 +73,17 @@ static inline PyObject *pyxbuf__interned(PyObject **slot, const char *text) {
  * exception set. Needs an attached thread state (the GIL). */
 PyObject *pyxbuf__shared_capsule(const char *attr, const char *capsule_name, void *own);
 
+/* shared_module.c: the object at attribute `attr` of
+ * sys.modules[PYXBUF_SHARED_MODULE]: the one there, or (when there is none)
+ * the one `make` returns (a new reference, or NULL with an exception set),
+ * put there first. A new reference, or NULL with an exception set. Needs an
+ * attached thread state (the GIL). */
+PyObject *pyxbuf__shared_object(const char *attr, PyObject *(*make)(void));
+
+/* The shared module's attribute holding pyxbuf.ItemTypeError (errors.c,
+ * pyxbuf_item_type_error). */
+#define PYXBUF__ITEM_TYPE_ERROR_ATTR "ItemTypeError"
+
 /* Markers in pyxbuf_view.state. */
 #define PYXBUF__STATE_ACQUIRED 0x50584231u /* "PXB1" */
 #define PYXBUF__STATE_RELEASED 0x50584230u /* "PXB0" */

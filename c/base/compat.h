@@ -94,6 +94,24 @@ static inline int PyDict_SetDefaultRef(PyObject *dict, PyObject *key, PyObject *
 }
 #endif
 
+/* PyDict_GetItemStringRef (3.13, gh-106004): a strong reference in *result;
+ * 1 when the key is there, 0 (and NULL) when it is not, -1 on error. Before
+ * 3.13, from the borrowed PyDict_GetItemWithError (GIL builds only there). */
+#if PY_VERSION_HEX < 0x030D0000
+static inline int PyDict_GetItemStringRef(PyObject *dict, const char *key, PyObject **result) {
+    PyObject *name = PyUnicode_FromString(key);
+    if (name == NULL) {
+        *result = NULL;
+        return -1;
+    }
+    PyObject *held = PyDict_GetItemWithError(dict, name);
+    Py_DECREF(name);
+    *result = Py_XNewRef(held);
+    if (held != NULL) return 1;
+    return PyErr_Occurred() ? -1 : 0;
+}
+#endif
+
 /* Behaviour, not API: from 3.13 PyObject_GetBuffer raises SystemError for a
  * request of PyBUF_READ or PyBUF_WRITE alone, before any producer runs, and
  * PyBuffer_FillInfo refuses them too (gh-114685); pyxbuf answers as the

@@ -1,4 +1,5 @@
-/* errors.c -- pyxbuf_error filling and its translation into Python exceptions. */
+/* errors.c -- pyxbuf_error filling and its translation into Python exceptions;
+ * the process's one item-type refusal class, pyxbuf.ItemTypeError. */
 
 #include "base/base.h"
 
@@ -88,4 +89,47 @@ int pyxbuf__buffer_error(const char *fmt, ...) {
     va_end(ap);
     PyErr_SetString(PyExc_BufferError, msg);
     return -1;
+}
+
+/* pyxbuf.ItemTypeError as this copy found it in the shared module (or made
+ * and put it there): kept for the process, so the reference the accessor
+ * lends stays valid whatever happens to the module's attribute. */
+static PyObject *item_type_error_class = NULL;
+
+static PyObject *make_item_type_error(void) {
+    PyObject *bases = PyTuple_Pack(2, PyExc_TypeError, PyExc_BufferError);
+    PyObject *cls = bases ? PyErr_NewExceptionWithDoc(
+                                "pyxbuf.ItemTypeError",
+                                "An array's item type is not the one asked for: its format or "
+                                "itemsize (or the number of dimensions a typed argument fixes) "
+                                "does not match.\n\n"
+                                "A TypeError, by pyxbuf's rule (the array is of the wrong kind, "
+                                "its memory is fine), and a BufferError, so that code written for "
+                                "PyO3's PyBuffer, which raises BufferError there, catches it "
+                                "unchanged. One class for every copy of libpyxbuf in the "
+                                "process (C, Rust, C++, Cython): "
+                                "sys.modules['" PYXBUF_SHARED_MODULE "'].ItemTypeError, exported "
+                                "as pyxbuf.ItemTypeError.",
+                                bases, NULL)
+                          : NULL;
+    Py_XDECREF(bases);
+    return cls;
+}
+
+PyObject *pyxbuf_item_type_error(void) {
+    PyObject *cls = PYXBUF__FT_LOAD_ACQUIRE(&item_type_error_class);
+    if (PYXBUF_LIKELY(cls != NULL)) return cls;
+    cls = pyxbuf__shared_object(PYXBUF__ITEM_TYPE_ERROR_ATTR, make_item_type_error);
+    if (cls == NULL) return NULL;
+    if (!PyType_Check(cls) ||
+        !PyType_IsSubtype((PyTypeObject *)cls, (PyTypeObject *)PyExc_TypeError) ||
+        !PyType_IsSubtype((PyTypeObject *)cls, (PyTypeObject *)PyExc_BufferError)) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "pyxbuf: sys.modules['%s'].%s is %R, not a class deriving from TypeError "
+                     "and BufferError; remove what replaced it",
+                     PYXBUF_SHARED_MODULE, PYXBUF__ITEM_TYPE_ERROR_ATTR, cls);
+        Py_DECREF(cls);
+        return NULL;
+    }
+    return pyxbuf__publish_once(&item_type_error_class, cls); /* kept: one per process */
 }

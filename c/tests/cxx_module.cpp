@@ -37,9 +37,27 @@ static PyObject *sum(PyObject *, PyObject *obj) {
     }
 }
 
+// sum() without C++ exceptions: try_get leaves pyxbuf's Python exception
+// set, and the caller gets it as raised (pyxbuf.ItemTypeError for items that
+// are not float32).
+static PyObject *sum_raw(PyObject *, PyObject *obj) {
+    auto v = pyxbuf::view<const float>::try_get(obj);
+    if (!v) return nullptr;
+    double total = 0;
+    for (float x : *v) total += x;
+    return PyFloat_FromDouble(total);
+}
+
+// The class this module's pyxbuf.hpp raises for another item type.
+static PyObject *item_type_error(PyObject *, PyObject *) {
+    return Py_NewRef(pyxbuf::detail::item_type_error());
+}
+
 static PyMethodDef methods[] = {
     {"spare_slot", spare_slot, METH_NOARGS, "Address of this module's spare view slot."},
     {"sum", sum, METH_O, "Sum of a float32 array through pyxbuf::view<const float>."},
+    {"sum_raw", sum_raw, METH_O, "sum() through try_get: pyxbuf's Python exception as raised."},
+    {"item_type_error", item_type_error, METH_NOARGS, "The class of an item-type refusal."},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -20,7 +20,9 @@ int main() {
     if (w || !PyErr_ExceptionMatches(PyExc_BufferError)) failures++;
     PyErr_Clear();
     auto f = pyxbuf::view<const float>::try_get(b); // format 'B': another item type
-    if (f || !PyErr_ExceptionMatches(PyExc_TypeError)) failures++;
+    if (f || !PyErr_ExceptionMatches(PyExc_TypeError) ||
+        !PyErr_ExceptionMatches(PyExc_BufferError)) // pyxbuf.ItemTypeError: both
+        failures++;
     PyErr_Clear();
     Py_DECREF(b);
     if (Py_FinalizeEx() < 0) failures++;

@@ -89,6 +89,12 @@ static PyObject *shared_info(PyObject *mod, PyObject *unused) {
                          api->installer_version);
 }
 
+/* This copy's pyxbuf_item_type_error(): the class another copy made first. */
+static PyObject *item_type_error(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    return Py_XNewRef(pyxbuf_item_type_error());
+}
+
 /* Whether this copy has a backend for the emulated device: it registers
  * none itself, so only the process's shared registry answers yes. */
 static PyObject *has_emulated_device(PyObject *mod, PyObject *unused) {
@@ -147,6 +153,7 @@ static PyMethodDef methods[] = {
     {"engine_state", engine_state, METH_NOARGS, "((pool stats), (threads, chunk, pool_cap))"},
     {"acquire", acquire, METH_VARARGS, "acquire(obj, flags) -> Held view (this copy's pyxbuf_get)"},
     {"shared_info", shared_info, METH_NOARGS, "(table address, live borrows, installer)"},
+    {"item_type_error", item_type_error, METH_NOARGS, "This copy's pyxbuf_item_type_error()."},
     {"has_emulated_device", has_emulated_device, METH_NOARGS, "Whether the registry in use has it."},
     {NULL, NULL, 0, NULL},
 };

@@ -766,6 +766,36 @@ static PyObject *shared_info(PyObject *mod, PyObject *unused) {
                          api->installer_version);
 }
 
+/* This copy's pyxbuf_item_type_error(): the process's pyxbuf.ItemTypeError. */
+static PyObject *item_type_error(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    return Py_XNewRef(pyxbuf_item_type_error());
+}
+
+/* expect_format(obj, format): a C consumer of items of `format`: True when
+ * obj's items are of it, else the item-type refusal pyxbuf.h documents
+ * (pyxbuf.ItemTypeError naming both formats); the view released either way. */
+static PyObject *expect_format(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *obj;
+    const char *want;
+    if (!PyArg_ParseTuple(args, "Os", &obj, &want)) return NULL;
+    pyxbuf_view view;
+    if (pyxbuf_get(obj, &view, PyBUF_RECORDS_RO) < 0) return NULL;
+    const char *have = view.base.format != NULL ? view.base.format : "B";
+    PyObject *result = Py_True;
+    if (strcmp(have, want) != 0) {
+        PyObject *cls = pyxbuf_item_type_error();
+        if (cls != NULL)
+            PyErr_Format(cls, "expect_format: the buffer of '%.200s' holds items of format "
+                              "'%s', expected format '%s'; convert it first",
+                         Py_TYPE(obj)->tp_name, have, want);
+        result = NULL;
+    }
+    pyxbuf_release(&view);
+    return Py_XNewRef(result);
+}
+
 /* pyxbuf_dtype_register / _unregister of a fixed-size custom type. */
 static PyObject *dtype_register(PyObject *mod, PyObject *args) {
     (void)mod;
@@ -1055,6 +1085,9 @@ static PyMethodDef module_methods[] = {
     {"exporter_poke", exporter_poke, METH_VARARGS, "Write one byte of an exporter's memory."},
     {"versions", versions, METH_NOARGS, "(abi_version, version_string)"},
     {"shared_info", shared_info, METH_NOARGS, "(shared table address, live borrows, installer)"},
+    {"item_type_error", item_type_error, METH_NOARGS, "This copy's pyxbuf_item_type_error()."},
+    {"expect_format", expect_format, METH_VARARGS,
+     "expect_format(obj, format): True, or pyxbuf.ItemTypeError naming both formats"},
     {"dtype_register", dtype_register, METH_VARARGS,
      "dtype_register(key, itemsize, alignment): pyxbuf_dtype_register of a fixed size"},
     {"dtype_unregister", dtype_unregister, METH_VARARGS, "dtype_unregister(key)"},

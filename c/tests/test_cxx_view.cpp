@@ -344,8 +344,8 @@ CXX_TEST(argument_casters_request_and_classify) {
         CHECK(pyxbuf::detail::load_argument(e, b) == st::acquired); // shared twice
         CHECK(a.grants().shared && b.grants().shared);
         pyxbuf::view<const double> d;
-        CHECK(pyxbuf::detail::load_argument(e, d) == st::refused); // format: TypeError kept
-        CHECK(PyErr_ExceptionMatches(PyExc_TypeError));
+        CHECK(pyxbuf::detail::load_argument(e, d) == st::refused); // format: ItemTypeError kept
+        CHECK(PyErr_ExceptionMatches(PyExc_TypeError) && PyErr_ExceptionMatches(PyExc_BufferError));
         CHECK_CONTAINS(pyxbuf::detail::take_python_error().second, "expected 'd'");
     }
     // Not an array at all: TypeError, cleared, so another overload may try.
@@ -374,7 +374,8 @@ CXX_TEST(format_mismatch_throws_naming_both_and_releases) {
     std::string msg = THROWN(pyxbuf::view<float>::get(cast));
     CHECK_CONTAINS(msg, "'d'");
     CHECK_CONTAINS(msg, "'f'");
-    CHECK_CONTAINS(msg, "TypeError"); // an item type that is not T (DESIGN: Errors)
+    // An item type that is not T (DESIGN: Errors): pyxbuf.ItemTypeError.
+    CHECK_CONTAINS(msg, "ItemTypeError: pyxbuf::view: the buffer's format is 'd'");
     CHECK_EQ(Py_REFCNT(cast), before);
     // Released: the bytearray can be resized again (no export left).
     Py_XDECREF(cast);
@@ -387,8 +388,16 @@ CXX_TEST(format_mismatch_throws_naming_both_and_releases) {
     // try_get: nullopt, the Python exception left set.
     auto t = pyxbuf::view<float>::try_get(a);
     CHECK(!t);
-    CHECK(PyErr_ExceptionMatches(PyExc_TypeError));
+    CHECK(PyErr_ExceptionMatches(PyExc_TypeError) && PyErr_ExceptionMatches(PyExc_BufferError));
+    CHECK(PyErr_ExceptionMatches(pyxbuf_item_type_error()));
     PyErr_Clear();
+    // Bytes (no format asked: 'B') read as int16: the same class.
+    PyObject *bytes = eval("b'abcd'");
+    auto h = pyxbuf::view<const std::int16_t>::try_get(bytes, PyBUF_SIMPLE);
+    CHECK(!h);
+    CHECK(PyErr_ExceptionMatches(pyxbuf_item_type_error()));
+    PyErr_Clear();
+    Py_XDECREF(bytes);
     Py_XDECREF(d);
     Py_XDECREF(a);
 }

@@ -314,6 +314,63 @@ TEST_CASE(export_fill_leaves_extended_fields_alone) {
     CHECK(v.device == sentinel.device && v.device_info == sentinel.device_info);
 }
 
+/* DESIGN, Errors: an item-type refusal is one class, a TypeError and a
+ * BufferError, shared by every copy of libpyxbuf through the shared module. */
+TEST_CASE(item_type_error_is_one_class_deriving_from_both) {
+    PyObject *cls = pyxbuf_item_type_error();
+    CHECK(cls != NULL && PyType_Check(cls));
+    if (cls == NULL) return;
+    CHECK(PyType_IsSubtype((PyTypeObject *)cls, (PyTypeObject *)PyExc_TypeError));
+    CHECK(PyType_IsSubtype((PyTypeObject *)cls, (PyTypeObject *)PyExc_BufferError));
+    PyObject *shared = PyDict_GetItemString(PyImport_GetModuleDict(), PYXBUF_SHARED_MODULE);
+    PyObject *published = shared ? PyObject_GetAttrString(shared, "ItemTypeError") : NULL;
+    CHECK(published == cls);
+    Py_XDECREF(published);
+    PyObject *name = PyObject_GetAttrString(cls, "__name__");
+    PyObject *module = PyObject_GetAttrString(cls, "__module__");
+    PyObject *doc = PyObject_GetAttrString(cls, "__doc__");
+    CHECK_STR_EQ(name ? PyUnicode_AsUTF8(name) : "", "ItemTypeError");
+    CHECK_STR_EQ(module ? PyUnicode_AsUTF8(module) : "", "pyxbuf");
+    CHECK_CONTAINS(doc && PyUnicode_Check(doc) ? PyUnicode_AsUTF8(doc) : "",
+                   "PyO3's PyBuffer, which raises BufferError");
+    Py_XDECREF(name);
+    Py_XDECREF(module);
+    Py_XDECREF(doc);
+    /* Borrowed, the same object every time, no reference taken or lost. */
+    const Py_ssize_t before = Py_REFCNT(cls);
+    for (int i = 0; i < 10000; i++) CHECK(pyxbuf_item_type_error() == cls);
+    CHECK_INT_EQ(Py_REFCNT(cls), before);
+    /* Caught as either. */
+    PyErr_SetString(cls, "format 'i', expected 'd'");
+    CHECK(PyErr_ExceptionMatches(PyExc_TypeError) && PyErr_ExceptionMatches(PyExc_BufferError));
+    CHECK_CONTAINS(take_error(PyExc_BufferError), "format 'i', expected 'd'");
+}
+
+/* Another copy made it first: this copy uses that class, not one of its own. */
+TEST_CASE(item_type_error_found_where_another_copy_put_it) {
+    CHECK(PyRun_SimpleString("import sys, types\n"
+                             "m = sys.modules.setdefault('" PYXBUF_SHARED_MODULE "', "
+                             "types.ModuleType('" PYXBUF_SHARED_MODULE "'))\n"
+                             "m.ItemTypeError = type('ItemTypeError', (TypeError, BufferError), "
+                             "{'__module__': 'pyxbuf', 'by': 'another copy'})\n") == 0);
+    PyObject *cls = pyxbuf_item_type_error();
+    PyObject *by = cls ? PyObject_GetAttrString(cls, "by") : NULL;
+    CHECK_STR_EQ(by ? PyUnicode_AsUTF8(by) : "", "another copy");
+    Py_XDECREF(by);
+}
+
+/* Something else at the attribute: refused, saying what stands there. */
+TEST_CASE(item_type_error_refuses_a_stranger_in_the_shared_module) {
+    CHECK(PyRun_SimpleString("import sys, types\n"
+                             "m = sys.modules.setdefault('" PYXBUF_SHARED_MODULE "', "
+                             "types.ModuleType('" PYXBUF_SHARED_MODULE "'))\n"
+                             "m.ItemTypeError = ValueError\n") == 0);
+    CHECK(pyxbuf_item_type_error() == NULL);
+    CHECK_CONTAINS(take_error(PyExc_RuntimeError),
+                   "ItemTypeError is <class 'ValueError'>, not a class deriving from TypeError "
+                   "and BufferError");
+}
+
 PYTHON_TEST_MAIN(TEST_ENTRY(abi_version_matches_header), TEST_ENTRY(classic_path_matches_getbuffer),
                  TEST_ENTRY(extended_fields_are_zeroed_before_the_producer),
                  TEST_ENTRY(extended_bits_are_not_passed_to_classic_producers),
@@ -325,4 +382,7 @@ PYTHON_TEST_MAIN(TEST_ENTRY(abi_version_matches_header), TEST_ENTRY(classic_path
                  TEST_ENTRY(required_flags_are_the_proposals_hard_ones),
                  TEST_ENTRY(full_requests_reach_records_plus_device_types),
                  TEST_ENTRY(check_supports_means_what_get_does),
-                 TEST_ENTRY(export_fill_leaves_extended_fields_alone))
+                 TEST_ENTRY(export_fill_leaves_extended_fields_alone),
+                 TEST_ENTRY(item_type_error_is_one_class_deriving_from_both),
+                 TEST_ENTRY(item_type_error_found_where_another_copy_put_it),
+                 TEST_ENTRY(item_type_error_refuses_a_stranger_in_the_shared_module))

@@ -213,6 +213,13 @@ def test_refusal_reaches_the_caller_with_pyxbuf_message(ext):
         ext.sum(d)
     with pytest.raises(TypeError, match="format is 'i', expected 'f'"):
         ext.scale(i, 2.0)
+    # pyxbuf.ItemTypeError (issue 50, item 1): the process's one class, made
+    # by whichever copy of libpyxbuf came first, caught as a TypeError and as
+    # a BufferError.
+    for caught in (TypeError, BufferError, pyxbuf.ItemTypeError):
+        with pytest.raises(caught, match="format is 'd', expected 'f'") as info:
+            ext.sum(d)
+        assert type(info.value) is pyxbuf.ItemTypeError
     # An object pyxbuf cannot read at all: the framework's TypeError, naming
     # the signature.
     for bad in ("abc", 3, None, [1.0, 2.0]):

@@ -104,6 +104,29 @@ def test_float8_from_ml_dtypes():
         cy.total_f8e4m3(np.zeros(2, ml_dtypes.float8_e5m2))
 
 
+def test_item_type_refusals_are_pyxbufs_one_class():
+    """Issue 50, item 1: an item type that is not the one asked is
+    pyxbuf.ItemTypeError, a TypeError and a BufferError, in XView.as_bits()
+    and in this consumer's own refusals; the consumer's copy of libpyxbuf
+    finds the class the pyxbuf module's copy made (one for the process)."""
+    cls = cy.item_type_error()
+    assert cls is pyxbuf.ItemTypeError
+    assert issubclass(cls, TypeError) and issubclass(cls, BufferError)
+    for caught in (TypeError, BufferError, pyxbuf.ItemTypeError):
+        with pytest.raises(caught, match=r"as_bits\(\): items of format 'Zd' are 16 bytes"):
+            cy.bits_of(np.zeros(2, np.complex128))
+        with pytest.raises(caught, match=r"reads bfloat16 .* not format 'f'"):
+            cy.total_bf16(np.zeros(2, np.float32))
+        with pytest.raises(caught, match=r"c_total: reads 1-D float32, not 1-D format 'd'"):
+            cy.c_total(np.zeros(2))
+    assert cy.bits_of(np.array([1.0], np.float32)) == [0x3F800000]
+    # A typed memoryview checks its item type itself: Cython's ValueError
+    # (DESIGN, Errors: the one exception to the rule).
+    with pytest.raises(ValueError, match="Buffer dtype mismatch"):
+        cy.total(np.zeros(2))
+    assert pyxbuf.live_borrows() == 0
+
+
 def test_read_only_refusal():
     a = np.arange(4, dtype=np.float32)
     a.flags.writeable = False

@@ -147,14 +147,27 @@ def c_total(obj):
     try:
         pyxbuf_require_host(&view, "c_total")
         if view.base.ndim != 1 or pyxbuf_view_format(&view) not in ("f", "<f", "=f"):
-            raise TypeError(f"c_total: reads 1-D float32, not {view.base.ndim}-D format "
-                            f"'{pyxbuf_view_format(&view)}'; pass a 1-D float32 array")
+            raise (<object>pyxbuf_item_type_error())(
+                f"c_total: reads 1-D float32, not {view.base.ndim}-D format "
+                f"'{pyxbuf_view_format(&view)}'; pass a 1-D float32 array")
         p = <const char *>view.base.buf
         for i in range(view.base.shape[0]):
             s += (<const float *>(p + i * view.base.strides[0]))[0]
     finally:
         pyxbuf_release(&view)
     return s
+
+
+def item_type_error():
+    """The class this module's copy of libpyxbuf raises for an item type
+    that is not the one asked: pyxbuf.ItemTypeError, the process's one."""
+    return <object>pyxbuf_item_type_error()
+
+
+def bits_of(obj):
+    """The items of obj as unsigned integers of their size (XView.as_bits())."""
+    with XView(obj) as v:
+        return memoryview(v.as_bits()).tolist()
 
 
 def total_bf16(obj):
@@ -164,8 +177,9 @@ def total_bf16(obj):
     cdef Py_ssize_t i
     with XView(obj, PyBUF_RECORDS_RO | PYXBUF_BORROW_SHARED) as v:
         if v.format != "[ml_dtypes$bfloat16]":
-            raise TypeError(f"total_bf16: reads bfloat16 ('[ml_dtypes$bfloat16]'), not format "
-                            f"'{v.format}'; pass an ml_dtypes.bfloat16 array")
+            raise (<object>pyxbuf_item_type_error())(
+                f"total_bf16: reads bfloat16 ('[ml_dtypes$bfloat16]'), not format "
+                f"'{v.format}'; pass an ml_dtypes.bfloat16 array")
         bits = v.as_bits()
         for i in range(bits.shape[0]):
             s += pyxbuf_bfloat16_to_float(bits[i])
@@ -180,8 +194,9 @@ def total_f8e4m3(obj):
     cdef Py_ssize_t i
     with XView(obj, PyBUF_RECORDS_RO | PYXBUF_BORROW_SHARED) as v:
         if v.format != "[ml_dtypes$float8_e4m3fn]":
-            raise TypeError(f"total_f8e4m3: reads float8_e4m3fn ('[ml_dtypes$float8_e4m3fn]'), "
-                            f"not format '{v.format}'; pass an ml_dtypes.float8_e4m3fn array")
+            raise (<object>pyxbuf_item_type_error())(
+                f"total_f8e4m3: reads float8_e4m3fn ('[ml_dtypes$float8_e4m3fn]'), "
+                f"not format '{v.format}'; pass an ml_dtypes.float8_e4m3fn array")
         bits = v.as_bits()
         for i in range(bits.shape[0]):
             s += pyxbuf_float8_e4m3fn_to_float(bits[i])

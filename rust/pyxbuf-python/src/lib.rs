@@ -547,6 +547,9 @@ fn pyxbuf_python(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Exporter", unsafe {
         Bound::from_borrowed_ptr(m.py(), tp.cast())
     })?;
+    // The process's one class of item-type refusals (a TypeError and a
+    // BufferError), whichever copy of libpyxbuf made it first.
+    m.add("ItemTypeError", pyxbuf::item_type_error_class(m.py())?)?;
     m.add("__version__", pyxbuf::library_version())?;
     m.add("EMULATED_DEVICE", cfg!(feature = "emulated-device"))?;
     for (name, value) in [

@@ -47,7 +47,7 @@
 //! With NumPy, `scale(a[::2], 2.0)` doubles every other element of `a`;
 //! `scale` of a 2-D array is a `TypeError` ("expected a 1-dimensional
 //! array, found 2 dimensions (shape (2, 3)); ...", with PyO3's note "while
-//! processing 'x'"). The plain slices stay for contiguous memory:
+//! processing 'x'"), of the class [`item_type_error_class`] gives. The plain slices stay for contiguous memory:
 //! [`as_slice`](PyXBuffer::as_slice), [`as_mut_slice`](PyXBuffer::as_mut_slice),
 //! and `as_array` for ndarray views.
 //!
@@ -87,8 +87,13 @@
 //! [`into_typed`](PyXUntypedBuffer::into_typed) -- or probe with
 //! [`is_of`](PyXUntypedBuffer::is_of) / [`try_typed`](PyXUntypedBuffer::try_typed),
 //! which build no exception per miss; a `PyXBuffer<T>` derefs to
-//! it for everything that does not depend on `T`. A failed `PyXBuffer`
-//! argument keeps its `BufferError` and carries PyO3's note naming the
+//! it for everything that does not depend on `T`. Items that are not `T`
+//! (and a number of dimensions a [`PyXBuffer1`] fixes) raise
+//! `pyxbuf.ItemTypeError` ([`item_type_error_class`]), which derives from
+//! `TypeError`, by pyxbuf's rule, and from `BufferError`, which PyO3's
+//! `PyBuffer::get` raises there: `except BufferError` written for PyO3 still
+//! catches it. A failed `PyXBuffer`
+//! argument keeps its exception and carries PyO3's note naming the
 //! argument ("while processing 'x'"). With PyO3's `experimental-inspect`
 //! (this crate's feature of that name), a buffer argument's stub type is the
 //! buffer ABC, as for PyO3's `PyBuffer`.
@@ -284,6 +289,7 @@ mod device;
 mod element;
 #[cfg(feature = "emulated-device")]
 pub mod emulated;
+mod errors;
 pub mod export;
 mod format;
 mod transfer;
@@ -300,6 +306,7 @@ pub use buffer::{
 pub use bytemuck;
 pub use device::{Device, DevicePtr, SyncEvent};
 pub use element::{register_custom, Element, ElementKind, RegisterCustomError};
+pub use errors::item_type_error_class;
 #[cfg(feature = "float4")]
 pub use float4::F4E2M1x2;
 #[cfg(feature = "float8")]

@@ -284,6 +284,7 @@ fn dtype_mismatch_is_a_type_error_naming_both_formats() {
         let a = eval(py, "np.zeros(3, dtype=np.float64)", &[]);
         let err = PyXBuffer::<f32>::get(&a).unwrap_err();
         assert!(err.is_instance_of::<PyTypeError>(py));
+        assert!(err.is_instance_of::<PyBufferError>(py)); // pyxbuf.ItemTypeError: both
         let msg = err.to_string();
         assert!(
             msg.contains("format 'd'") && msg.contains("format 'f'"),
@@ -392,6 +393,7 @@ fn float8_ml_dtypes_arrays_read_as_the_float8_crate_types() {
         // One float8 is not the other.
         let err = PyXBuffer::<pyxbuf::F8E5M2>::get(&a).unwrap_err();
         assert!(err.is_instance_of::<PyTypeError>(py));
+        assert!(err.is_instance_of::<PyBufferError>(py));
         assert!(
             err.to_string()
                 .contains("use pyxbuf::F8E4M3 and PyXBuffer<F8E4M3>"),
@@ -410,6 +412,7 @@ fn a_type_mismatch_names_the_rust_type_of_the_items() {
         );
         let err = PyXBuffer::<f32>::get(&a).unwrap_err();
         assert!(err.is_instance_of::<PyTypeError>(py));
+        assert!(err.is_instance_of::<PyBufferError>(py));
         assert!(
             err.to_string()
                 .contains("use pyxbuf::bf16 and PyXBuffer<bf16>"),
@@ -484,8 +487,10 @@ fn pyfunction_arguments() {
         );
         let err = total.call1((eval(py, "np.zeros(2)", &[]),)).unwrap_err();
         assert!(err.is_instance_of::<PyTypeError>(py), "{err}");
+        assert!(err.is_instance_of::<PyBufferError>(py), "{err}"); // an item type: both
         let err = total.call1((5,)).unwrap_err();
         assert!(err.is_instance_of::<PyTypeError>(py), "{err}");
+        assert!(!err.is_instance_of::<PyBufferError>(py), "{err}"); // not an array: TypeError only
     });
 }
 

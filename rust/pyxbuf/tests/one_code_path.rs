@@ -114,6 +114,7 @@ fn a_matrix_passed_to_scale_is_a_type_error_naming_the_argument() {
         let m = eval(py, "np.ones((2, 3), dtype=np.float32)", &[]);
         let err = scale.call1((&m, 2.0)).unwrap_err();
         assert!(err.is_instance_of::<PyTypeError>(py), "{err}");
+        assert!(err.is_instance_of::<PyBufferError>(py), "{err}"); // pyxbuf.ItemTypeError
         assert_eq!(
             err.value(py).str().unwrap().to_string(),
             "expected a 1-dimensional array, found 2 dimensions (shape (2, 3)); pass a \

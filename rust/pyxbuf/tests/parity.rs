@@ -21,8 +21,13 @@ fn untyped_buffer_acquires_once_and_types_later() {
         );
         assert!(buf.grants().shared());
         // The wrong type: TypeError naming both formats, and the buffer lives on.
+        // A BufferError too, as PyO3's PyBuffer::get raised it: pyxbuf.ItemTypeError.
         let err = buf.as_typed::<bf16>().unwrap_err();
         assert!(err.is_instance_of::<PyTypeError>(py), "{err}");
+        assert!(err.is_instance_of::<PyBufferError>(py), "{err}");
+        assert!(err
+            .get_type(py)
+            .is(pyxbuf::item_type_error_class(py).unwrap()));
         assert!(err.to_string().contains("'f'") && err.to_string().contains("bfloat16"));
         let floats = buf.as_typed::<f32>().unwrap();
         assert_eq!(floats.as_slice().unwrap(), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);

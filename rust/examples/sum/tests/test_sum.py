@@ -1,7 +1,8 @@
 """The example module against NumPy: same sums on float32, ml_dtypes bfloat16
-and emulated-device arrays; TypeError naming both formats on a dtype
-mismatch; BufferError on a borrow conflict (also between two arguments of one
-call, with a message that says so). Run after building the module
+and emulated-device arrays; pyxbuf.ItemTypeError (a TypeError and a
+BufferError) naming both formats on a dtype mismatch; BufferError on a borrow
+conflict (also between two arguments of one call, with a message that says
+so). Run after building the module
 (maturin develop, or make demo)."""
 
 import ml_dtypes
@@ -48,6 +49,9 @@ def test_emulated_device_sums_match_numpy():
 
 def test_dtype_mismatch_names_both_formats():
     with pytest.raises(TypeError, match=r"format 'd'.*format 'f'"):
+        s.sum_f32(np.zeros(3))
+    # pyxbuf.ItemTypeError: a BufferError too, as PyO3's PyBuffer raised it.
+    with pytest.raises(BufferError, match=r"format 'd'.*format 'f'"):
         s.sum_f32(np.zeros(3))
     with pytest.raises(TypeError, match=r"\[ml_dtypes\$bfloat16\]"):
         s.sum_bf16(np.zeros(3, dtype=np.float16))

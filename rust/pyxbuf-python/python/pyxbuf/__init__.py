@@ -37,6 +37,7 @@ from .pyxbuf import (
     PyBUF_STRIDES,
     PyBUF_WRITABLE,
     Exporter,
+    ItemTypeError,
     __version__,
     abi_version,
     check_supports,
@@ -93,6 +94,7 @@ def get_cmake_dir() -> str:
 __all__ = [
     "EMULATED_DEVICE",
     "Exporter",
+    "ItemTypeError",
     "PYXBUF_BORROW_EXCLUSIVE",
     "PYXBUF_BORROW_SHARED",
     "PYXBUF_DEVICE",

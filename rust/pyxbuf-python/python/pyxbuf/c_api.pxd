@@ -55,6 +55,9 @@ cdef extern from "pyxbuf.h":
         char message[480]
 
     int pyxbuf_error_raise(const pyxbuf_error *err) except -1
+    # pyxbuf.ItemTypeError (a TypeError and a BufferError), borrowed:
+    # raise <object>pyxbuf_item_type_error()(message)
+    PyObject *pyxbuf_item_type_error() except NULL
 
     # 3. Request flags, grants, supported flags
     enum:

@@ -25,6 +25,15 @@ PYXBUF_SUPPORTED_FLAGS: Final[int]
 
 Device = str | tuple[int, int]
 
+class ItemTypeError(TypeError, BufferError):
+    """An array's item type is not the one asked for: its format or itemsize
+    (or the number of dimensions a typed argument fixes) does not match.
+
+    A TypeError, by pyxbuf's rule (the array is of the wrong kind, its memory
+    is fine), and a BufferError, so that code written for PyO3's PyBuffer,
+    which raises BufferError there, catches it unchanged. One class for every
+    copy of libpyxbuf in the process (C, Rust, C++, Cython)."""
+
 class Exporter:
     """pyxbuf's producer: memory exported through the extended buffer
     protocol (and DLPack) with borrow counting. Not created by calling the

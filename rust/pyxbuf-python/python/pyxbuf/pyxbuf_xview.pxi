@@ -35,6 +35,11 @@
 #     __dlpack__, CUDA Array Interface, __array_interface__) and every grant
 #     (PYXBUF_BORROW_SHARED / _EXCLUSIVE) works as in C. A refusal raises as
 #     pyxbuf_get does (BufferError, TypeError), and nothing is held then.
+#     An XView takes any item type; the typed memoryview made of it checks
+#     its own (Cython's ValueError "Buffer dtype mismatch"), and as_bits()
+#     refuses items of no unsigned integer's size with pyxbuf.ItemTypeError
+#     (a TypeError and a BufferError, pyxbuf_item_type_error()), the class a
+#     Cython consumer raises for its own item-type refusals too.
 #   - The XView exports the view's memory through the classic buffer protocol
 #     to Cython's typed memoryviews (`cdef const float[:] m = v`): the same
 #     buf, shape and strides, no second acquisition of `obj`. A writable
@@ -163,8 +168,8 @@ cdef class XView:
             self.export_format = b"I"
         elif size == 8:
             self.export_format = b"Q"
-        else:
-            raise TypeError(
+        else:  # an item type as_bits() cannot read: pyxbuf.ItemTypeError
+            raise (<object>pyxbuf_item_type_error())(
                 f"XView.as_bits(): items of format '{self.format}' are {size} bytes; only "
                 "1, 2, 4 or 8 byte items have an unsigned integer of their size; read the "
                 "bytes through c_view() instead")

@@ -5,19 +5,20 @@ use crate::words::count;
 use std::fmt;
 use std::ops::Deref;
 
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
 use super::iter::IterMut;
 use super::request::{BorrowMode, Exclusive, Shared};
 use super::PyXBuffer;
 use crate::element::Element;
+use crate::errors::item_type_error;
 
 /// A [`PyXBuffer`] of exactly `N` dimensions: as a `#[pyfunction]`
 /// argument, or from [`get`](Self::get), an array of another number of
-/// dimensions is refused with a `TypeError` ("expected a 1-dimensional
-/// array, found 2 dimensions (shape (2, 3)); ..."), to which PyO3 adds the
-/// note "while processing 'x'" naming the argument. Use it through its
+/// dimensions is refused with `pyxbuf.ItemTypeError`, a `TypeError` and a
+/// `BufferError` ([`item_type_error_class`](crate::item_type_error_class)):
+/// "expected a 1-dimensional array, found 2 dimensions (shape (2, 3)); ...",
+/// to which PyO3 adds the note "while processing 'x'" naming the argument. Use it through its
 /// aliases [`PyXBuffer1`] and [`PyXBuffer2`].
 ///
 /// It derefs to [`PyXBuffer`] for everything that reads (`iter`, `shape`,
@@ -46,6 +47,7 @@ use crate::element::Element;
 ///     let flat = py.eval(c"__import__('array').array('d', range(6))", None, None)?;
 ///     let err = f.call1((flat,)).unwrap_err();
 ///     assert!(err.is_instance_of::<pyo3::exceptions::PyTypeError>(py));
+///     assert!(err.is_instance_of::<pyo3::exceptions::PyBufferError>(py));
 ///     assert!(err.to_string().contains("expected a 2-dimensional array, found 1 dimension (shape (6,))"));
 ///     Ok(())
 /// })
@@ -73,19 +75,19 @@ impl<'py, T: Element, const N: usize, M: BorrowMode> Deref for PyXBufferN<'py, T
 
 impl<'py, T: Element, const N: usize, M: BorrowMode> PyXBufferN<'py, T, N, M> {
     /// Acquire the buffer of `obj` as [`PyXBuffer::get`] does, then check
-    /// that it has `N` dimensions (`TypeError` otherwise).
+    /// that it has `N` dimensions (`pyxbuf.ItemTypeError` otherwise).
     #[inline]
     pub fn get(obj: &Bound<'py, PyAny>) -> PyResult<Self> {
         Self::from_buffer(PyXBuffer::get(obj)?)
     }
 
     /// `buf` when it has `N` dimensions (acquired with a
-    /// [`Request`](crate::Request), say); a `TypeError` naming the shape
+    /// [`Request`](crate::Request), say); `pyxbuf.ItemTypeError` naming the shape
     /// otherwise (`buf` is released then).
     #[inline]
     pub fn from_buffer(buf: PyXBuffer<'py, T, M>) -> PyResult<Self> {
         if buf.ndim() != N {
-            return Err(wrong_ndim(N, buf.shape()));
+            return Err(wrong_ndim(buf.py(), N, buf.shape()));
         }
         Ok(PyXBufferN { inner: buf })
     }
@@ -178,10 +180,11 @@ where
     }
 }
 
-/// The `TypeError` of an array with other dimensions than `want`.
+/// The item-type refusal (`pyxbuf.ItemTypeError`, a `TypeError` and a
+/// `BufferError`) of an array with other dimensions than `want`.
 #[cold]
 #[inline(never)]
-fn wrong_ndim(want: usize, shape: &[usize]) -> PyErr {
+fn wrong_ndim(py: Python<'_>, want: usize, shape: &[usize]) -> PyErr {
     let tuple = match shape {
         [n] => format!("({n},)"),
         _ => {
@@ -189,12 +192,13 @@ fn wrong_ndim(want: usize, shape: &[usize]) -> PyErr {
             format!("({})", items.join(", "))
         }
     };
-    PyTypeError::new_err(format!(
+    let message = format!(
         "expected a {want}-dimensional array, found {} (shape {tuple}); pass a \
          {want}-dimensional one (NumPy: a.reshape(...){})",
         count(shape.len() as u64, "dimension", "dimensions"),
         if want == 1 { " or a.ravel()" } else { "" },
-    ))
+    );
+    item_type_error(py, message)
 }
 
 impl<T: Element, const N: usize, M: BorrowMode> fmt::Debug for PyXBufferN<'_, T, N, M> {

@@ -334,8 +334,9 @@ impl<T, M: BorrowMode> Request<T, M> {
 }
 
 impl<T: Element, M: BorrowMode> Request<T, M> {
-    /// Acquire the buffer of `obj` as items of `T` (`TypeError` naming both
-    /// formats when they differ).
+    /// Acquire the buffer of `obj` as items of `T` (`pyxbuf.ItemTypeError`,
+    /// a `TypeError` and a `BufferError`, naming both formats when they
+    /// differ).
     #[inline]
     pub fn get<'py>(self, obj: &Bound<'py, PyAny>) -> PyResult<PyXBuffer<'py, T, M>> {
         let buf = PyXUntypedBuffer::acquire(obj, self.flags, self.stream)?;

@@ -16,7 +16,8 @@ use crate::element::Element;
 ///   so it cannot outlive the `Python<'py>` it was acquired under, nor cross
 ///   to another thread.
 /// - `T`: the item type; the format and item size are checked at
-///   acquisition (`TypeError` naming both formats on mismatch).
+///   acquisition (on mismatch `pyxbuf.ItemTypeError` naming both formats: a
+///   `TypeError` and a `BufferError`, see [`item_type_error_class`](crate::item_type_error_class)).
 /// - `M`: the borrow asked for, [`Shared`] (default) or [`Exclusive`](crate::Exclusive).
 ///
 /// As a `#[pyfunction]` argument it acquires with the default request:
@@ -93,9 +94,11 @@ impl<'py, T: Element, M: BorrowMode> PyXBuffer<'py, T, M> {
     ///     assert!(buf.grants().shared()); // tracked by pyxbuf's registry
     ///     assert_eq!(buf.as_slice(), Some(&[1, 2, 3][..]));
     ///
-    ///     // The wrong type is a TypeError naming both formats.
+    ///     // The wrong type is a TypeError naming both formats, and a
+    ///     // BufferError, which PyO3's PyBuffer::get raised (pyxbuf.ItemTypeError).
     ///     let err = PyXBuffer::<f64>::get(&array).unwrap_err();
     ///     assert!(err.is_instance_of::<pyo3::exceptions::PyTypeError>(py));
+    ///     assert!(err.is_instance_of::<pyo3::exceptions::PyBufferError>(py));
     ///     assert!(err.to_string().contains("'i'") && err.to_string().contains("'d'"));
     ///     Ok(())
     /// })

@@ -7,7 +7,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::mem;
 
-use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::{Borrowed, FromPyObject};
@@ -18,6 +18,7 @@ use super::request::{BorrowMode, Request, Shared, Untyped};
 use super::slot::ViewSlot;
 use super::PyXBuffer;
 use crate::element::{self, Element};
+use crate::errors::item_type_error;
 use crate::format::Format;
 
 /// A view of a Python object's memory acquired through pyxbuf whose item
@@ -35,7 +36,7 @@ use crate::format::Format;
 ///     let array = py.import("array")?.getattr("array")?.call1(("f", vec![1.0f32, 2.0]))?;
 ///     let buf = PyXUntypedBuffer::get(&array)?;
 ///     assert_eq!(buf.format().to_str().unwrap(), "f");
-///     assert!(buf.as_typed::<bf16>().is_err()); // not bfloat16: TypeError, buffer kept
+///     assert!(buf.as_typed::<bf16>().is_err()); // not bfloat16: ItemTypeError, buffer kept
 ///     let floats: &PyXBuffer<f32> = buf.as_typed::<f32>()?;
 ///     assert_eq!(floats.as_slice(), Some(&[1.0, 2.0][..]));
 ///     Ok(())
@@ -651,7 +652,7 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
                      pyxbuf::custom_element!)"
                 .to_owned(),
         };
-        PyTypeError::new_err(format!(
+        let message = format!(
             "pyxbuf: the buffer of '{owner}' holds items of format '{}' ({} each), but \
              PyXBuffer<{}> needs format '{}' ({} each); convert the array (e.g. \
              numpy's .astype) {fix}",
@@ -660,7 +661,8 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
             short_type_name::<T>(),
             T::FORMAT.to_string_lossy(),
             count(mem::size_of::<T>() as u64, "byte", "bytes"),
-        ))
+        );
+        item_type_error(self.py, message)
     }
 
     #[inline(never)]
@@ -714,7 +716,9 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
         })
     }
 
-    /// The same view as items of `T`: `TypeError` naming both formats when
+    /// The same view as items of `T`: `pyxbuf.ItemTypeError` (a `TypeError`
+    /// and a `BufferError`, [`item_type_error_class`](crate::item_type_error_class))
+    /// naming both formats when
     /// the format is not `T`'s (the view is released then; use
     /// [`as_typed`](Self::as_typed) to try several types).
     pub fn into_typed<T: Element>(self) -> PyResult<PyXBuffer<'py, T, M>> {
@@ -727,7 +731,7 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
         })
     }
 
-    /// This view as items of `T`, borrowed: `TypeError` naming both formats
+    /// This view as items of `T`, borrowed: `pyxbuf.ItemTypeError` naming both formats
     /// when the format is not `T`'s, and the buffer stays usable.
     pub fn as_typed<T: Element>(&self) -> PyResult<&PyXBuffer<'py, T, M>> {
         self.try_typed()
