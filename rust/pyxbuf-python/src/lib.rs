@@ -551,7 +551,11 @@ fn pyxbuf_python(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // BufferError), whichever copy of libpyxbuf made it first.
     m.add("ItemTypeError", pyxbuf::item_type_error_class(m.py())?)?;
     m.add("__version__", pyxbuf::library_version())?;
-    m.add("EMULATED_DEVICE", cfg!(feature = "emulated-device"))?;
+    // The emulated device's name where this build has it (a development
+    // install: `to_device(x, pyxbuf.EMULATED_DEVICE)` works), else None (the
+    // release wheel never carries it).
+    let emulated: Option<&str> = cfg!(feature = "emulated-device").then_some("ext_dev:0");
+    m.add("EMULATED_DEVICE", emulated)?;
     for (name, value) in [
         ("PyBUF_SIMPLE", ffi::PyBUF_SIMPLE),
         ("PyBUF_WRITABLE", ffi::PyBUF_WRITABLE),

@@ -117,6 +117,19 @@ def test_refusals_are_buffer_errors():
 
 
 @pytest.mark.skipif(not pyxbuf.EMULATED_DEVICE, reason="built without the emulated device")
+def test_emulated_device_names_a_device_to_device_takes():
+    """issue 50 item 10: it was True/False, and to_device(a, EMULATED_DEVICE)
+    said "unknown device 'True'"."""
+    assert pyxbuf.EMULATED_DEVICE == "ext_dev:0"
+    a = np.arange(4, dtype=np.float32)
+    d = pyxbuf.to_device(a, pyxbuf.EMULATED_DEVICE)
+    assert d.device == pyxbuf.EMULATED_DEVICE
+    e = pyxbuf.exporter((2,), "f", device=pyxbuf.EMULATED_DEVICE)
+    assert e.device == pyxbuf.EMULATED_DEVICE
+    assert np.asarray(pyxbuf.to_device(d, "cpu")).tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+@pytest.mark.skipif(not pyxbuf.EMULATED_DEVICE, reason="built without the emulated device")
 def test_to_device_and_back():
     a = np.arange(8, dtype=np.int32)
     d = pyxbuf.to_device(a, "ext_dev:0")

@@ -3,7 +3,10 @@
 from typing import Any, Final
 
 __version__: Final[str]
-EMULATED_DEVICE: Final[bool]
+EMULATED_DEVICE: Final[str | None]
+"""``"ext_dev:0"``, the guarded emulated device, where this build has it (a
+development install): a device ``to_device`` and ``exporter(device=)`` take.
+``None`` in the release wheel, which never carries it."""
 
 PyBUF_SIMPLE: Final[int]
 PyBUF_WRITABLE: Final[int]
