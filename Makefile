@@ -70,7 +70,7 @@ help:
 	@echo '  fuzz-borrows          the borrow registry property test on a random seed, FUZZ_SECONDS-sized'
 
 	@echo 'Interpreters:'
-	@echo '  pythons               CPython $(PYTHON_SPECS) from Debian sources into $(PYTHONS)'
+	@echo '  pythons               CPython $(PYTHON_SPECS) into $(PYTHONS) (Debian sources; 3.12: pyenv'"'"'s)'
 	@echo '  pythons-tsan          a ThreadSanitizer CPython 3.14t, likewise'
 	@echo '  python-pep            CPython 3.15 with the patch series in cpython/ (3.15-pep), likewise'
 	@echo '  test-python-pep       CPython'"'"'s own tests of what the series touches, on 3.15-pep'
@@ -213,8 +213,9 @@ wheel: venv
 # DIST_PYTHONS (the interpreters built first, as `make pythons` does; 3.11 is
 # the machine's), each checked by `auditwheel show` and by the wheel
 # consumers' tests in a new venv; an sdist that builds; `twine check`. Into
-# dist/. CPython 3.12 cannot be fetched here (tools/dist.sh says why).
-DIST_PYTHONS ?= 3.11 3.13 3.14 3.14t 3.15
+# dist/. 3.12 is pyenv's where the machine has it (tools/pythons.sh), else
+# SKIPPED.
+DIST_PYTHONS ?= 3.11 3.12 3.13 3.14 3.14t 3.15
 dist: venv
 	$(if $(filter-out 3.11,$(DIST_PYTHONS)),PYXBUF_PYTHONS=$(PYTHONS) JOBS=$(JOBS) tools/pythons.sh \
 	    $(filter-out 3.11,$(DIST_PYTHONS)))
@@ -531,9 +532,11 @@ test-tsan: tsan-build
 # CPython 3.13, 3.14, free-threaded 3.14t and 3.15, and a ThreadSanitizer
 # 3.14t, built from Debian's source packages into a cache outside the
 # repository ($(PYTHONS), reused; each rebuilt when missing; a few minutes
-# each on 2 cores): tools/pythons.sh says how.
+# each on 2 cores): tools/pythons.sh says how. 3.12 is pyenv's CPython 3.12
+# where the machine has one (no source of it is reachable), else SKIPPED.
+# 3.11-numpy1 is the machine's CPython 3.11.
 PYTHONS ?= $(HOME)/.cache/pyxbuf/pythons
-PYTHON_SPECS ?= 3.11-numpy1 3.13 3.14 3.14t 3.15 3.15-pep
+PYTHON_SPECS ?= 3.11-numpy1 3.12 3.13 3.14 3.14t 3.15 3.15-pep
 pythons:
 	PYXBUF_PYTHONS=$(PYTHONS) JOBS=$(JOBS) tools/pythons.sh $(PYTHON_SPECS)
 

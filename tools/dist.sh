@@ -3,7 +3,8 @@
 # package, built and checked as a user of a released package would get them.
 #
 #   - one wheel per interpreter (maturin build --release): the machine's
-#     CPython 3.11 and those `make pythons` builds (3.13, 3.14, 3.14t, 3.15);
+#     CPython 3.11 and those `make pythons` provides (3.12, pyenv's; 3.13,
+#     3.14, 3.14t, 3.15, built);
 #     each checked with `auditwheel show`, which must name a manylinux tag
 #     (maturin builds against the machine's glibc and tags the wheel with the
 #     oldest manylinux policy its symbols allow);
@@ -14,15 +15,17 @@
 #     consumers' tests (`make test-wheel`'s: C, CMake, Cython, nanobind and
 #     pybind11 extensions built against the installed wheel).
 #
-# CPython 3.12 is not in the list: no 3.12 source or binary is reachable from
-# this machine (Debian's archive serves 3.13-3.15 sources only). Work in
-# target/dist/; artefacts in dist/. DIST_PYTHONS overrides the list.
+# CPython 3.12 is pyenv's where the machine has one (no 3.12 source is
+# reachable: Debian's archive serves 3.13-3.15 only); where `make pythons`
+# found none (its <spec>.skipped in the cache), that line says SKIPPED and
+# does not fail. Work in target/dist/; artefacts in dist/. DIST_PYTHONS
+# overrides the list.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PYTHONS=${PYXBUF_PYTHONS:-$HOME/.cache/pyxbuf/pythons}
 VPY=${VPY:-$ROOT/.venv/bin/python}
 JOBS=${JOBS:-2}
-SPECS=(${DIST_PYTHONS:-3.11 3.13 3.14 3.14t 3.15})
+SPECS=(${DIST_PYTHONS:-3.11 3.12 3.13 3.14 3.14t 3.15})
 WORK=$ROOT/target/dist
 DIST=$ROOT/dist
 say() { printf 'dist: %s\n' "$*" >&2; }
@@ -53,6 +56,9 @@ fi
 
 for spec in "${SPECS[@]}"; do
     py=$(interpreter "$spec") || py=""
+    if [ -z "$py" ] && [ -f "$PYTHONS/$spec.skipped" ]; then
+        LINES+=("$spec: SKIPPED ($(cat "$PYTHONS/$spec.skipped"))"); continue
+    fi
     if [ -z "$py" ]; then
         say "$spec: no interpreter (make pythons PYTHON_SPECS=$spec)"; LINES+=("$spec: no interpreter FAILED")
         status=1; continue

@@ -4,8 +4,11 @@
 # installs each under a cache outside the repository, reused while it is
 # there and rebuilt when it is missing:
 #
-#   tools/pythons.sh 3.13 3.14 3.14t 3.15 3.14t-tsan 3.15-pep
+#   tools/pythons.sh 3.12 3.13 3.14 3.14t 3.15 3.14t-tsan 3.15-pep
 #
+# 3.12 is pyenv's CPython 3.12 where the machine has one (see prebuilt below),
+# else a build as the others are when Debian's archive has its source, else
+# SKIPPED.
 # 3.14t is the free-threaded build (--disable-gil); 3.14t-tsan the same with
 # --with-thread-sanitizer. 3.15-headers is no interpreter: stock 3.15's
 # configured headers alone (configure as the builds are, then `make
@@ -126,6 +129,55 @@ system_python() {
     say "$spec: the machine's CPython at $home"
 }
 
+# 3.12: Debian's archive serves no python3.12 source (3.13-3.15 only), but
+# this machine's image ships pyenv's CPython 3.12 ($PYENV_ROOT/versions/3.12.*,
+# shared libpython with its rpath set, headers, pip). The newest final release
+# there that can stand in for a build of ours (checked below) is linked into
+# the cache as 3.11-numpy1's interpreter is. Without one, a cached or new build
+# from Debian's source as for 3.13 when the archive has one; with neither,
+# $CACHE/<spec>.skipped says where it looked: `make test-matrix` and `make
+# dist` print SKIPPED with that reason, and nothing fails. Returns 0 when the
+# spec is settled (linked or skipped), 1 when it is to be built from source.
+PYENV_VERSIONS=${PYENV_ROOT:-$HOME/.pyenv}/versions
+usable_check='
+import os, sys, sysconfig, venv, ensurepip, ssl, zlib, ctypes, sqlite3
+minor, home = sys.argv[1], os.path.realpath(sys.argv[2])
+assert sys.implementation.name == "cpython" and "%d.%d" % sys.version_info[:2] == minor, sys.version
+assert os.path.realpath(sys.base_prefix) == home, sys.base_prefix
+assert sysconfig.get_config_var("Py_ENABLE_SHARED") == 1, "no shared libpython"
+assert not sysconfig.get_config_var("Py_GIL_DISABLED"), "free-threaded"
+lib = os.path.join(sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("LDLIBRARY"))
+assert os.path.realpath(lib).startswith(os.path.join(home, "lib", "")) and os.path.exists(lib), lib
+assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")), "no Python.h"
+'
+pyenv_python() {
+    local minor=$1 home why
+    for home in $(ls -d "$PYENV_VERSIONS/$minor".* 2>/dev/null | grep -E "/$minor\.[0-9]+\$" | sort -rV); do
+        if why=$("$home/bin/python3" -c "$usable_check" "$minor" "$home" 2>&1); then
+            echo "$home"
+            return 0
+        fi
+        say "python$minor: $home does not do: $(echo "$why" | tail -1)"
+    done
+    return 1
+}
+prebuilt() {
+    local spec=$1 minor=$2 prefix="$CACHE/$1" home
+    mkdir -p "$CACHE" && rm -f "$CACHE/$spec.skipped"
+    if home=$(pyenv_python "$minor"); then
+        rm -rf "$prefix" && ln -sfn "$home" "$prefix"
+        say "$spec: pyenv's CPython at $home ($("$home/bin/python3" -V))"
+        return 0
+    fi
+    [ -L "$prefix" ] && rm -f "$prefix" # a pyenv interpreter linked before, gone now
+    [ -f "$prefix/.complete" ] && return 1 # built from source before
+    (fetch "$minor") >/dev/null && return 1
+    local why="no CPython $minor in $PYENV_VERSIONS, no python$minor source under $POOL/python$minor"
+    echo "$why" >"$CACHE/$spec.skipped"
+    say "$spec: SKIPPED ($why)"
+    return 0
+}
+
 # Fetches python$minor's source and unpacks it into a clean
 # $CACHE/build/<spec> (the installation $CACHE/<spec> removed); prints the
 # tarball's path.
@@ -163,12 +215,13 @@ build() {
     local spec=$1 minor=${1%%[t-]*} flags=() patched=0
     case $spec in
         *-numpy1) system_python "$spec" "$minor"; return ;;
+        3.12) prebuilt "$spec" "$minor" && return ;;
         *-headers) headers_only "$spec" "$minor"; return ;;
         *-pep) patched=1 ;;
         *t-tsan) flags=(--disable-gil --with-thread-sanitizer) ;;
         *t) flags=(--disable-gil) ;;
         [0-9].[0-9]*) ;;
-        *) say "unknown interpreter '$spec' (3.13, 3.14, 3.14t, 3.15, 3.14t-tsan, 3.15-pep, 3.15-headers ...)"; exit 2 ;;
+        *) say "unknown interpreter '$spec' (3.12, 3.13, 3.14, 3.14t, 3.15, 3.14t-tsan, 3.15-pep, 3.15-headers ...)"; exit 2 ;;
     esac
     local prefix="$CACHE/$spec" stamp=""
     [ $patched = 1 ] && stamp=$(series_hash)
@@ -203,7 +256,7 @@ build() {
     say "$spec: $("$prefix/bin/python3" -VV | head -1) at $prefix"
 }
 
-[ $# -gt 0 ] || { say "usage: $0 3.13 3.14 3.14t 3.15 3.14t-tsan 3.15-pep | --source 3.14"; exit 2; }
+[ $# -gt 0 ] || { say "usage: $0 3.12 3.13 3.14 3.14t 3.15 3.14t-tsan 3.15-pep | --source 3.14"; exit 2; }
 # --source 3.14: only fetch and verify that version's source tarball; print its path
 # (tools/check-windows.sh takes CPython's Windows headers from it).
 if [ "$1" = --source ]; then fetch "$2"; exit 0; fi
