@@ -14,6 +14,7 @@ import gc
 import os
 import subprocess
 import sys
+import sysconfig
 
 import numpy as np
 import pytest
@@ -111,7 +112,10 @@ def test_the_accessor_leaks_nothing():
         with pytest.raises(cls):
             cxx_b.sum_raw(b"abcd")
     gc.collect()
-    assert sys.getrefcount(cls) == rc
+    # A class's count is deferred on free-threaded builds (3.14t): there
+    # sys.getrefcount is no count, and the loops above check the rest.
+    if not sysconfig.get_config_var("Py_GIL_DISABLED"):
+        assert sys.getrefcount(cls) == rc
 
 
 @pytest.mark.parametrize("first", ["_pyxbuf_cxx_a", "_pyxbuf_second_copy", "_pyxbuf_testext",
