@@ -57,19 +57,29 @@ def sync():
         cupy.cuda.runtime.deviceSynchronize()
 
 
-def gbps(fn, n, runs=RUNS):
-    """Median GB/s of fn() (which returns what must stay alive until timed)."""
-    keep = fn()
-    sync()
-    del keep
+def median_seconds(fn, runs, warmups=1, time_the_drop=False):
+    """Median seconds of fn() and a device synchronisation, after `warmups`
+    untimed calls; what fn returns is dropped after each call, inside the
+    timing when `time_the_drop` (a per-call cost: the free is part of it)."""
+    for _ in range(warmups):
+        keep = fn()
+        sync()
+        del keep
     times = []
     for _ in range(runs):
         t0 = time.perf_counter()
         keep = fn()
         sync()
+        if time_the_drop:
+            del keep
         times.append(time.perf_counter() - t0)
-        del keep
-    return n / statistics.median(times) / 1e9
+        keep = None
+    return statistics.median(times)
+
+
+def gbps(fn, n, runs=RUNS):
+    """Median GB/s of fn() (which returns what must stay alive until timed)."""
+    return n / median_seconds(fn, runs) / 1e9
 
 
 def check_equal(host_bytes, a, what):
@@ -155,20 +165,8 @@ def alloc_free():
 
 
 def per_call_us(fn, runs):
-    """Median microseconds of fn() and dropping what it returns (with a
-    device synchronisation, as gbps), after a few warm-up calls."""
-    for _ in range(3):
-        keep = fn()
-        sync()
-        del keep
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        keep = fn()
-        sync()
-        del keep
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e6
+    """Median microseconds of fn() per call, after a few warm-up calls."""
+    return median_seconds(fn, runs, warmups=3, time_the_drop=True) * 1e6
 
 
 def small_copies():

@@ -10,6 +10,7 @@
 #include "device/device.h" /* linked statically: pyxbuf's device blocks */
 #include "device/emulated.h"
 #include "testing.h"
+#include "emulated_fixture.h"
 
 #include <pthread.h>
 #include <sys/wait.h>
@@ -17,14 +18,6 @@
 
 #define KIB ((size_t)1 << 10)
 #define MIB ((size_t)1 << 20)
-
-static pyxbuf_backend emulated(void) {
-    pyxbuf_error err;
-    pyxbuf_backend b;
-    CHECK(pyxbuf_emulated_register(&err) == 0);
-    CHECK(pyxbuf_backend_get(PYXBUF_DL_EXT_DEV, &b, &err) == 0);
-    return b;
-}
 
 static pyxbuf_emulated_pool_stats stats(void) {
     pyxbuf_emulated_pool_stats st;

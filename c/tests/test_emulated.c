@@ -7,6 +7,7 @@
 #include "device/emulated.h"
 #include "device/emulated_internal.h" /* the copies' table and their lock's address */
 #include "python_fixture.h"
+#include "emulated_fixture.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -15,14 +16,6 @@
 #include <unistd.h>
 
 #define MIB ((size_t)1 << 20)
-
-static pyxbuf_backend emulated(void) {
-    pyxbuf_error err;
-    pyxbuf_backend b;
-    CHECK(pyxbuf_emulated_register(&err) == 0);
-    CHECK(pyxbuf_backend_get(PYXBUF_DL_EXT_DEV, &b, &err) == 0);
-    return b;
-}
 
 /* ------------------------------------------------------------------------- */
 /* fork(): the child's device memory is the parent's as it was at fork()      */

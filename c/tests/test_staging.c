@@ -8,6 +8,7 @@
 #include "device/device.h" /* linked statically: the pool and the pipeline */
 #include "device/emulated.h"
 #include "testing.h"
+#include "emulated_fixture.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -16,14 +17,6 @@
 #include <unistd.h>
 
 #define CLASS ((size_t)256 << 10) /* a size that is its own size class */
-
-static pyxbuf_backend emulated(void) {
-    pyxbuf_error err;
-    pyxbuf_backend b;
-    CHECK(pyxbuf_emulated_register(&err) == 0);
-    CHECK(pyxbuf_backend_get(PYXBUF_DL_EXT_DEV, &b, &err) == 0);
-    return b;
-}
 
 static void configure(uint64_t cap, int32_t threads) {
     pyxbuf_transfer_config c = {.size = sizeof c};
