@@ -194,7 +194,11 @@ PYXBUF_API PyObject *pyxbuf_item_type_error(void);
  * Either pyxbuf's registry gave it (a producer that knows nothing of borrows)
  * or a producer whose own hold on the memory is cooperative (a zero-copy
  * wrapper of tracked memory) did. Other pyxbuf consumers respect it; code that
- * bypasses pyxbuf does not. A producer may set it, never without a grant. */
+ * bypasses pyxbuf does not. A producer may set it, never without a grant.
+ * pyxbuf_get leaves it clear (the grant enforced, no registry entry) for a
+ * shared borrow of memory nobody can write: every byte the view reaches lies
+ * in an exact bytes object, exported directly or through read-only
+ * memoryviews or NumPy arrays whose base chain ends in it. */
 #define PYXBUF_EXT_TRACKED 0x4
 #define PYXBUF_EXT_ALL (PYXBUF_EXT_SHARED | PYXBUF_EXT_EXCLUSIVE | PYXBUF_EXT_TRACKED)
 

@@ -128,7 +128,9 @@ PATHS = [
     ("classic-bytes", lambda: bytes(range(200)), RO, "classic"),
     ("classic-memoryview-strided", lambda: memoryview(host_values(512).reshape(16, 32))[::3],
      RO, "classic"),
-    ("classic-tracked-shared", lambda: bytes(range(200)), SHARED, "classic"),
+    ("classic-tracked-shared", lambda: bytearray(range(200)), SHARED, "classic"),
+    # bytes' memory is immutable: an enforced grant, no registry entry.
+    ("classic-bytes-enforced-shared", lambda: bytes(range(200)), SHARED, "classic"),
     ("dlpack", lambda: t.DLPackProducer(host_values()), RO, "dlpack"),
     ("dlpack-legacy", lambda: t.DLPackProducer(host_values(), versioned=False), RO, "dlpack"),
     ("dlpack-device", lambda: t.DLPackProducer(t.to_device(host_values(), DEV1)), DEVICE_VIEW,

@@ -11,6 +11,7 @@
  * it first keeps classic CPU arrays on the fast path. */
 
 #include "acquire/acquire.h"
+#include "acquire/immutable.h"
 #include "borrow/tracked_fast.h"
 
 #include <stdio.h>
@@ -289,9 +290,26 @@ static int refuse_no_protocol(PyObject *obj) {
  * borrow asked for from pyxbuf's cooperative registry. */
 static int track_if_asked(PyObject *obj, pyxbuf_view *view, int32_t flags) {
     if (PYXBUF_LIKELY(!(flags & BORROW_FLAGS))) return 0;
+    if ((flags & (BORROW_FLAGS | PyBUF_WRITABLE)) == PYXBUF_BORROW_SHARED &&
+        view->base.readonly && pyxbuf__grant_if_immutable(view))
+        return 0; /* bytes' memory: enforced by construction (immutable.c) */
     if (pyxbuf__tracked_acquire(obj, view, flags) == 0) return 0;
     pyxbuf_release(view);
     return -1;
+}
+
+/* A shared borrow of a read-only host view (no writable or exclusive bit):
+ * enforced when the memory is bytes' (immutable.c), else tracked. 0 when
+ * granted; -1 refused (view released, exception set). */
+static PYXBUF_COLD int readonly_shared(PyObject *obj, pyxbuf_view *view, int32_t flags) {
+    if (pyxbuf__grant_if_immutable(view) || pyxbuf__tracked_shared_fast(view, 1)) return 0;
+    return track_if_asked(obj, view, flags);
+}
+
+/* The same in classic_fast_call's answers: 1 granted, -2 refused. */
+static PYXBUF_NOINLINE int classic_readonly_shared(PyObject *obj, pyxbuf_view *view,
+                                                   int32_t flags) {
+    return readonly_shared(obj, view, flags) == 0 ? 1 : -2;
 }
 
 /* The fast path's failures, out of line so that the fast path keeps no
@@ -331,6 +349,10 @@ static PYXBUF_ALWAYS_INLINE int classic_fast_call(PyObject *obj, PyTypeObject *t
              * register saved for it (a classic producer's view is host
              * memory); the rest, and its refusals, through track_if_asked. */
             view->state = PYXBUF__STATE_ACQUIRED;
+            /* Read-only memory may be bytes', immutable: one test on the
+             * writable producers' way, the rest out of line (a tail call,
+             * so the inline grant below still saves no register). */
+            if (PYXBUF_UNLIKELY(view->base.readonly)) return classic_readonly_shared(obj, view, flags);
             if (PYXBUF_LIKELY(pyxbuf__tracked_shared_fast(view, 1))) return 1;
             return track_if_asked(obj, view, flags) == 0 ? 1 : -2;
         }
@@ -459,9 +481,10 @@ static PYXBUF_NOINLINE int get_by_numpy(PyObject *obj, pyxbuf_view *view, int32_
         view->state = PYXBUF__STATE_ACQUIRED;
         /* A shared borrow: the common grant inline, as on the classic fast
          * path (an array read from its struct is host memory). */
-        if ((flags & (BORROW_FLAGS | PyBUF_WRITABLE)) == PYXBUF_BORROW_SHARED &&
-            PYXBUF_LIKELY(pyxbuf__tracked_shared_fast(view, 1)))
-            return 0;
+        if ((flags & (BORROW_FLAGS | PyBUF_WRITABLE)) == PYXBUF_BORROW_SHARED) {
+            if (PYXBUF_UNLIKELY(view->base.readonly)) return readonly_shared(obj, view, flags);
+            if (PYXBUF_LIKELY(pyxbuf__tracked_shared_fast(view, 1))) return 0;
+        }
         return track_if_asked(obj, view, flags);
     }
     int fast = classic_fast_call(obj, Py_TYPE(obj), view, flags);

@@ -873,6 +873,8 @@ static const char *const liar_modes[] = {
                                (called through pyxbuf only: it reads past a Py_buffer) */
     "foreign_device",       /* 29: honest: names a device of its own, "my_accel:0", which no
                                pyxbuf backend knows (its bytes are host memory) */
+    "bytes_owner",          /* 30: read-only view of its own data naming a new bytes object
+                               (a copy) as view->obj: memory outside the bytes it names */
     NULL,
 };
 
@@ -969,6 +971,10 @@ static int Liar_getbuffer(PyObject *self, Py_buffer *view, int flags) {
             x->flags |= PYXBUF_DEVICE;
             x->device = "my_accel:0";
         }
+        break;
+    case 30:
+        Py_SETREF(view->obj, PyBytes_FromStringAndSize((const char *)l->data, l->shape));
+        view->readonly = 1;
         break;
     case 26:
         if (flags & PYXBUF_BORROW_EXCLUSIVE) {

@@ -123,7 +123,9 @@
 //! Every acquisition asks for a borrow: [`Shared`] by default (read-only,
 //! nobody writes while the view lives) or [`Exclusive`] (writable, nobody
 //! else reads or writes). pyxbuf's own exporters enforce the borrow
-//! themselves; other producers (NumPy, `bytearray`, DLPack tensors...) get a
+//! themselves, and memory that cannot be written (exact `bytes`, read-only
+//! views of it) is enforced by construction; other producers (NumPy,
+//! `bytearray`, DLPack tensors...) get a
 //! *tracked* grant from pyxbuf's process-wide cooperative registry, which
 //! every pyxbuf consumer in the process respects but code that bypasses
 //! pyxbuf does not. [`Grants`] says which one a view holds, and
@@ -149,6 +151,22 @@
 //!   borrow: enforced only over an enforcing producer, `tracked` over NumPy
 //!   and every other tracked source.
 //!   [`Request::require_enforced`] accepts only these.
+//!
+//!   Memory that cannot be written at all is enforced too, by construction
+//!   and with no registry entry: the storage of an exact `bytes` object,
+//!   reached directly, through read-only `memoryview`s (slices, casts) or
+//!   through NumPy arrays whose base chain is read-only and ends in the
+//!   bytes (`np.frombuffer(b)`, NumPy 2). pyxbuf checks that every byte the
+//!   view's items touch lies in those bytes, so an exporter that names bytes
+//!   but hands out other memory stays tracked. A `bytes` subclass (it may
+//!   define its own `__buffer__`), a read-only view of mutable memory
+//!   (`memoryview(bytearray).toreadonly()`, an array with its `writeable`
+//!   flag cleared) and a read-only `mmap` (another process may write the
+//!   file) stay tracked. This is what makes releasing the GIL sound for a
+//!   crate that reads its input as bytes: `PyXBuffer::<u8>::request()
+//!   .require_enforced()` accepts `bytes`, `memoryview(bytes)` and pyxbuf's
+//!   arrays and refuses everything mutable (`docs/borrow-grants.md` in the
+//!   repository has the table per producer).
 //!
 //!   An enforcing producer grants only what it can keep. While views it does
 //!   not control are live -- a NumPy array or `memoryview` over its memory, a
