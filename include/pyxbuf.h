@@ -371,6 +371,22 @@ PYXBUF_API int pyxbuf_get_stream(PyObject *obj, pyxbuf_view *view, int32_t flags
  * no-op (an assertion in debug builds, PYXBUF_DEBUG). Needs the GIL. */
 PYXBUF_API void pyxbuf_release(pyxbuf_view *view);
 
+/* The binding whose users read this copy's messages. Every extension links
+ * its own copy of libpyxbuf; a message that names a fix names it in the terms
+ * of that copy's binding (C: "request PYXBUF_DEVICE"; Rust:
+ * "PyXBuffer::<T>::request().device()"; Python: "pyxbuf.to_device(x, "cpu")").
+ * The first call with a PYXBUF_BINDING_* value sets it for the copy's life
+ * (later values are ignored); any other value only asks. Returns the binding
+ * in effect: PYXBUF_BINDING_C until one is set. The pyxbuf module, the Rust
+ * crate, pyxbuf.hpp and pyxbuf_xview.pxi set theirs; a C extension need not
+ * call it. */
+#define PYXBUF_BINDING_C 0
+#define PYXBUF_BINDING_CXX 1
+#define PYXBUF_BINDING_CYTHON 2
+#define PYXBUF_BINDING_RUST 3
+#define PYXBUF_BINDING_PYTHON 4
+PYXBUF_API int32_t pyxbuf_message_binding(int32_t binding);
+
 /* Process-wide state shared by every copy of libpyxbuf in the process (each
  * PyO3 extension links its own static copy): a versioned table of C function
  * pointers in a PyCapsule named PYXBUF_SHARED_CAPSULE, stored as the attribute

@@ -109,6 +109,13 @@
 
 namespace PYXBUF_HPP_NAMESPACE {
 
+namespace detail {
+// This extension's copy of libpyxbuf speaks C++ in its messages (the fix a
+// refusal names is pyxbuf::view's, not C's): set when the extension loads,
+// before any acquisition.
+inline const int32_t message_binding = pyxbuf_message_binding(PYXBUF_BINDING_CXX);
+} // namespace detail
+
 // A Python exception turned into a C++ one.
 class error : public std::runtime_error {
 public:

@@ -6,6 +6,7 @@
  * get tracked grants instead: tracked.c.) */
 
 #include "borrow/borrow.h"
+#include "base/fixes.h"
 
 #include <stdio.h>
 
@@ -44,10 +45,16 @@ static PyMutex *counter_lock(const pyxbuf_borrow_counter *c) {
 /* A conflict with the live views, decided under the lock and reported after it. */
 typedef struct borrow_conflict {
     const char *asked, *why;
+    const char *fix; /* the binding's phrase (fixes.h), or NULL: release the live views */
 } borrow_conflict;
 
 static int report_conflict(const pyxbuf_borrow_counter *c, const char *owner, borrow_conflict r) {
     long long views = (long long)c->views, shared = (long long)c->shared;
+    if (r.fix != NULL) {
+        PyErr_Format(PyExc_BufferError, "pyxbuf: cannot grant %s of %s: %s; %s", r.asked,
+                     owner ? owner : "the object", r.why, r.fix);
+        return -1;
+    }
     PyErr_Format(PyExc_BufferError,
                  "pyxbuf: cannot grant %s of %s: %s (live now: %lld %s, %lld writable, "
                  "%lld shared %s, %lld exclusive); release those views first (one may be another "
@@ -85,8 +92,8 @@ static int decide_shared(const pyxbuf_borrow_counter *c, Py_buffer *view, int fl
     r->asked = "a shared borrow";
     if (flags & PyBUF_WRITABLE) {
         r->asked = "a writable shared borrow";
-        r->why = "a shared borrow promises that nobody writes; ask for "
-                 "PYXBUF_BORROW_EXCLUSIVE to write";
+        r->why = "a shared borrow promises that nobody writes";
+        r->fix = pyxbuf__fix(PYXBUF__FIX_WRITE_EXCLUSIVE);
     } else if (c->exclusive > 0) {
         r->why = "an exclusive borrow is live";
     } else {
@@ -176,7 +183,7 @@ int pyxbuf_borrow_acquire(pyxbuf_borrow_counter *counter, Py_buffer *view, int f
         PyErr_SetString(PyExc_ValueError, "pyxbuf_borrow_acquire: counter and view are required");
         return -1;
     }
-    borrow_conflict r;
+    borrow_conflict r = {NULL, NULL, NULL};
     pyxbuf_borrow_counter seen;
     COUNTER_LOCK(counter);
     int kind = decide(counter, view, flags, &r);

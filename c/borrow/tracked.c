@@ -4,14 +4,15 @@
  * mirrored in rust-numpy's borrow checker for NumPy arrays. */
 
 #include "borrow/tracked_fast.h"
+#include "base/fixes.h"
 
 #include <stdio.h>
 
 static PYXBUF_COLD int refuse_writable_shared(PyObject *obj) {
     PyErr_Format(PyExc_BufferError,
                  "pyxbuf: cannot grant a writable shared borrow of '%.200s': a shared borrow "
-                 "promises that nobody writes; ask for PYXBUF_BORROW_EXCLUSIVE to write",
-                 Py_TYPE(obj)->tp_name);
+                 "promises that nobody writes; %s",
+                 Py_TYPE(obj)->tp_name, pyxbuf__fix(PYXBUF__FIX_WRITE_EXCLUSIVE));
     return -1;
 }
 
@@ -42,10 +43,10 @@ static PYXBUF_COLD int refuse_suboffsets(PyObject *obj, int32_t exclusive) {
     PyErr_Format(PyExc_BufferError,
                  "pyxbuf: cannot grant %s borrow of '%.200s': its view has suboffsets "
                  "(PIL-style pointers to its items), and pyxbuf's registry tracks a borrow by "
-                 "the bytes its items span, which such a view does not tell; ask without "
-                 "PYXBUF_BORROW_SHARED/PYXBUF_BORROW_EXCLUSIVE (in Rust: "
-                 "Request::without_borrow), or pass a contiguous copy",
-                 exclusive ? "an exclusive" : "a shared", Py_TYPE(obj)->tp_name);
+                 "the bytes its items span, which such a view does not tell; %s, or pass a "
+                 "contiguous copy",
+                 exclusive ? "an exclusive" : "a shared", Py_TYPE(obj)->tp_name,
+                 pyxbuf__fix(PYXBUF__FIX_WITHOUT_BORROW));
     return -1;
 }
 

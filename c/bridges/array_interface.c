@@ -37,6 +37,7 @@
  */
 
 #include "bridges/array_dict.h"
+#include "base/fixes.h"
 #include "format/format.h"
 
 #include <stdio.h>
@@ -247,9 +248,10 @@ static int describe_dtype(const names *n, const user_dtype *u, dtype_cache_entry
         return pyxbuf__dict_fail(AI,
                                  "the dtype %.100R is the custom type '%s$%s', whose size "
                                  "pyxbuf's format registry does not know (%s); register it "
-                                 "(pyxbuf_dtype_register with key '%s$%s' and itemsize %zd) to "
-                                 "read such arrays",
-                                 u->dtype, module, name, err.message, module, name, dtype_size);
+                                 "(%s with key '%s$%s' and itemsize %zd) to read such arrays",
+                                 u->dtype, module, name, err.message,
+                                 pyxbuf__fix(PYXBUF__FIX_REGISTER_DTYPE_CALL), module, name,
+                                 dtype_size);
     if (registered != dtype_size)
         return pyxbuf__dict_fail(AI,
                                  "the format '%s' has %lld-byte items in pyxbuf's registry, but "

@@ -39,6 +39,7 @@
  */
 
 #include "bridges/dlpack.h"
+#include "base/fixes.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -622,9 +623,8 @@ static int refuse_device(PyObject *obj, int32_t type, int32_t id) {
     char name[64];
     pyxbuf_device_format(&d, name, sizeof name);
     return pyxbuf__buffer_error(
-        "pyxbuf: '%.200s' holds memory on device '%s', which the host cannot read; "
-        "request PYXBUF_DEVICE and read view->device, or copy it to the host first",
-        Py_TYPE(obj)->tp_name, name);
+        "pyxbuf: '%.200s' holds memory on device '%s', which the host cannot read; %s",
+        Py_TYPE(obj)->tp_name, name, pyxbuf__fix(PYXBUF__FIX_DEVICE_VIEW));
 }
 
 static int acquire_py(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream) {

@@ -3,6 +3,7 @@
  * the only place that names them (backend_table.c keeps the table). */
 
 #include "device/device.h"
+#include "base/fixes.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -47,10 +48,9 @@ int pyxbuf_backend_get(int32_t device_type, pyxbuf_backend *out, pyxbuf_error *e
     ensure_builtins();
     if (pyxbuf__backend_lookup(device_type, out)) return 0;
     return pyxbuf__error(err, PYXBUF_EUNSUPPORTED, -1,
-                         "no pyxbuf backend for device type %d (%s) is registered; register one "
-                         "with pyxbuf_backend_register or copy the data to the host where it "
-                         "lives",
-                         (int)device_type, pyxbuf_device_type_name(device_type));
+                         "no pyxbuf backend for device type %d (%s) is registered; %s",
+                         (int)device_type, pyxbuf_device_type_name(device_type),
+                         pyxbuf__fix(PYXBUF__FIX_NO_BACKEND));
 }
 
 int pyxbuf__backend_find_pointer(const void *ptr, pyxbuf_device *device, pyxbuf_backend *backend,

@@ -18,12 +18,34 @@
 
 static PyObject *exporter_type_object = NULL; /* a type; kept for the process */
 
+/* A request for the format of custom items without PYXBUF__EXTENDED_FORMAT:
+ * a classic consumer, which cannot read it (format/format.h). Refused, so
+ * that np.asarray, whose memoryview of the exporter fails, falls back to
+ * __array__ (NumPy's _array_from_array_like clears that error and tries
+ * __array_struct__, __array_interface__, then __array__) instead of failing
+ * on the format ("... is not a valid PEP 3118 buffer format string"). */
+static int refuse_classic_format(pyxbuf__exporter *e, Py_buffer *view) {
+    view->obj = NULL;
+    PyErr_Format(PyExc_BufferError,
+                 "pyxbuf.Exporter: its format '%.200s' holds a custom type, which a classic "
+                 "buffer consumer (memoryview, bytes(), np.frombuffer) cannot read; for a NumPy "
+                 "array of its NumPy dtype use np.asarray(exporter) (zero-copy), for the items "
+                 "pyxbuf's consumers (pyxbuf.inspect, PyXBuffer<T> in Rust, pyxbuf_get in C)",
+                 e->desc.format);
+    return -1;
+}
+
 /* The exporter's event (device_info) may be replaced by another thread
  * (pyxbuf_exporter_set_event): a view is filled in a critical section on the
  * exporter, so it sees one event or the other. */
 static int exporter_getbuffer(PyObject *self, Py_buffer *view, int flags) {
     pyxbuf__exporter *e = (pyxbuf__exporter *)self;
     int rc;
+    /* (Device memory a request without PYXBUF_DEVICE cannot have: fill.c
+     * says so, the first thing to fix.) */
+    if (PYXBUF_UNLIKELY(e->custom_format) && (flags & PyBUF_FORMAT) &&
+        !(flags & PYXBUF__EXTENDED_FORMAT) && (e->desc.device == NULL || (flags & PYXBUF_DEVICE)))
+        return refuse_classic_format(e, view);
     Py_BEGIN_CRITICAL_SECTION(self);
     rc = pyxbuf_export_fill(view, self, flags, &e->desc);
     Py_END_CRITICAL_SECTION();
@@ -104,10 +126,12 @@ static PyMethodDef exporter_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "__array__($self, /, dtype=None, *, copy=None)\n--\n\n"
      "A NumPy array of the memory: a zero-copy view through the buffer protocol, or a copy. "
-     "`dtype` the NumPy dtype wanted (None: the buffer's own); `copy` True (always copy), "
-     "False (never: ValueError when `dtype` needs one) or None (copy only when needed). The "
-     "buffer's BufferError when a borrow forbids the view (np.asarray would otherwise return "
-     "a 0-d object array)."},
+     "Custom items ('[ml_dtypes$bfloat16]', a registered '[module$name]') come as their "
+     "NumPy dtype (ml_dtypes.bfloat16, np.dtype(module.name)), strides and read-only flag "
+     "kept; pyxbuf.ItemTypeError when NumPy has none. `dtype` the NumPy dtype wanted (None: "
+     "the buffer's own); `copy` True (always copy), False (never: ValueError when `dtype` "
+     "needs one) or None (copy only when needed). The buffer's BufferError when a borrow "
+     "forbids the view (np.asarray would otherwise return a 0-d object array)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -160,7 +184,9 @@ PyTypeObject *pyxbuf_exporter_type(void) {
     if (published != NULL) return (PyTypeObject *)published;
     PyObject *tp = PyType_FromSpec(&exporter_spec);
     if (tp == NULL) return NULL;
-    int32_t supported = PYXBUF_CLASSIC_FLAGS | PYXBUF_EXTENDED_FLAGS;
+    /* PYXBUF__EXTENDED_FORMAT: pyxbuf's consumers say that they read custom
+     * items; a request for their format without it is refused. */
+    int32_t supported = PYXBUF_CLASSIC_FLAGS | PYXBUF_EXTENDED_FLAGS | PYXBUF__EXTENDED_FORMAT;
     if (pyxbuf_type_set_supported_flags((PyTypeObject *)tp, supported) < 0 ||
         pyxbuf_type_set_dlpack_exchange_api((PyTypeObject *)tp) < 0) {
         Py_DECREF(tp);
@@ -241,6 +267,16 @@ static int adopt_dims(pyxbuf__exporter *e, const pyxbuf_export_desc *d) {
     return pyxbuf__desc_nbytes(&e->desc, e->itemsize, &e->nbytes);
 }
 
+/* 1 when `format` holds a custom type anywhere in it. A format the parser
+ * refuses (an exporter sized by its given itemsize) is judged by its '['. */
+static int holds_custom_type(const char *format) {
+    pyxbuf_format f;
+    if (pyxbuf_format_parse(format, &f, NULL) < 0) return strchr(format, '[') != NULL;
+    int custom = (f.flags & PYXBUF_FMTF_HAS_CUSTOM) != 0;
+    pyxbuf_format_clear(&f);
+    return custom;
+}
+
 /* Copy the caller's description into `e`: what it points to becomes the
  * exporter's own (freed in exporter_dealloc), the memory itself excepted. */
 static int adopt_desc(pyxbuf__exporter *e, const pyxbuf_export_desc *d) {
@@ -251,6 +287,7 @@ static int adopt_desc(pyxbuf__exporter *e, const pyxbuf_export_desc *d) {
     e->desc.device_info = NULL;
     e->desc.format = copy_string(d->format ? d->format : "B");
     if (e->desc.format == NULL || adopt_device(e, d) < 0) return -1;
+    e->custom_format = holds_custom_type(e->desc.format);
     return adopt_dims(e, d);
 }
 

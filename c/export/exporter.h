@@ -6,6 +6,7 @@
 
 #include "export/export.h"
 #include "borrow/borrow.h"
+#include "format/format.h"
 
 typedef struct pyxbuf__exporter {
     PyObject_HEAD
@@ -21,6 +22,10 @@ typedef struct pyxbuf__exporter {
     /* Strides in items (DLPack's unit), after shape and strides in the same
      * block; NULL when a byte stride is not a whole number of items. */
     Py_ssize_t *item_strides;
+    /* 1 when the format holds a custom type ("[id$payload]"): a request
+     * for the format without PYXBUF__EXTENDED_FORMAT is refused (a classic
+     * consumer cannot read it), and __array__ finds the type's NumPy dtype. */
+    int custom_format;
 } pyxbuf__exporter;
 
 /* Exporter attributes (exporter_attrs.c), for the type's tables. */
@@ -29,7 +34,9 @@ PyObject *pyxbuf__exporter_get_strides(PyObject *self, void *closure);
 PyObject *pyxbuf__exporter_get_format(PyObject *self, void *closure);
 PyObject *pyxbuf__exporter_get_device(PyObject *self, void *closure);
 PyObject *pyxbuf__exporter_get_borrows(PyObject *self, void *closure);
-/* __array__(dtype=None, copy=None): NumPy's conversion (exporter_attrs.c). */
+/* __array__(dtype=None, copy=None): NumPy's conversion (exporter_attrs.c):
+ * through the buffer protocol, or for custom items an ndarray of the type's
+ * NumPy dtype over a view of the exporter. */
 PyObject *pyxbuf__exporter_array(PyObject *self, PyObject *args, PyObject *kwargs);
 /* __cuda_array_interface__ (v3) of CUDA memory; AttributeError elsewhere. */
 PyObject *pyxbuf__exporter_get_cai(PyObject *self, void *closure);

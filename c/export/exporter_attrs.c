@@ -1,9 +1,10 @@
 /* exporter_attrs.c -- pyxbuf.Exporter's Python attributes (shape, strides,
- * format, device, borrows, __cuda_array_interface__), its __array__ and the
- * device names its methods take. */
+ * format, device, borrows, __cuda_array_interface__), its __array__ (with the
+ * NumPy dtypes of custom items) and the device names its methods take. */
 #include "bridges/dlpack.h"
 #include "export/exporter.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,13 +165,347 @@ PyObject *pyxbuf__exporter_get_cai(PyObject *self, void *closure) {
                          "strides", cai_strides(e), "version", 3, "stream", stream);
 }
 
+/* ------------------------------------------------------------------------- */
+/* __array__, and the NumPy dtypes of custom items                           */
+/* ------------------------------------------------------------------------- */
+
+/* A NumPy dtype is found for custom items ("[id$payload;...]", one item) by
+ * the rule the __array_interface__ bridge reads NumPy's user dtypes by
+ * (bridges/array_interface.c), run backwards: "[module$name]" is
+ * np.dtype(module.name) -- ml_dtypes.bfloat16, quaternion.quaternion -- and a
+ * struct$ or buffer$ alternative is a classic format, which NumPy parses
+ * itself. The alternatives are tried in order and the first that gives a
+ * dtype wins ("consumers can and should, stop as soon as they understand the
+ * first one"). A dtype is taken only when its items are the exporter's size
+ * and hold no Python objects (the memory is raw bytes: an object dtype, or
+ * StringDType's references, would read them as pointers). pyxbuf imports
+ * the module of a type its format registry knows (ml_dtypes' built in, the
+ * registered ones); any other module only when it is imported already: a
+ * format string names no module to run. */
+
+/* Appends the reason an alternative gave no dtype to `reasons`; -1 on error. */
+static int note(PyObject *reasons, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    PyObject *text = PyUnicode_FromFormatV(fmt, ap);
+    va_end(ap);
+    if (text == NULL) return -1;
+    int rc = PyList_Append(reasons, text);
+    Py_DECREF(text);
+    return rc;
+}
+
+/* The pending exception as the reason `alt` gave no dtype, when it says so
+ * (a module or attribute that is not there, np.dtype's or NumPy's parser's
+ * refusal); 0, or -1 with other exceptions (MemoryError, KeyboardInterrupt)
+ * left pending. */
+static int note_failure(PyObject *reasons, PyObject *alt, const char *what) {
+    if (!PyErr_ExceptionMatches(PyExc_ImportError) &&
+        !PyErr_ExceptionMatches(PyExc_AttributeError) &&
+        !PyErr_ExceptionMatches(PyExc_TypeError) && !PyErr_ExceptionMatches(PyExc_ValueError) &&
+        !PyErr_ExceptionMatches(PyExc_RuntimeError))
+        return -1;
+    PyObject *exc = PyErr_GetRaisedException();
+    int rc = note(reasons, "'%U': %s raised %s: %S", alt, what, Py_TYPE(exc)->tp_name, exc);
+    Py_DECREF(exc);
+    return rc;
+}
+
+/* 1 when pyxbuf's format registry sizes the custom type "[alt]". */
+static int registry_knows(const char *alt, size_t len) {
+    char *format = PyMem_Malloc(len + 3);
+    if (format == NULL) return 0;
+    format[0] = '[';
+    memcpy(format + 1, alt, len);
+    memcpy(format + 1 + len, "]", 2);
+    int64_t size = -1;
+    int known = pyxbuf_format_itemsize(format, &size, NULL, NULL) == 0 && size > 0;
+    PyMem_Free(format);
+    return known;
+}
+
+/* np.dtype(module.name) for the alternative "module$name" (alt[0..len), the
+ * id id_len bytes); NULL with a reason noted (no exception) or an error. */
+static PyObject *named_dtype(PyObject *numpy, PyObject *alt_text, const char *alt, size_t len,
+                             size_t id_len, PyObject *reasons) {
+    PyObject *module_name = PyUnicode_FromStringAndSize(alt, (Py_ssize_t)id_len);
+    PyObject *attr = module_name ? PyUnicode_FromStringAndSize(alt + id_len + 1,
+                                                               (Py_ssize_t)(len - id_len - 1))
+                                 : NULL;
+    PyObject *module = NULL, *type = NULL, *dtype = NULL;
+    if (attr == NULL) goto done;
+    if (registry_knows(alt, len)) {
+        module = PyImport_Import(module_name);
+        if (module == NULL) note_failure(reasons, alt_text, "import");
+        goto found;
+    }
+    module = PyImport_GetModule(module_name);
+    if (module == NULL && !PyErr_Occurred())
+        note(reasons,
+             "'%U': no module '%U' is imported, and pyxbuf's format registry does not know the "
+             "type (pyxbuf imports only the modules of types it knows)",
+             alt_text, module_name);
+found:
+    if (module == NULL) goto done;
+    type = PyObject_GetAttr(module, attr);
+    if (type == NULL) {
+        note_failure(reasons, alt_text, "getattr");
+        goto done;
+    }
+    dtype = PyObject_CallMethod(numpy, "dtype", "O", type);
+    if (dtype == NULL) note_failure(reasons, alt_text, "np.dtype");
+done:
+    Py_XDECREF(type);
+    Py_XDECREF(module);
+    Py_XDECREF(attr);
+    Py_XDECREF(module_name);
+    return dtype;
+}
+
+/* One read-only item of zero bytes and a classic format, for NumPy's PEP
+ * 3118 parser (classic_dtype): NumPy reads a format only through a
+ * memoryview of a buffer, and checks the item size against it. (A
+ * memoryview of a bare Py_buffer will not do: NumPy's size check reads the
+ * type of the view's object, which that has none of. Nor will an exporter:
+ * this file may not call exporter.c, which calls it.) */
+typedef struct format_item {
+    PyObject_VAR_HEAD
+    Py_ssize_t itemsize;
+    char *format;                       /* in `bytes`, after the item */
+    _Alignas(16) unsigned char bytes[]; /* the item's zero bytes, then the format */
+} format_item;
+
+static int format_item_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+    format_item *f = (format_item *)self;
+    if (PyBuffer_FillInfo(view, self, f->bytes, f->itemsize, 1, flags) < 0) return -1;
+    view->format = (flags & PyBUF_FORMAT) ? f->format : NULL;
+    view->itemsize = f->itemsize;
+    view->ndim = 0; /* one item */
+    view->shape = view->strides = NULL;
+    return 0;
+}
+
+static void format_item_dealloc(PyObject *self) {
+    PyTypeObject *tp = Py_TYPE(self);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static PyType_Slot format_item_slots[] = {
+    {Py_tp_dealloc, (void *)format_item_dealloc},
+    {Py_bf_getbuffer, (void *)format_item_getbuffer},
+    {Py_tp_doc, (void *)"One item of a classic format, for NumPy's PEP 3118 parser."},
+    {0, NULL},
+};
+
+static PyType_Spec format_item_spec = {
+    .name = "pyxbuf._FormatItem",
+    .basicsize = (int)sizeof(format_item),
+    .itemsize = 1,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = format_item_slots,
+};
+
+static PyObject *format_item_new(const char *format, size_t len, Py_ssize_t itemsize) {
+    static PyObject *type_object = NULL; /* one per library copy, kept */
+    PyObject *type = PYXBUF__FT_LOAD_ACQUIRE(&type_object);
+    if (type == NULL) {
+        PyObject *tp = PyType_FromSpec(&format_item_spec);
+        if (tp == NULL) return NULL;
+        type = pyxbuf__publish_once(&type_object, tp);
+    }
+    Py_ssize_t size = itemsize + (Py_ssize_t)len + 1; /* both from a parsed format */
+    format_item *f = PyObject_NewVar(format_item, (PyTypeObject *)type, size);
+    if (f == NULL) return NULL;
+    memset(f->bytes, 0, (size_t)size);
+    f->itemsize = itemsize;
+    f->format = (char *)f->bytes + itemsize;
+    memcpy(f->format, format, len);
+    return (PyObject *)f;
+}
+
+/* The dtype NumPy reads the classic format payload[0..len) as (a struct$ or
+ * buffer$ payload): NumPy's own PEP 3118 parser, on one item of that format
+ * and of the exporter's `itemsize` (NumPy refuses a format of another size);
+ * NULL with a reason noted (no exception) or an error. */
+static PyObject *classic_dtype(PyObject *numpy, PyObject *alt_text, const char *payload,
+                               size_t len, Py_ssize_t itemsize, PyObject *reasons) {
+    PyObject *item = format_item_new(payload, len, itemsize);
+    PyObject *array = item ? PyObject_CallMethod(numpy, "asarray", "O", item) : NULL;
+    PyObject *dtype = array ? PyObject_GetAttrString(array, "dtype") : NULL;
+    if (item != NULL && array == NULL) note_failure(reasons, alt_text, "NumPy's parser");
+    Py_XDECREF(array);
+    Py_XDECREF(item);
+    return dtype;
+}
+
+/* `dtype` when its items can be the exporter's (`itemsize` bytes, no Python
+ * objects), with the byte order `order` ('<', '>' or '!' swap multi-byte
+ * items where the machine's differs); else NULL with a reason noted (no
+ * exception) or an error. Steals `dtype`. */
+static PyObject *checked_dtype(PyObject *dtype, PyObject *alt_text, int32_t order,
+                               Py_ssize_t itemsize, PyObject *reasons) {
+    PyObject *has = PyObject_GetAttrString(dtype, "hasobject");
+    PyObject *size = has ? PyObject_GetAttrString(dtype, "itemsize") : NULL;
+    Py_ssize_t n = size ? PyLong_AsSsize_t(size) : -1;
+    int objects = has ? PyObject_IsTrue(has) : -1;
+    Py_XDECREF(size);
+    Py_XDECREF(has);
+    if (objects < 0 || (n == -1 && PyErr_Occurred())) {
+        Py_DECREF(dtype);
+        return NULL;
+    }
+    if (objects || n != itemsize) {
+        if (objects)
+            note(reasons, "'%U': %R holds Python object references, which an exporter's raw "
+                          "memory cannot", alt_text, dtype);
+        else
+            note(reasons, "'%U': %R has %zd-byte items, the exporter's are %zd bytes", alt_text,
+                 dtype, n, itemsize);
+        Py_DECREF(dtype);
+        return NULL;
+    }
+    if (n > 1 && (order == '<' || order == '>' || order == '!')) {
+        PyObject *swapped = PyObject_CallMethod(dtype, "newbyteorder", "s",
+                                                order == '<' ? "<" : ">");
+        Py_DECREF(dtype);
+        return swapped;
+    }
+    return dtype;
+}
+
+/* The NumPy dtype of one alternative "id$payload" (alt[0..len)); NULL with
+ * a reason noted (no exception) or an error. */
+static PyObject *alternative_dtype(PyObject *numpy, const char *alt, size_t len, int32_t order,
+                                   Py_ssize_t itemsize, PyObject *reasons) {
+    const char *dollar = memchr(alt, '$', len);
+    PyObject *alt_text = PyUnicode_FromStringAndSize(alt, (Py_ssize_t)len);
+    if (alt_text == NULL) return NULL;
+    PyObject *dtype = NULL;
+    size_t id_len = dollar ? (size_t)(dollar - alt) : len;
+    if (dollar == NULL) {
+        note(reasons, "'%U': not 'id$payload'", alt_text);
+    } else if (pyxbuf__fmt_reserved_id(alt, id_len)) {
+        /* A payload is a format of its own: the outer prefix places the item
+         * only (cpython/PROPOSAL-NOTES.md, section 7). */
+        dtype = classic_dtype(numpy, alt_text, dollar + 1, len - id_len - 1, itemsize, reasons);
+        order = '@';
+    } else {
+        dtype = named_dtype(numpy, alt_text, alt, len, id_len, reasons);
+    }
+    if (dtype != NULL) dtype = checked_dtype(dtype, alt_text, order, itemsize, reasons);
+    Py_DECREF(alt_text);
+    return dtype;
+}
+
+/* The exporter's items as the first of their custom type's alternatives
+ * that NumPy has a dtype for; else pyxbuf.ItemTypeError (a TypeError and a
+ * BufferError) naming the format, what each alternative gave and what to do. */
+static PyObject *custom_dtype(const pyxbuf__exporter *e, PyObject *numpy) {
+    pyxbuf_format f;
+    pyxbuf_error err;
+    PyObject *dtype = NULL, *reasons = PyList_New(0);
+    if (reasons == NULL) return NULL;
+    if (pyxbuf_format_parse(e->desc.format, &f, &err) < 0) {
+        note(reasons, "the format is malformed: %s", err.message);
+        goto refuse;
+    }
+    const pyxbuf_format_node *nodes = pyxbuf_format_nodes(&f);
+    const pyxbuf_format_node *c = nodes[0].nchildren == 1 ? &nodes[1] : NULL;
+    if (c == NULL || c->kind != PYXBUF_FMT_CUSTOM || c->repeat != 1 || c->ndim != 0 ||
+        (c->flags & (PYXBUF_FMTN_COMPLEX | PYXBUF_FMTN_POINTER))) {
+        note(reasons, "an item that is not one custom type (a struct, count, sub-array, complex "
+                      "or pointer of one) has no NumPy dtype pyxbuf builds");
+    } else {
+        const char *p = c->alternatives, *end = p + c->alternatives_len;
+        while (dtype == NULL && p < end && !PyErr_Occurred()) {
+            const char *semi = memchr(p, ';', (size_t)(end - p));
+            const char *stop = semi ? semi : end;
+            dtype = alternative_dtype(numpy, p, (size_t)(stop - p), c->byte_order, e->itemsize,
+                                      reasons);
+            p = stop + 1;
+        }
+    }
+    pyxbuf_format_clear(&f);
+refuse:
+    if (dtype != NULL || PyErr_Occurred()) {
+        Py_DECREF(reasons);
+        return dtype;
+    }
+    PyObject *why = PyUnicode_FromString("; ");
+    PyObject *joined = why ? PyUnicode_Join(why, reasons) : NULL;
+    PyObject *cls = joined ? pyxbuf_item_type_error() : NULL;
+    if (cls != NULL)
+        PyErr_Format(cls,
+                     "pyxbuf.Exporter.__array__: NumPy has no dtype for the items of format "
+                     "'%.200s' (%U); read them through pyxbuf (pyxbuf.inspect, PyXBuffer<T> in "
+                     "Rust, pyxbuf_get in C), or let the format name a NumPy dtype of %zd-byte "
+                     "items: '[module$name]' is np.dtype(module.name), as '[ml_dtypes$bfloat16]' "
+                     "is ml_dtypes.bfloat16",
+                     e->desc.format, joined, e->itemsize);
+    Py_XDECREF(joined);
+    Py_XDECREF(why);
+    Py_DECREF(reasons);
+    return NULL;
+}
+
+static void release_held_view(void *storage) { PyBuffer_Release((Py_buffer *)storage); }
+
+/* A zero-copy ndarray of the exporter's custom items, of their NumPy dtype.
+ * It rests on a view of the exporter, so the exporter's borrow rules hold
+ * as for any view (refused under an exclusive borrow, read-only while a
+ * shared one lives); the view is asked without PyBUF_FORMAT, which classic
+ * requests may (the format is the exporter's own). A holder keeps the view
+ * until the array and every view of it are gone: the array is made from an
+ * __array_interface__ of '|V<itemsize>' items on an object that holds the
+ * holder (the array's base), then viewed as the dtype, strides and
+ * read-only flag kept. */
+static PyObject *custom_array(PyObject *self, PyObject *numpy) {
+    const pyxbuf__exporter *e = (const pyxbuf__exporter *)self;
+    PyObject *dtype = custom_dtype(e, numpy);
+    if (dtype == NULL) return NULL;
+    PyObject *holder = pyxbuf__holder_new(sizeof(Py_buffer), release_held_view);
+    PyObject *iface = NULL, *types = NULL, *base = NULL, *raw = NULL, *out = NULL;
+    Py_buffer *b = holder ? pyxbuf__holder_storage(holder) : NULL;
+    if (b == NULL || PyObject_GetBuffer(self, b, PyBUF_STRIDES) < 0) goto done;
+    char typestr[32];
+    snprintf(typestr, sizeof typestr, "|V%zd", b->itemsize);
+    iface = Py_BuildValue("{s:N,s:s,s:(N,O),s:N,s:i}", "shape", tuple_of(b->shape, b->ndim),
+                          "typestr", typestr, "data", PyLong_FromVoidPtr(b->buf),
+                          b->readonly ? Py_True : Py_False, "strides",
+                          b->ndim > 0 ? tuple_of(b->strides, b->ndim) : Py_NewRef(Py_None),
+                          "version", 3);
+    types = iface ? PyImport_ImportModule("types") : NULL;
+    PyObject *kw = types ? Py_BuildValue("{s:O,s:O}", "__array_interface__", iface,
+                                         "pyxbuf_view", holder)
+                         : NULL;
+    PyObject *ns = kw ? PyObject_GetAttrString(types, "SimpleNamespace") : NULL;
+    PyObject *none = PyTuple_New(0);
+    base = ns && none ? PyObject_Call(ns, none, kw) : NULL;
+    Py_XDECREF(none);
+    Py_XDECREF(ns);
+    Py_XDECREF(kw);
+    raw = base ? PyObject_CallMethod(numpy, "asarray", "O", base) : NULL;
+    out = raw ? PyObject_CallMethod(raw, "view", "O", dtype) : NULL;
+done:
+    Py_XDECREF(raw);
+    Py_XDECREF(base);
+    Py_XDECREF(types);
+    Py_XDECREF(iface);
+    Py_XDECREF(holder); /* the array's base holds it; else it releases the view */
+    Py_DECREF(dtype);
+    return out;
+}
+
 /* __array__(dtype=None, copy=None), NumPy 2's signature. np.asarray tries
  * the buffer first and, when it fails, swallows the BufferError and falls
  * back to a 0-d object array -- under an exclusive borrow a user would get
  * that silently. NumPy reaches this method after the buffer failed (or when
  * asked directly): the zero-copy view through the buffer, or the buffer's
- * refusal, which then reaches the user. `copy` as NumPy means it: True
- * always copies, False never (NumPy's ValueError when dtype needs one). */
+ * refusal, which then reaches the user. Custom items (which the buffer
+ * refuses NumPy, format/format.h) come as an ndarray of their NumPy dtype
+ * (custom_array). `copy` as NumPy means it: True always copies, False never
+ * (NumPy's ValueError when dtype needs one). */
 PyObject *pyxbuf__exporter_array(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"dtype", "copy", NULL};
     PyObject *dtype = Py_None, *copy = Py_None;
@@ -178,7 +513,9 @@ PyObject *pyxbuf__exporter_array(PyObject *self, PyObject *args, PyObject *kwarg
         return NULL;
     PyObject *numpy = PyImport_ImportModule("numpy");
     if (numpy == NULL) return NULL;
-    PyObject *view = PyMemoryView_FromObject(self); /* the refusal, if any, says why */
+    /* The refusal, if any, says why. */
+    PyObject *view = ((pyxbuf__exporter *)self)->custom_format ? custom_array(self, numpy)
+                                                               : PyMemoryView_FromObject(self);
     PyObject *out = NULL;
     if (view != NULL) {
         PyObject *asarray = PyObject_GetAttrString(numpy, "asarray");

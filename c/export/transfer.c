@@ -5,6 +5,7 @@
  * every copy here is one a caller asked for. */
 
 #include "export/export.h"
+#include "base/fixes.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,8 +22,8 @@ int pyxbuf_same_device(const pyxbuf_view *a, const pyxbuf_view *b) {
     pyxbuf_device_format(&db, nb, sizeof nb);
     PyErr_Format(PyExc_ValueError,
                  "pyxbuf: the views are on different devices, '%s' and '%s'; pyxbuf never moves "
-                 "data implicitly: move one with pyxbuf_to_device first",
-                 na, nb);
+                 "data implicitly: %s",
+                 na, nb, pyxbuf__fix(PYXBUF__FIX_MOVE_FIRST));
     return -1;
 }
 

@@ -2,6 +2,7 @@
  * builder's custom type), says where, what was found and what to write
  * instead. */
 #include "format/format.h"
+#include "base/fixes.h"
 
 #include <stdio.h>
 
@@ -288,8 +289,9 @@ int pyxbuf__fmt_fail_opaque(pyxbuf__fmt_parser *p) {
     char what[320];
     snprintf(what, sizeof what,
              "uses custom type '%.*s%s'%s which this consumer does not support (at position "
-             "%lld); register it with pyxbuf_dtype_register or use a format with a known size",
+             "%lld); %s",
              shown, alts, shown < first ? "..." : "",
-             semi ? " (nor any of its alternatives)" : "", PYXBUF__POS(p, p->opaque_at));
+             semi ? " (nor any of its alternatives)" : "", PYXBUF__POS(p, p->opaque_at),
+             pyxbuf__fix(PYXBUF__FIX_REGISTER_DTYPE));
     return report(p, PYXBUF_EUNSUPPORTED, p->opaque_at, " ", what);
 }

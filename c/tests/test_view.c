@@ -157,7 +157,9 @@ TEST_CASE(set_supported_flags_on_immutable_type) {
     int32_t mask;
     CHECK(tp != NULL);
     CHECK(pyxbuf_type_supported_flags(tp, &mask) == 0);
-    CHECK_INT_EQ(mask, PYXBUF_CLASSIC_FLAGS | PYXBUF_EXTENDED_FLAGS);
+    /* and 0x4000, the private PYXBUF__EXTENDED_FORMAT (c/format/format.h):
+     * pyxbuf_get says its consumers read custom types in formats. */
+    CHECK_INT_EQ(mask, PYXBUF_CLASSIC_FLAGS | PYXBUF_EXTENDED_FLAGS | 0x4000);
 }
 
 TEST_CASE(device_equal_rules) {
@@ -371,6 +373,24 @@ TEST_CASE(item_type_error_refuses_a_stranger_in_the_shared_module) {
                    "and BufferError");
 }
 
+/* Issue 50, item 9: a message names the fix of this copy's binding, set once
+ * by the first call (the pyxbuf module, the Rust crate, pyxbuf.hpp and
+ * pyxbuf_xview.pxi set theirs; a C extension reads C). Last in the list: it
+ * sets this process's copy for good. */
+TEST_CASE(message_binding_is_set_once_and_names_its_fixes) {
+    pyxbuf_backend b;
+    pyxbuf_error err;
+    CHECK(pyxbuf_message_binding(-1) == PYXBUF_BINDING_C);
+    CHECK(pyxbuf_backend_get(PYXBUF_DL_ROCM, &b, &err) < 0);
+    CHECK_CONTAINS(err.message, "register one with pyxbuf_backend_register");
+    CHECK(pyxbuf_message_binding(PYXBUF_BINDING_RUST) == PYXBUF_BINDING_RUST);
+    CHECK(pyxbuf_message_binding(PYXBUF_BINDING_PYTHON) == PYXBUF_BINDING_RUST); /* first wins */
+    CHECK(pyxbuf_message_binding(99) == PYXBUF_BINDING_RUST); /* out of range: only asks */
+    CHECK(pyxbuf_backend_get(PYXBUF_DL_ROCM, &b, &err) < 0);
+    CHECK_CONTAINS(err.message, "pyxbuf::emulated::register()");
+    CHECK(strstr(err.message, "register one with pyxbuf_backend_register") == NULL);
+}
+
 PYTHON_TEST_MAIN(TEST_ENTRY(abi_version_matches_header), TEST_ENTRY(classic_path_matches_getbuffer),
                  TEST_ENTRY(extended_fields_are_zeroed_before_the_producer),
                  TEST_ENTRY(extended_bits_are_not_passed_to_classic_producers),
@@ -385,4 +405,5 @@ PYTHON_TEST_MAIN(TEST_ENTRY(abi_version_matches_header), TEST_ENTRY(classic_path
                  TEST_ENTRY(export_fill_leaves_extended_fields_alone),
                  TEST_ENTRY(item_type_error_is_one_class_deriving_from_both),
                  TEST_ENTRY(item_type_error_found_where_another_copy_put_it),
-                 TEST_ENTRY(item_type_error_refuses_a_stranger_in_the_shared_module))
+                 TEST_ENTRY(item_type_error_refuses_a_stranger_in_the_shared_module),
+                 TEST_ENTRY(message_binding_is_set_once_and_names_its_fixes))

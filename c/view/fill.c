@@ -3,6 +3,7 @@
  * flags as NumPy does and the extended ones as the proposal says. */
 
 #include "view/view.h"
+#include "base/fixes.h"
 
 #include <stdio.h>
 
@@ -156,9 +157,8 @@ int pyxbuf_export_fill(Py_buffer *view, PyObject *exporter, int flags,
             pyxbuf_device_format(&where, name, sizeof name);
         }
         PyErr_Format(PyExc_BufferError,
-                     "pyxbuf: '%.200s' holds memory on device '%s', which the host cannot read; "
-                     "request PYXBUF_DEVICE and read view->device, or copy it to the host first",
-                     type_name(exporter), name);
+                     "pyxbuf: '%.200s' holds memory on device '%s', which the host cannot read; %s",
+                     type_name(exporter), name, pyxbuf__fix(PYXBUF__FIX_DEVICE_VIEW));
         return -1;
     }
     if ((flags & PyBUF_WRITABLE) && d->readonly) {

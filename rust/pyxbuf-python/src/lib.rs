@@ -525,6 +525,11 @@ fn pinned_pool_trim() {
 #[pymodule(gil_used = false)]
 #[pyo3(name = "pyxbuf")]
 fn pyxbuf_python(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // This copy of libpyxbuf serves Python users: its messages name the
+    // module's fixes (pyxbuf.to_device(x, "cpu")), set before anything else
+    // runs here so that the Rust layer's own claim finds it taken.
+    // SAFETY: a plain setter of one atomic word.
+    unsafe { sys::pyxbuf_message_binding(sys::PYXBUF_BINDING_PYTHON) };
     #[cfg(feature = "emulated-device")]
     pyxbuf::emulated::register()?;
     m.add_function(wrap_pyfunction!(inspect, m)?)?;

@@ -43,6 +43,11 @@ pub const PYXBUF_PATH_ARRAY_INTERFACE: i32 = 6;
 pub const PYXBUF_PATH_NUMPY: i32 = 7;
 pub const PYXBUF_INLINE_NDIM: usize = 8;
 pub const PYXBUF_MAX_NDIM: usize = 64;
+pub const PYXBUF_BINDING_C: i32 = 0;
+pub const PYXBUF_BINDING_CXX: i32 = 1;
+pub const PYXBUF_BINDING_CYTHON: i32 = 2;
+pub const PYXBUF_BINDING_RUST: i32 = 3;
+pub const PYXBUF_BINDING_PYTHON: i32 = 4;
 pub const PYXBUF_SHARED_MODULE: &::std::ffi::CStr = c"_pyxbuf_shared";
 pub const PYXBUF_SHARED_CAPSULE: &::std::ffi::CStr = c"_pyxbuf_shared.API";
 pub const PYXBUF_SHARED_API_VERSION: u32 = 4;
@@ -1463,6 +1468,7 @@ unsafe extern "C" {
     /** Release a view acquired with pyxbuf_get. Exactly once: a second call is a
  no-op (an assertion in debug builds, PYXBUF_DEBUG). Needs the GIL.*/
     pub fn pyxbuf_release(view: *mut pyxbuf_view);
+    pub fn pyxbuf_message_binding(binding: i32) -> i32;
     /** The shared table (installed on first call). Needs the GIL the first time.
  Returns NULL with an exception set if sys.modules holds an incompatible one.*/
     pub fn pyxbuf_shared_api_get() -> *const pyxbuf_shared_api;

@@ -1,5 +1,7 @@
 //! The class of an item-type refusal: [`item_type_error_class`].
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
@@ -52,6 +54,27 @@ pub fn item_type_error_class(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
     // SAFETY: a live object (kept by the library), non-NULL.
     let cls = unsafe { Bound::from_borrowed_ptr(py, cls) };
     Ok(cls.cast_into::<PyType>()?)
+}
+
+/// Names Rust as the binding of this copy of libpyxbuf (once, on its first
+/// acquisition): the C core's messages then name Rust's fix
+/// (`PyXBuffer::<T>::request().device()`, not `PYXBUF_DEVICE`). A copy whose
+/// binding was set first (the `pyxbuf` Python module's) keeps it.
+#[inline(always)]
+pub(crate) fn speak_rust() {
+    if !RUST_BINDING_ASKED.load(Ordering::Relaxed) {
+        ask_rust_binding();
+    }
+}
+
+static RUST_BINDING_ASKED: AtomicBool = AtomicBool::new(false);
+
+#[cold]
+#[inline(never)]
+fn ask_rust_binding() {
+    // SAFETY: a plain setter of one atomic word; no GIL or object involved.
+    unsafe { sys::pyxbuf_message_binding(sys::PYXBUF_BINDING_RUST) };
+    RUST_BINDING_ASKED.store(true, Ordering::Relaxed);
 }
 
 /// An item-type refusal with `message`: [`item_type_error_class`], or a

@@ -58,6 +58,15 @@ cdef extern from "pyxbuf.h":
     # pyxbuf.ItemTypeError (a TypeError and a BufferError), borrowed:
     # raise <object>pyxbuf_item_type_error()(message)
     PyObject *pyxbuf_item_type_error() except NULL
+    # The binding whose users read this copy's messages (pyxbuf_xview.pxi
+    # sets Cython's at import): the first PYXBUF_BINDING_* value wins.
+    enum:
+        PYXBUF_BINDING_C
+        PYXBUF_BINDING_CXX
+        PYXBUF_BINDING_CYTHON
+        PYXBUF_BINDING_RUST
+        PYXBUF_BINDING_PYTHON
+    int32_t pyxbuf_message_binding(int32_t binding)
 
     # 3. Request flags, grants, supported flags
     enum:

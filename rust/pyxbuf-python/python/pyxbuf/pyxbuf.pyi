@@ -77,7 +77,12 @@ class Exporter:
     def __array__(self, /, dtype: Any | None = None, *, copy: bool | None = None) -> Any:
         """A NumPy array of the memory: a zero-copy view through the buffer
         protocol, a copy when ``copy=True`` or ``dtype`` needs one; the
-        buffer's BufferError when a borrow forbids the view."""
+        buffer's BufferError when a borrow forbids the view. Custom items
+        (``[ml_dtypes$bfloat16]``, a registered ``[module$name]``) come as
+        their NumPy dtype (``ml_dtypes.bfloat16``, ``np.dtype(module.name)``),
+        zero-copy, strides and read-only flag kept; ``ItemTypeError`` when
+        NumPy has no dtype for them. (``memoryview(e)`` refuses custom items:
+        ``np.asarray(e)`` is the way to NumPy.)"""
 
 def abi_version() -> int:
     """The ABI version of the libpyxbuf linked into this module."""

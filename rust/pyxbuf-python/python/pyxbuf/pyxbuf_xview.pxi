@@ -63,6 +63,10 @@
 cimport cython
 from cpython.buffer cimport PyBuffer_IsContiguous
 
+# This extension's copy of libpyxbuf speaks Cython in its messages (the fix
+# a refusal names is XView's, not C's).
+pyxbuf_message_binding(PYXBUF_BINDING_CYTHON)
+
 # The bits that ask for C, Fortran or any contiguity (PyBUF_C_CONTIGUOUS and
 # the others less the PyBUF_STRIDES they include).
 cdef enum:

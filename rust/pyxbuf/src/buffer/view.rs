@@ -136,6 +136,7 @@ impl<'py, M: BorrowMode> PyXUntypedBuffer<'py, M> {
         stream: Option<i64>,
     ) -> PyResult<Self> {
         let py = obj.py();
+        crate::errors::speak_rust();
         let slot = ViewSlot::take();
         let view = slot.view_ptr();
         // SAFETY: `view` points to initialised storage for a pyxbuf_view that
