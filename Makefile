@@ -75,6 +75,7 @@ help:
 	@echo '  python-pep            CPython 3.15 with the patch series in cpython/ (3.15-pep), likewise'
 	@echo '  test-python-pep       CPython'"'"'s own tests of what the series touches, on 3.15-pep'
 	@echo '  test-matrix           every suite on each of PYTHON_SPECS, one line per interpreter'
+	@echo '  test-pyo3-versions    cargo test of pyxbuf-sys and pyxbuf on PyO3 $(PYO3_VERSIONS), one line each (CI)'
 	@echo '  test-aarch64          Linux aarch64: cross-built C tests and the Python suite under qemu'
 	@echo '  test-aarch64-c        its CTest part only'
 	@echo '  aarch64-build         build-aarch64/: the cross-compiled library and C tests'
@@ -181,6 +182,17 @@ test-packaged-crates: venv libclang
 	    RUSTDOCFLAGS="-D warnings" $(RUST_ENV) cargo doc --quiet --no-deps -p pyxbuf-sys -p pyxbuf $$f \
 	    || exit 1; done
 
+# pyxbuf supports PyO3 0.28 to 0.30 (README, Quick start: Rust): `cargo
+# test` of pyxbuf-sys and pyxbuf against the oldest release of each minor but
+# 0.30, whose 0.30.1 Cargo.lock pins for make test-rust
+# (tools/test-pyo3-versions.sh: copies in target/pyo3-versions/, each with
+# its own copy of Cargo.lock). About 8 minutes cold on 2 busy cores; half a
+# minute warm.
+PYO3_VERSIONS ?= 0.28.2 0.29.0
+.PHONY: test-pyo3-versions
+test-pyo3-versions: venv libclang
+	$(RUST_ENV) tools/test-pyo3-versions.sh $(PYO3_VERSIONS)
+
 # The release wheel as a C extension author gets it: maturin's build (its
 # manylinux check on, no emulated device) installed into a fresh venv with
 # NumPy, ml_dtypes and the build tools, then two third-party extensions built
@@ -258,7 +270,10 @@ test: check-layers test-c test-rust test-python test-pymodules test-torch test-p
 # python-tests/readme/check_examples.py on what they do. `make test` runs
 # test-wheel first; alone, this rebuilds the wheel (make test-wheel) when it
 # is missing or older than a tracked source. Cargo's work is kept in
-# target/readme-cargo.
+# target/readme-cargo. docs/recipes.md runs the same way after it, in its own
+# scratch folder (inside target/readme, which the workspace excludes, so that
+# its crate recipes-rs builds as a crate of its own), sharing that cargo
+# target; python-tests/readme/check_recipes.py checks what its crate does.
 README_SCRATCH = $(abspath target/readme)
 test-readme: venv
 	@whl=$$(ls $(WHEEL_TEST)/dist/pyxbuf-*.whl 2>/dev/null | head -1); \
@@ -269,6 +284,10 @@ test-readme: venv
 	$(VPY) python-tests/readme/readme_blocks.py README.md --scratch $(README_SCRATCH) \
 	    --venv $(WHEEL_TEST)/venv --dist $(WHEEL_TEST)/dist --cargo-target $(abspath target/readme-cargo) \
 	    --lockfile Cargo.lock --check python-tests/readme/check_examples.py
+	$(VPY) python-tests/readme/readme_blocks.py docs/recipes.md --root $(CURDIR) \
+	    --scratch $(README_SCRATCH)/recipes --venv $(WHEEL_TEST)/venv --dist $(WHEEL_TEST)/dist \
+	    --cargo-target $(abspath target/readme-cargo) --lockfile Cargo.lock \
+	    --check python-tests/readme/check_recipes.py
 
 # Every arrow of the C core points down (c/LAYERS, tools/check_layers.py):
 # the library's objects' symbols (nm) and its private includes.

@@ -10,6 +10,8 @@ use std::ptr;
 use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
+// PyO3 0.28 and 0.29 also have a (deprecated) `PyTypeInfo::NAME`: name the trait.
+use pyo3::PyClass;
 use pyxbuf_sys as sys;
 
 use super::{BorrowCounter, ExportBuffer};
@@ -37,7 +39,7 @@ pub unsafe fn getbuffer<C: ExportBuffer>(
         return Err(PyValueError::new_err(format!(
             "pyxbuf: {} exports {ndim} dimensions with {} strides (at most {} dimensions, one \
              stride each)",
-            C::NAME,
+            <C as PyClass>::NAME,
             d.strides.map_or(ndim, <[isize]>::len),
             sys::PYXBUF_MAX_NDIM
         )));
@@ -48,7 +50,7 @@ pub unsafe fn getbuffer<C: ExportBuffer>(
         return Err(PyValueError::new_err(format!(
             "pyxbuf: {} exports {ndim} dimensions without strides; give C-order strides that \
              live as long as the object (ExportDesc::strides)",
-            C::NAME
+            <C as PyClass>::NAME
         )));
     }
     let desc = sys::pyxbuf_export_desc {
@@ -74,8 +76,8 @@ pub unsafe fn getbuffer<C: ExportBuffer>(
         return Err(PyErr::fetch(py));
     }
     let mut name = [0u8; 96];
-    let n = C::NAME.len().min(name.len() - 1);
-    name[..n].copy_from_slice(&C::NAME.as_bytes()[..n]);
+    let n = <C as PyClass>::NAME.len().min(name.len() - 1);
+    name[..n].copy_from_slice(&<C as PyClass>::NAME.as_bytes()[..n]);
     let rc = acquire_borrow(this.borrow_counter(), view, flags, &name);
     if rc < 0 {
         // SAFETY: export_fill stored a strong reference in view->obj; the
