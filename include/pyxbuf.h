@@ -174,6 +174,17 @@ PYXBUF_API PyObject *pyxbuf_item_type_error(void);
 #define PYXBUF_TEMPORARY 0x2000        /* released before control returns to Python */
 #define PYXBUF_EXTENDED_FLAGS \
     (PYXBUF_DEVICE | PYXBUF_BORROW_SHARED | PYXBUF_BORROW_EXCLUSIVE | PYXBUF_TEMPORARY)
+/* The custom-dtype proposal's PyBUF_EXTENDED_FORMAT (an open question there,
+ * provisional here): the consumer reads formats with custom types
+ * ("[ml_dtypes$bfloat16]"). A producer that declares it must refuse with
+ * BufferError a request for the format (PyBUF_FORMAT) of custom items that
+ * lacks it: a classic consumer (memoryview, bytes(), NumPy) cannot read them,
+ * and NumPy, refused, falls back to the producer's __array__
+ * (pyxbuf_numpy_array), which gives their NumPy dtype. pyxbuf_get passes it
+ * to every type that declares it. Not in PYXBUF_EXTENDED_FLAGS: a producer
+ * declaring only those never receives it. pyxbuf.Exporter and the Rust export
+ * module's classes declare it. */
+#define PYXBUF_EXTENDED_FORMAT 0x4000
 
 /* Flags a producer may not ignore (the proposal's PyBUF_REQUIRED_FLAGS: "some
  * flags are soft request/capability flags. This is currently PyBUF_INDIRECT"):
@@ -820,6 +831,18 @@ PYXBUF_API int pyxbuf_borrow_acquire(pyxbuf_borrow_counter *counter, Py_buffer *
 
 /* Undo pyxbuf_borrow_acquire, from bf_releasebuffer. */
 PYXBUF_API void pyxbuf_borrow_release(pyxbuf_borrow_counter *counter, Py_buffer *view);
+
+/* NumPy's __array__(dtype=None, copy=None) for an extended producer (what
+ * pyxbuf.Exporter and the Rust export module's classes answer): an ndarray
+ * over obj's memory through a view of it, zero-copy unless `copy` is True or
+ * `dtype` needs a conversion (NumPy 2's meaning of both; NULL reads None).
+ * Custom items ("[module$name]") come as their NumPy dtype,
+ * np.dtype(module.name) (ml_dtypes' types; a registered type whose module is
+ * imported), strides and read-only flag kept, the view held until the array
+ * is gone. The producer's refusal when it cannot hand out a plain view
+ * (device memory, an exclusive borrow); pyxbuf.ItemTypeError when NumPy has
+ * no dtype for the items. New reference, or NULL with an exception set. */
+PYXBUF_API PyObject *pyxbuf_numpy_array(PyObject *obj, PyObject *dtype, PyObject *copy);
 
 /* The ready-made exporter: a Python object (type "pyxbuf.Exporter") owning a
  * C-contiguous block of memory on `device` (NULL = host), exporting it through

@@ -205,7 +205,7 @@ def build_chain(root, links):
             o = memoryview(o)[2:] if not isinstance(o, np.ndarray) else o[2:]
         elif link == "cast":
             mv = memoryview(o)
-            if mv.c_contiguous and mv.nbytes % 4 == 0:
+            if mv.c_contiguous and mv.nbytes % 4 == 0 and 0 not in mv.shape:
                 o = mv.cast("B").cast("I")
         elif link == "frombuffer":
             if memoryview(o).c_contiguous:

@@ -14,7 +14,7 @@ when that fails it clears the error and tries __array_struct__,
 __array_interface__, then __array__; when it succeeds it parses the format
 and fails on "[" ("... is not a valid PEP 3118 buffer format string"). So the
 exporter refuses a request for the format of custom items that does not say
-it reads them (the private request bit PYXBUF__EXTENDED_FORMAT, 0x4000, which
+it reads them (the request bit PYXBUF_EXTENDED_FORMAT, 0x4000, which
 pyxbuf_get passes to the types that declare it: c/format/format.h): a classic
 consumer (memoryview, bytes(), np.frombuffer) gets a BufferError that says
 what to do, pyxbuf's consumers get the format as before.
@@ -44,7 +44,7 @@ ML_DTYPES_FORMATS = [
     "complex32", "int1", "uint1",
 ]
 
-EXTENDED_FORMAT = 0x4000  # PYXBUF__EXTENDED_FORMAT (c/format/format.h)
+EXTENDED_FORMAT = 0x4000  # PYXBUF_EXTENDED_FORMAT (pyxbuf.h)
 SHARED = t.PyBUF_RECORDS_RO | t.PYXBUF_BORROW_SHARED
 EXCLUSIVE = t.PyBUF_RECORDS | t.PYXBUF_BORROW_EXCLUSIVE
 NUMPY2 = np.lib.NumpyVersion(np.__version__) >= "2.0.0"

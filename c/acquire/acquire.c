@@ -95,8 +95,8 @@ static int acquire_native(PyObject *obj, pyxbuf_view *view, int32_t flags, int32
      * them (the consumer sees them clear in view->flags). */
     int32_t passed = flags & (CLASSIC_RANGE | supported);
     /* pyxbuf reads every format, custom types included: said to the
-     * producers that declare they ask (format/format.h). */
-    int32_t sent = passed | (supported & PYXBUF__EXTENDED_FORMAT);
+     * producers that declare they ask (pyxbuf.h). */
+    int32_t sent = passed | (supported & PYXBUF_EXTENDED_FORMAT);
     if (PyObject_GetBuffer(obj, &view->base, sent) < 0) {
         reset_view(view, flags);
         add_context(obj, "native extended", passed);

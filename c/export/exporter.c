@@ -18,7 +18,7 @@
 
 static PyObject *exporter_type_object = NULL; /* a type; kept for the process */
 
-/* A request for the format of custom items without PYXBUF__EXTENDED_FORMAT:
+/* A request for the format of custom items without PYXBUF_EXTENDED_FORMAT:
  * a classic consumer, which cannot read it (format/format.h). Refused, so
  * that np.asarray, whose memoryview of the exporter fails, falls back to
  * __array__ (NumPy's _array_from_array_like clears that error and tries
@@ -44,7 +44,7 @@ static int exporter_getbuffer(PyObject *self, Py_buffer *view, int flags) {
     /* (Device memory a request without PYXBUF_DEVICE cannot have: fill.c
      * says so, the first thing to fix.) */
     if (PYXBUF_UNLIKELY(e->custom_format) && (flags & PyBUF_FORMAT) &&
-        !(flags & PYXBUF__EXTENDED_FORMAT) && (e->desc.device == NULL || (flags & PYXBUF_DEVICE)))
+        !(flags & PYXBUF_EXTENDED_FORMAT) && (e->desc.device == NULL || (flags & PYXBUF_DEVICE)))
         return refuse_classic_format(e, view);
     Py_BEGIN_CRITICAL_SECTION(self);
     rc = pyxbuf_export_fill(view, self, flags, &e->desc);
@@ -184,9 +184,9 @@ PyTypeObject *pyxbuf_exporter_type(void) {
     if (published != NULL) return (PyTypeObject *)published;
     PyObject *tp = PyType_FromSpec(&exporter_spec);
     if (tp == NULL) return NULL;
-    /* PYXBUF__EXTENDED_FORMAT: pyxbuf's consumers say that they read custom
+    /* PYXBUF_EXTENDED_FORMAT: pyxbuf's consumers say that they read custom
      * items; a request for their format without it is refused. */
-    int32_t supported = PYXBUF_CLASSIC_FLAGS | PYXBUF_EXTENDED_FLAGS | PYXBUF__EXTENDED_FORMAT;
+    int32_t supported = PYXBUF_CLASSIC_FLAGS | PYXBUF_EXTENDED_FLAGS | PYXBUF_EXTENDED_FORMAT;
     if (pyxbuf_type_set_supported_flags((PyTypeObject *)tp, supported) < 0 ||
         pyxbuf_type_set_dlpack_exchange_api((PyTypeObject *)tp) < 0) {
         Py_DECREF(tp);
@@ -267,15 +267,6 @@ static int adopt_dims(pyxbuf__exporter *e, const pyxbuf_export_desc *d) {
     return pyxbuf__desc_nbytes(&e->desc, e->itemsize, &e->nbytes);
 }
 
-/* 1 when `format` holds a custom type anywhere in it. A format the parser
- * refuses (an exporter sized by its given itemsize) is judged by its '['. */
-static int holds_custom_type(const char *format) {
-    pyxbuf_format f;
-    if (pyxbuf_format_parse(format, &f, NULL) < 0) return strchr(format, '[') != NULL;
-    int custom = (f.flags & PYXBUF_FMTF_HAS_CUSTOM) != 0;
-    pyxbuf_format_clear(&f);
-    return custom;
-}
 
 /* Copy the caller's description into `e`: what it points to becomes the
  * exporter's own (freed in exporter_dealloc), the memory itself excepted. */
@@ -287,7 +278,7 @@ static int adopt_desc(pyxbuf__exporter *e, const pyxbuf_export_desc *d) {
     e->desc.device_info = NULL;
     e->desc.format = copy_string(d->format ? d->format : "B");
     if (e->desc.format == NULL || adopt_device(e, d) < 0) return -1;
-    e->custom_format = holds_custom_type(e->desc.format);
+    e->custom_format = pyxbuf__format_holds_custom(e->desc.format);
     return adopt_dims(e, d);
 }
 

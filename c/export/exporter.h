@@ -23,7 +23,7 @@ typedef struct pyxbuf__exporter {
      * block; NULL when a byte stride is not a whole number of items. */
     Py_ssize_t *item_strides;
     /* 1 when the format holds a custom type ("[id$payload]"): a request
-     * for the format without PYXBUF__EXTENDED_FORMAT is refused (a classic
+     * for the format without PYXBUF_EXTENDED_FORMAT is refused (a classic
      * consumer cannot read it), and __array__ finds the type's NumPy dtype. */
     int custom_format;
 } pyxbuf__exporter;

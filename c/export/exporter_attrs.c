@@ -398,15 +398,17 @@ static PyObject *alternative_dtype(PyObject *numpy, const char *alt, size_t len,
     return dtype;
 }
 
-/* The exporter's items as the first of their custom type's alternatives
- * that NumPy has a dtype for; else pyxbuf.ItemTypeError (a TypeError and a
- * BufferError) naming the format, what each alternative gave and what to do. */
-static PyObject *custom_dtype(const pyxbuf__exporter *e, PyObject *numpy) {
+/* Items of `format` (`itemsize` bytes) as the first of their custom type's
+ * alternatives that NumPy has a dtype for; else pyxbuf.ItemTypeError (a
+ * TypeError and a BufferError) naming the format, what each alternative gave
+ * and what to do. */
+static PyObject *custom_dtype(const char *who, const char *format, Py_ssize_t itemsize,
+                              PyObject *numpy) {
     pyxbuf_format f;
     pyxbuf_error err;
     PyObject *dtype = NULL, *reasons = PyList_New(0);
     if (reasons == NULL) return NULL;
-    if (pyxbuf_format_parse(e->desc.format, &f, &err) < 0) {
+    if (pyxbuf_format_parse(format, &f, &err) < 0) {
         note(reasons, "the format is malformed: %s", err.message);
         goto refuse;
     }
@@ -421,7 +423,7 @@ static PyObject *custom_dtype(const pyxbuf__exporter *e, PyObject *numpy) {
         while (dtype == NULL && p < end && !PyErr_Occurred()) {
             const char *semi = memchr(p, ';', (size_t)(end - p));
             const char *stop = semi ? semi : end;
-            dtype = alternative_dtype(numpy, p, (size_t)(stop - p), c->byte_order, e->itemsize,
+            dtype = alternative_dtype(numpy, p, (size_t)(stop - p), c->byte_order, itemsize,
                                       reasons);
             p = stop + 1;
         }
@@ -437,12 +439,12 @@ refuse:
     PyObject *cls = joined ? pyxbuf_item_type_error() : NULL;
     if (cls != NULL)
         PyErr_Format(cls,
-                     "pyxbuf.Exporter.__array__: NumPy has no dtype for the items of format "
+                     "%.200s.__array__: NumPy has no dtype for the items of format "
                      "'%.200s' (%U); read them through pyxbuf (pyxbuf.inspect, PyXBuffer<T> in "
                      "Rust, pyxbuf_get in C), or let the format name a NumPy dtype of %zd-byte "
                      "items: '[module$name]' is np.dtype(module.name), as '[ml_dtypes$bfloat16]' "
                      "is ml_dtypes.bfloat16",
-                     e->desc.format, joined, e->itemsize);
+                     who, format, joined, itemsize);
     Py_XDECREF(joined);
     Py_XDECREF(why);
     Py_DECREF(reasons);
@@ -460,9 +462,9 @@ static void release_held_view(void *storage) { PyBuffer_Release((Py_buffer *)sto
  * __array_interface__ of '|V<itemsize>' items on an object that holds the
  * holder (the array's base), then viewed as the dtype, strides and
  * read-only flag kept. */
-static PyObject *custom_array(PyObject *self, PyObject *numpy) {
-    const pyxbuf__exporter *e = (const pyxbuf__exporter *)self;
-    PyObject *dtype = custom_dtype(e, numpy);
+static PyObject *custom_array(PyObject *self, const char *format, Py_ssize_t itemsize,
+                              PyObject *numpy) {
+    PyObject *dtype = custom_dtype(Py_TYPE(self)->tp_name, format, itemsize, numpy);
     if (dtype == NULL) return NULL;
     PyObject *holder = pyxbuf__holder_new(sizeof(Py_buffer), release_held_view);
     PyObject *iface = NULL, *types = NULL, *base = NULL, *raw = NULL, *out = NULL;
@@ -497,36 +499,59 @@ done:
     return out;
 }
 
-/* __array__(dtype=None, copy=None), NumPy 2's signature. np.asarray tries
- * the buffer first and, when it fails, swallows the BufferError and falls
- * back to a 0-d object array -- under an exclusive borrow a user would get
- * that silently. NumPy reaches this method after the buffer failed (or when
+/* np.asarray(view, dtype, copy=copy) of the memory view or array `view`. */
+static PyObject *as_array(PyObject *numpy, PyObject *view, PyObject *dtype, PyObject *copy) {
+    PyObject *out = NULL;
+    PyObject *asarray = PyObject_GetAttrString(numpy, "asarray");
+    PyObject *pos = asarray ? PyTuple_Pack(2, view, dtype) : NULL;
+    PyObject *kw = pos && copy != Py_None ? Py_BuildValue("{sO}", "copy", copy) : NULL;
+    if (pos != NULL && (copy == Py_None || kw != NULL)) out = PyObject_Call(asarray, pos, kw);
+    Py_XDECREF(kw);
+    Py_XDECREF(pos);
+    Py_XDECREF(asarray);
+    return out;
+}
+
+/* NumPy 2's __array__(dtype=None, copy=None) of an extended producer. np.asarray
+ * tries the buffer first and, when it fails, swallows the BufferError and
+ * falls back to a 0-d object array -- under an exclusive borrow a user would
+ * get that silently. NumPy reaches __array__ after the buffer failed (or when
  * asked directly): the zero-copy view through the buffer, or the buffer's
- * refusal, which then reaches the user. Custom items (which the buffer
- * refuses NumPy, format/format.h) come as an ndarray of their NumPy dtype
- * (custom_array). `copy` as NumPy means it: True always copies, False never
+ * refusal, which then reaches the user. Custom items (whose format the
+ * producer refuses NumPy, PYXBUF_EXTENDED_FORMAT) come as an ndarray of
+ * their NumPy dtype (custom_array); pyxbuf_get, which passes that bit, reads
+ * their format. `copy` as NumPy means it: True always copies, False never
  * (NumPy's ValueError when dtype needs one). */
+PyObject *pyxbuf_numpy_array(PyObject *obj, PyObject *dtype, PyObject *copy) {
+    if (obj == NULL) {
+        PyErr_SetString(PyExc_ValueError, "pyxbuf_numpy_array: obj is NULL");
+        return NULL;
+    }
+    dtype = dtype != NULL ? dtype : Py_None;
+    copy = copy != NULL ? copy : Py_None;
+    PyObject *numpy = PyImport_ImportModule("numpy");
+    if (numpy == NULL) return NULL;
+    pyxbuf_view v;
+    PyObject *view = NULL, *out = NULL;
+    if (pyxbuf_get(obj, &v, PyBUF_RECORDS_RO) == 0) { /* the refusal, if any, says why */
+        view = pyxbuf__format_holds_custom(v.base.format)
+                   ? custom_array(obj, v.base.format, v.base.itemsize, numpy)
+                   : PyMemoryView_FromObject(obj);
+        pyxbuf_release(&v);
+    }
+    if (view != NULL) {
+        out = as_array(numpy, view, dtype, copy);
+        Py_DECREF(view);
+    }
+    Py_DECREF(numpy);
+    return out;
+}
+
+/* pyxbuf.Exporter.__array__: pyxbuf_numpy_array. */
 PyObject *pyxbuf__exporter_array(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"dtype", "copy", NULL};
     PyObject *dtype = Py_None, *copy = Py_None;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$O:__array__", kwlist, &dtype, &copy))
         return NULL;
-    PyObject *numpy = PyImport_ImportModule("numpy");
-    if (numpy == NULL) return NULL;
-    /* The refusal, if any, says why. */
-    PyObject *view = ((pyxbuf__exporter *)self)->custom_format ? custom_array(self, numpy)
-                                                               : PyMemoryView_FromObject(self);
-    PyObject *out = NULL;
-    if (view != NULL) {
-        PyObject *asarray = PyObject_GetAttrString(numpy, "asarray");
-        PyObject *pos = asarray ? PyTuple_Pack(2, view, dtype) : NULL;
-        PyObject *kw = pos && copy != Py_None ? Py_BuildValue("{sO}", "copy", copy) : NULL;
-        if (pos != NULL && (copy == Py_None || kw != NULL)) out = PyObject_Call(asarray, pos, kw);
-        Py_XDECREF(kw);
-        Py_XDECREF(pos);
-        Py_XDECREF(asarray);
-        Py_DECREF(view);
-    }
-    Py_DECREF(numpy);
-    return out;
+    return pyxbuf_numpy_array(self, dtype, copy);
 }

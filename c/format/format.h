@@ -49,19 +49,11 @@ static inline const char *pyxbuf__custom_type_bad_char(const char *s, size_t len
     return NULL;
 }
 
-/* The request bit of a consumer that reads custom types in a view's format:
- * pyxbuf_get passes it to every producer whose type declares it (acquire.c,
- * the native path), as it passes any declared extended bit; a classic
- * consumer (memoryview, NumPy's np.asarray, bytes(), np.frombuffer) never
- * does. It is the custom-dtype proposal's open PyBUF_EXTENDED_FORMAT
- * ("Open Discussions: Using a request flag": "If not passed, the exporter
- * must raise a BufferError if the export would require the extended
- * syntax"), private and provisional until CPython or the proposal assigns
- * one, and not in PYXBUF_EXTENDED_FLAGS (a producer that declares those does
- * not receive it). pyxbuf.Exporter declares it and refuses a request for the
- * format of custom items without it (export/exporter.c): NumPy then falls
- * back to Exporter.__array__, which gives the type's NumPy dtype. */
-#define PYXBUF__EXTENDED_FORMAT 0x4000
+/* Whether a format holds a custom type anywhere ("[ml_dtypes$bfloat16]",
+ * in a struct too); a format the parser refuses is judged by its '['. What
+ * a producer declaring PYXBUF_EXTENDED_FORMAT asks before refusing a classic
+ * consumer the format (export/exporter.c; pyxbuf_numpy_array). */
+int pyxbuf__format_holds_custom(const char *format);
 
 /* The format "[key]" of a custom type pyxbuf knows without registration
  * (ml_dtypes' types, dtypes.c), as a string that lives as long as the

@@ -110,6 +110,15 @@ int pyxbuf_format_parse(const char *fmt, pyxbuf_format *out, pyxbuf_error *err) 
     return pyxbuf__fmt_parse_general(fmt, out, err);
 }
 
+int pyxbuf__format_holds_custom(const char *format) {
+    if (format == NULL || strchr(format, '[') == NULL) return 0; /* no custom type without one */
+    pyxbuf_format f;
+    if (pyxbuf_format_parse(format, &f, NULL) < 0) return 1;
+    int custom = (f.flags & PYXBUF_FMTF_HAS_CUSTOM) != 0;
+    pyxbuf_format_clear(&f);
+    return custom;
+}
+
 int pyxbuf_format_itemsize(const char *fmt, int64_t *itemsize, int64_t *alignment,
                            pyxbuf_error *err) {
     if (itemsize == NULL)

@@ -24,6 +24,7 @@ pub const PYXBUF_BORROW_SHARED: i32 = 2048;
 pub const PYXBUF_BORROW_EXCLUSIVE: i32 = 4096;
 pub const PYXBUF_TEMPORARY: i32 = 8192;
 pub const PYXBUF_EXTENDED_FLAGS: i32 = 15360;
+pub const PYXBUF_EXTENDED_FORMAT: i32 = 16384;
 pub const PYXBUF_REQUIRED_FLAGS: i32 = 253;
 pub const PYXBUF_EXT_SHARED: i32 = 1;
 pub const PYXBUF_EXT_EXCLUSIVE: i32 = 2;
@@ -1637,6 +1638,21 @@ unsafe extern "C" {
         counter: *mut pyxbuf_borrow_counter,
         view: *mut Py_buffer,
     );
+    /** NumPy's __array__(dtype=None, copy=None) for an extended producer (what
+ pyxbuf.Exporter and the Rust export module's classes answer): an ndarray
+ over obj's memory through a view of it, zero-copy unless `copy` is True or
+ `dtype` needs a conversion (NumPy 2's meaning of both; NULL reads None).
+ Custom items ("[module$name]") come as their NumPy dtype,
+ np.dtype(module.name) (ml_dtypes' types; a registered type whose module is
+ imported), strides and read-only flag kept, the view held until the array
+ is gone. The producer's refusal when it cannot hand out a plain view
+ (device memory, an exclusive borrow); pyxbuf.ItemTypeError when NumPy has
+ no dtype for the items. New reference, or NULL with an exception set.*/
+    pub fn pyxbuf_numpy_array(
+        obj: *mut PyObject,
+        dtype: *mut PyObject,
+        copy: *mut PyObject,
+    ) -> *mut PyObject;
     /** The ready-made exporter: a Python object (type "pyxbuf.Exporter") owning a
  C-contiguous block of memory on `device` (NULL = host), exporting it through
  the extended protocol with borrow counting. Host memory is zeroed; device

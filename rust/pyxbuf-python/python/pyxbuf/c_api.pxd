@@ -77,6 +77,7 @@ cdef extern from "pyxbuf.h":
         PYXBUF_BORROW_EXCLUSIVE
         PYXBUF_TEMPORARY
         PYXBUF_EXTENDED_FLAGS
+        PYXBUF_EXTENDED_FORMAT
         PYXBUF_REQUIRED_FLAGS
         PYXBUF_EXT_SHARED
         PYXBUF_EXT_EXCLUSIVE
@@ -321,6 +322,8 @@ cdef extern from "pyxbuf.h":
                               const char *owner_name) except -1
     void pyxbuf_borrow_release(pyxbuf_borrow_counter *counter, Py_buffer *view) noexcept
 
+    # NumPy's __array__(dtype=None, copy=None) of an extended producer (NULL: None)
+    object pyxbuf_numpy_array(object obj, PyObject *dtype, PyObject *copy)
     object pyxbuf_exporter_new(const char *format, int32_t ndim, const Py_ssize_t *shape,
                                int32_t readonly, const pyxbuf_device *device)
     int pyxbuf_exporter_device(object obj, pyxbuf_device *out) except -1

@@ -9,10 +9,13 @@ use pyo3::prelude::*;
 use pyo3::PyClass;
 use pyxbuf_sys as sys;
 
-/// Every classic and extended request flag: what a type exporting through
-/// [`getbuffer`](super::getbuffer) supports. The value of
-/// `__pyxbuf_supported_flags__`.
-pub const SUPPORTED_FLAGS: i32 = sys::PYXBUF_CLASSIC_FLAGS | sys::PYXBUF_EXTENDED_FLAGS;
+/// Every classic and extended request flag, and `PYXBUF_EXTENDED_FORMAT`
+/// (a consumer that reads custom types in formats: without it, a request for
+/// the format of custom items is refused, so that NumPy falls back to
+/// `__array__`): what a type exporting through [`getbuffer`](super::getbuffer)
+/// supports. The value of `__pyxbuf_supported_flags__`.
+pub const SUPPORTED_FLAGS: i32 =
+    sys::PYXBUF_CLASSIC_FLAGS | sys::PYXBUF_EXTENDED_FLAGS | sys::PYXBUF_EXTENDED_FORMAT;
 
 /// Record that `C` speaks the extended protocol (`SUPPORTED_FLAGS`), for
 /// classes that do not set the class attribute `__pyxbuf_supported_flags__`

@@ -7,7 +7,7 @@ use std::ffi::c_int;
 use std::mem;
 use std::ptr;
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 // PyO3 0.28 and 0.29 also have a (deprecated) `PyTypeInfo::NAME`: name the trait.
@@ -51,6 +51,26 @@ pub unsafe fn getbuffer<C: ExportBuffer>(
             "pyxbuf: {} exports {ndim} dimensions without strides; give C-order strides that \
              live as long as the object (ExportDesc::strides)",
             <C as PyClass>::NAME
+        )));
+    }
+    // Custom items' format to a classic consumer (memoryview, bytes(), NumPy)
+    // that cannot read it: refused, as PYXBUF_EXTENDED_FORMAT asks, so that
+    // np.asarray falls back to __array__ (numpy_array), which gives their
+    // NumPy dtype. (Device memory without PYXBUF_DEVICE: export_fill's
+    // refusal, the first thing to fix.) pyxbuf's formats open every custom
+    // type with '[' and use it nowhere else.
+    if flags & ffi::PyBUF_FORMAT != 0
+        && flags & sys::PYXBUF_EXTENDED_FORMAT == 0
+        && (d.device.is_none() || flags & sys::PYXBUF_DEVICE != 0)
+        && d.format.to_bytes().contains(&b'[')
+    {
+        return Err(PyBufferError::new_err(format!(
+            "pyxbuf: {}'s format '{}' holds a custom type, which a classic buffer consumer \
+             (memoryview, bytes(), np.frombuffer) cannot read; np.asarray(x) gives a NumPy \
+             array of its dtype (zero-copy), and pyxbuf's consumers (PyXBuffer<T>, \
+             pyxbuf.inspect, pyxbuf_get) read the items",
+            <C as PyClass>::NAME,
+            d.format.to_string_lossy()
         )));
     }
     let desc = sys::pyxbuf_export_desc {
@@ -143,4 +163,29 @@ pub unsafe fn releasebuffer<C: ExportBuffer>(this: &C, view: *mut ffi::Py_buffer
     let mut counter = this.borrow_counter().lock();
     // SAFETY: the caller's contract; the counter is locked.
     unsafe { sys::pyxbuf_borrow_release(&mut *counter, view) };
+}
+
+/// NumPy 2's `__array__(dtype=None, copy=None)` of an exporting class (what
+/// [`export_pymethods!`](crate::export_pymethods) gives it): an ndarray over
+/// the object's memory through a view of it, zero-copy unless `copy` is true
+/// or `dtype` needs a conversion; custom items (`bf16`, float8...) as their
+/// NumPy dtype (`ml_dtypes.bfloat16`), strides and read-only flag kept, the
+/// view held until the array is gone. The borrow counter's refusal when a
+/// borrow forbids a plain view; `pyxbuf.ItemTypeError` when NumPy has no
+/// dtype for the items. (`pyxbuf_numpy_array` in C.)
+pub fn numpy_array<'py>(
+    obj: &Bound<'py, PyAny>,
+    dtype: Option<&Bound<'py, PyAny>>,
+    copy: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
+    let dtype = dtype.map_or(ptr::null_mut(), Bound::as_ptr);
+    let copy = copy.map_or(ptr::null_mut(), Bound::as_ptr);
+    // SAFETY: live objects (or NULL, read as None); the thread is attached.
+    let out = unsafe { sys::pyxbuf_numpy_array(obj.as_ptr(), dtype, copy) };
+    if out.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: a new reference, non-NULL.
+    Ok(unsafe { Bound::from_owned_ptr(py, out) })
 }

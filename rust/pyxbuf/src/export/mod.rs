@@ -84,5 +84,5 @@ pub use declare::{declare_dlpack_exchange_api, declare_supported, SUPPORTED_FLAG
 pub use desc::{DeviceInfo, ExportBuffer, ExportDesc};
 pub use dlpack::{dlpack, dlpack_device};
 pub use exporter::{new_exporter, wrap};
-pub use getbuffer::{getbuffer, releasebuffer};
+pub use getbuffer::{getbuffer, numpy_array, releasebuffer};
 pub use host_array::HostArray;

@@ -12,7 +12,13 @@
 ///   [`releasebuffer`](crate::export::releasebuffer);
 /// - the class attribute `__pyxbuf_supported_flags__` =
 ///   [`SUPPORTED_FLAGS`](crate::export::SUPPORTED_FLAGS): the class speaks
-///   the extended protocol (device memory, enforced borrows).
+///   the extended protocol (device memory, enforced borrows);
+/// - `__array__(dtype=None, *, copy=None)`, forwarding to
+///   [`numpy_array`](crate::export::numpy_array): `np.asarray(x)` of a
+///   `bf16` or float8 class is an ndarray of ml_dtypes' dtype, zero-copy
+///   (the class refuses `memoryview(x)` the format of custom items, as
+///   `PYXBUF_EXTENDED_FORMAT` asks, so that NumPy comes here). A class that
+///   needs its own `__array__` writes its `#[pymethods]` by hand.
 ///
 /// ```text
 /// pyxbuf::export_pymethods! {
@@ -124,6 +130,17 @@ macro_rules! export_pymethods {
                 // sound by the class's ExportBuffer impl, which getbuffer's
                 // bound requires.
                 unsafe { $crate::export::getbuffer(&slf, view, flags) }
+            }
+
+            /// NumPy's conversion: a zero-copy ndarray of the memory, custom
+            /// items (bfloat16, float8...) as their NumPy dtype.
+            #[pyo3(signature = (dtype=None, *, copy=None))]
+            fn __array__<'py>(
+                slf: &::pyo3::Bound<'py, Self>,
+                dtype: ::std::option::Option<&::pyo3::Bound<'py, ::pyo3::PyAny>>,
+                copy: ::std::option::Option<&::pyo3::Bound<'py, ::pyo3::PyAny>>,
+            ) -> ::pyo3::PyResult<::pyo3::Bound<'py, ::pyo3::PyAny>> {
+                $crate::export::numpy_array(slf.as_any(), dtype, copy)
             }
 
             // `unsafe`: callers other than PyO3's bf_releasebuffer slot owe
