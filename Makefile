@@ -89,6 +89,7 @@ help:
 	@echo '  bench-ir              instruction counts (Callgrind); writes bench/results/ir-<date>.md'
 	@echo '  bench-args            the per-argument race of every binding framework; bench/results/args-<date>.md'
 	@echo '  bench-pep             the patched CPython'"'"'s PyObject_GetBuffer in instructions; bench/results/pep-ir-<date>.md'
+	@echo '  bench-depcost         what depending on pyxbuf adds to a small PyO3 module (build time, size); bench/results/depcost-<date>.md'
 	@echo 'Clean:'
 	@echo '  clean                 remove the build folders and target/'
 	@echo '  distclean             clean, and remove .venv'
@@ -337,6 +338,17 @@ bench-ir: venv build $(GUNGRAUN_RUNNER)
 	    cargo bench -p pyxbuf-bench --bench pyxbuf -- '^copy/(memcpy|pyxbuf_to_device)/64MiB$$'
 	$(VPY) bench/ir_report.py --gungraun $(IR_DIR) --criterion $(IR_CRITERION)
 	$(VPY) bench/chart.py
+
+# What depending on pyxbuf costs a small PyO3 module (bench/depcost/, issue
+# 50): cold, pyo3-prebuilt and incremental release builds and the module's
+# size, beside the same module on PyO3's own PyBuffer; the crates are their
+# own workspaces, built offline into target/depcost/. DEPCOST_REPEAT runs
+# each, medians reported.
+.PHONY: bench-depcost
+DEPCOST_REPEAT ?= 3
+bench-depcost: venv
+	$(RUST_ENV) $(VPY) bench/depcost/measure.py --label make --repeat $(DEPCOST_REPEAT) \
+	    --jobs $(JOBS) --out bench/results/depcost-$(shell date -u +%F).md
 
 # The per-argument race (bench/args/, issue 28): one 1-D float32 argument in
 # each binding framework, pyxbuf's route beside the framework's own; the

@@ -8,6 +8,18 @@
 //! `c/` and `include/`: one copy of the sources, which `cargo package`
 //! dereferences into the packaged crate, so the crate builds anywhere.
 //!
+//! What a dependent pays for it (bench/depcost/, `make bench-depcost`):
+//! the files are compiled on up to `NUM_JOBS` threads (cargo's `-j`; one
+//! file per task, largest first), not one after another; each function and
+//! object in its own section (cc's default `-ffunction-sections
+//! -fdata-sections`), so the final link's `--gc-sections` (rustc passes it)
+//! drops what the module never reaches; `-DNDEBUG` without debug assertions
+//! (a release build), as CPython builds extensions and CMake's release
+//! types build this library, so the `assert`s in Python's inline headers are
+//! not compiled in; debug info only when the profile asks for it (cc's `-g`
+//! follows cargo's `DEBUG`). The library is rebuilt only when a file it is
+//! built from changes: not for an edit under `c/tests` or `c/fuzz`.
+//!
 //! For dependents (`links = "pyxbuf"`): `DEP_PYXBUF_INCLUDE` (the directory
 //! of `pyxbuf.h`) and `DEP_PYXBUF_LIB_DIR` (the directory of the static
 //! `libpyxbuf.a` just built, which the `pyxbuf` Python wheel ships to C
@@ -16,6 +28,8 @@
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 fn python_include() -> String {
     let config = pyo3_build_config::get();
@@ -87,11 +101,87 @@ fn c_sources(c_dir: &Path, with_emulated: bool) -> Vec<PathBuf> {
     files
 }
 
+/// The paths whose changes rebuild the library: every folder of `c_dir`
+/// but `tests` and `fuzz`, and every file directly in it.
+fn watched(c_dir: &Path) -> Vec<PathBuf> {
+    let entries = std::fs::read_dir(c_dir)
+        .unwrap_or_else(|e| panic!("pyxbuf-sys: cannot read {}: {e}", c_dir.display()));
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            !(p.is_dir() && (name == "tests" || name == "fuzz"))
+        })
+        .collect();
+    paths.sort();
+    paths
+}
+
+/// Compiles `files` into objects on up to `NUM_JOBS` threads (cargo's `-j`,
+/// at most the machine's parallelism), each thread taking the next file,
+/// largest first, and returns the objects in `files`' order. cc's own
+/// `parallel` feature would do it through cargo's jobserver, but it adds
+/// `jobserver` and a second `libc` (a build dependency, compiled apart from
+/// the target's) to every dependent's build graph; this needs nothing, at
+/// the price of not asking the jobserver: the threads may briefly overlap
+/// cargo's other jobs.
+fn compile_parallel(build: &cc::Build, files: Vec<PathBuf>) -> Vec<PathBuf> {
+    let jobs = env::var("NUM_JOBS")
+        .ok()
+        .and_then(|j| j.parse::<usize>().ok())
+        .unwrap_or(1)
+        .min(std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .clamp(1, files.len().max(1));
+    // Detect the compiler once, before the threads share the build's caches.
+    let _ = build.get_compiler();
+    let size = |p: &PathBuf| std::fs::metadata(p).map_or(0, |m| m.len());
+    let mut order: Vec<usize> = (0..files.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(size(&files[i])));
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let failure = Mutex::new(None);
+    let objects = Mutex::new(vec![PathBuf::new(); files.len()]);
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| {
+                while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    if failed.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let mut one = build.clone();
+                    one.file(&files[i]);
+                    match one.try_compile_intermediates() {
+                        Ok(mut object) => {
+                            objects.lock().expect("not poisoned")[i] = object.remove(0);
+                        }
+                        Err(e) => {
+                            // The first error stops the other threads.
+                            failed.store(true, Ordering::Relaxed);
+                            failure.lock().expect("not poisoned").get_or_insert(e);
+                            break;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = failure.into_inner().expect("not poisoned") {
+        panic!("pyxbuf-sys: compiling the C library failed: {e}");
+    }
+    objects.into_inner().expect("not poisoned")
+}
+
 fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));
     let c_dir = manifest.join("c");
     let include = manifest.join("include");
-    println!("cargo:rerun-if-changed={}", c_dir.display());
+    // What the library is built from: each layer folder (cargo watches a
+    // folder's files, recursively, so a new file there counts), the files
+    // directly under c/, and include/; not c/tests or c/fuzz, whose edits
+    // would otherwise recompile all of it.
+    for path in watched(&c_dir) {
+        println!("cargo:rerun-if-changed={}", path.display());
+    }
     println!("cargo:rerun-if-changed={}", include.display());
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=PYO3_PYTHON");
@@ -110,10 +200,14 @@ fn main() {
         .flag_if_supported("-fno-semantic-interposition")
         // cc enables -Wall -Wextra; the CMake build is the one that runs -Werror.
         .warnings(true);
-    for file in c_sources(&c_dir, with_emulated) {
-        build.file(file);
+    // A release build (no debug assertions) compiles out the `assert`s of
+    // Python's inline headers, as CPython's own extension flags and CMake's
+    // Release / RelWithDebInfo do.
+    if env::var_os("CARGO_CFG_DEBUG_ASSERTIONS").is_none() {
+        build.define("NDEBUG", None);
     }
-    build.compile("pyxbuf");
+    let objects = compile_parallel(&build, c_sources(&c_dir, with_emulated));
+    build.objects(objects).compile("pyxbuf");
 
     let target_os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     if target_os == "linux" {
