@@ -75,6 +75,7 @@ help:
 	@echo '  python-pep            CPython 3.15 with the patch series in cpython/ (3.15-pep), likewise'
 	@echo '  test-python-pep       CPython'"'"'s own tests of what the series touches, on 3.15-pep'
 	@echo '  test-matrix           every suite on each of PYTHON_SPECS, one line per interpreter'
+	@echo '  test-c-abi3           the library built with Py_LIMITED_API 3.11 (abi3): CTest and pytest (CI)'
 	@echo '  test-pyo3-versions    cargo test of pyxbuf-sys and pyxbuf on PyO3 $(PYO3_VERSIONS), one line each (CI)'
 	@echo '  test-aarch64          Linux aarch64: cross-built C tests and the Python suite under qemu'
 	@echo '  test-aarch64-c        its CTest part only'
@@ -116,6 +117,17 @@ SITE = $(shell $(VPY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib
 
 test-c: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# The library under the limited API (abi3: Py_LIMITED_API 3.11, issue 50),
+# its test extensions keeping the full one, in build-abi3/: CTest and the
+# Python suite against it. CI runs it.
+.PHONY: test-c-abi3
+test-c-abi3: build
+	cmake -S . -B build-abi3 -DPython3_EXECUTABLE=$(abspath $(VPY)) -DPYXBUF_WERROR=ON \
+	    -DPYXBUF_LIMITED_API=ON $(CMAKE_ARGS)
+	cmake --build build-abi3 -j $(JOBS)
+	ctest --test-dir build-abi3 --output-on-failure -j $(JOBS)
+	PYTHONPATH=$(abspath build-abi3)/python $(VPY) -m pytest -q -p no:cacheprovider python-tests
 
 # The optimised builds users install, warning-free under -Werror: -O2 and -Os
 # run analyses (maybe-uninitialized) that the default build does not. CI runs it.

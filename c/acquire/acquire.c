@@ -48,7 +48,7 @@ static void add_context_fix(PyObject *obj, const char *path, int32_t flags, cons
         PyErr_Format(PyExc_BufferError,
                      "pyxbuf: %s buffer of '%.200s' failed the request %s without setting an "
                      "exception; the producer is broken and must be fixed",
-                     path, Py_TYPE(obj)->tp_name, names);
+                     path, PYXBUF__TYPE_NAME(obj), names);
         return;
     }
     PyObject *cause = PyErr_GetRaisedException();
@@ -66,7 +66,7 @@ static void add_context_fix(PyObject *obj, const char *path, int32_t flags, cons
         PyErr_GivenExceptionMatches(cause, PyExc_BufferError))
         raised = PyExc_BufferError;
     PyErr_Format(raised, "pyxbuf: %s buffer of '%.200s' refused the request %s: %s%s%s", path,
-                 Py_TYPE(obj)->tp_name, names, reason, fix ? "; " : "", fix ? fix : "");
+                 PYXBUF__TYPE_NAME(obj), names, reason, fix ? "; " : "", fix ? fix : "");
     Py_XDECREF(text);
     PyObject *context = PyErr_GetRaisedException();
     PyException_SetCause(context, cause); /* steals cause */
@@ -80,7 +80,7 @@ static int refuse_unsupported(PyObject *obj, int32_t flags, int32_t missing) {
     PyErr_Format(PyExc_BufferError,
                  "pyxbuf: '%.200s' does not support the required %s %s of the request %s "
                  "(its %s says so); ask for less, or copy the data into a buffer that can",
-                 Py_TYPE(obj)->tp_name, strchr(miss, '|') != NULL ? "flags" : "flag", miss, want,
+                 PYXBUF__TYPE_NAME(obj), strchr(miss, '|') != NULL ? "flags" : "flag", miss, want,
                  PYXBUF_SUPPORTED_FLAGS_ATTR);
     return -1;
 }
@@ -279,7 +279,7 @@ static int refuse_no_protocol(PyObject *obj) {
                  "buffer, DLPack, __cuda_array_interface__, classic buffer, "
                  "__array_interface__); pass an array or an object that supports the buffer "
                  "protocol",
-                 Py_TYPE(obj)->tp_name);
+                 PYXBUF__TYPE_NAME(obj));
     return -1;
 }
 
@@ -342,7 +342,7 @@ static PYXBUF_ALWAYS_INLINE int classic_fast_call(PyObject *obj, PyTypeObject *t
     view->path = PYXBUF_PATH_CLASSIC;
     /* PyObject_GetBuffer is this call after the checks made above (the cache
      * entry says the slot exists). */
-    int rc = tp->tp_as_buffer->bf_getbuffer(obj, &view->base, flags & CLASSIC_RANGE);
+    int rc = PYXBUF__GETBUFFER(tp)(obj, &view->base, flags & CLASSIC_RANGE);
     if (PYXBUF_UNLIKELY(rc < 0 || (unsigned)view->base.ndim > PYXBUF_MAX_NDIM))
         return classic_fast_failed(obj, view, flags, rc);
     if (PYXBUF_UNLIKELY(flags & (PyBUF_WRITABLE | BORROW_FLAGS))) { /* one test for the plain read */
@@ -427,8 +427,7 @@ static PYXBUF_COLD int get_view_slow(PyObject *obj, pyxbuf_view *view, int32_t f
     int rc;
     if (speaks_extended(supported)) {
         rc = acquire_native(obj, view, flags, supported);
-    } else if (PYXBUF_LIKELY(Py_TYPE(obj)->tp_as_buffer != NULL &&
-                             Py_TYPE(obj)->tp_as_buffer->bf_getbuffer != NULL)) {
+    } else if (PYXBUF_LIKELY(PYXBUF__HAS_GETBUFFER(Py_TYPE(obj)))) {
         /* (PyObject_CheckBuffer, without the call.) The classic buffer
          * answers most CPU arrays; NumPy's, read from the array struct when
          * the route applies, as on the fast path. */

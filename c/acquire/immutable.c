@@ -62,8 +62,20 @@ static int numpy_array(PyObject *o) {
  * none of these or may be written. */
 static PyObject *next_link(PyObject *o) {
     if (PyMemoryView_Check(o)) {
+#if PYXBUF_LIMITED
+        /* The limited API reads a memoryview through its attributes; its
+         * exporter stays borrowed, as the memoryview holds it. */
+        PyObject *readonly = PyObject_GetAttrString(o, "readonly");
+        int ro = readonly != NULL ? PyObject_IsTrue(readonly) : -1;
+        Py_XDECREF(readonly);
+        PyObject *base = ro == 1 ? PyObject_GetAttrString(o, "obj") : NULL;
+        if (ro < 0 || (ro == 1 && base == NULL)) PyErr_Clear(); /* released: not followed */
+        Py_XDECREF(base);
+        return base == Py_None ? NULL : base;
+#else
         const Py_buffer *mv = PyMemoryView_GET_BUFFER(o);
         return mv->readonly ? PyMemoryView_GET_BASE(o) : NULL;
+#endif
     }
     if (numpy_array(o)) {
         const pyxbuf__numpy_array *a = (const pyxbuf__numpy_array *)o;

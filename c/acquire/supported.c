@@ -52,22 +52,25 @@ static int lookup_supported(PyTypeObject *type, int32_t *mask) {
     PyObject *name = supported_attr_name();
     if (name == NULL) return -1;
     /* _PyType_Lookup searches the MRO only (not the metaclass), raises
-     * nothing and gives the type a version tag we can cache under. */
-    PyObject *value = _PyType_Lookup(type, name);
+     * nothing and gives the type a version tag we can cache under (the
+     * limited API's shim: base/compat.h). */
+    PyObject *value = pyxbuf__type_lookup(type, name);
     if (value == NULL) {
         *mask = expand_supported(pyxbuf__native_supported_flags(type));
         return 0;
     }
+    long raw = PyLong_Check(value) ? PyLong_AsLong(value) : 0;
     if (!PyLong_Check(value)) {
         PyErr_Format(PyExc_TypeError,
                      "pyxbuf: %s of type '%.200s' must be an int, found '%.200s'; set it to 0, "
                      "-1 or a mask of request flags",
-                     PYXBUF_SUPPORTED_FLAGS_ATTR, type->tp_name, Py_TYPE(value)->tp_name);
+                     PYXBUF_SUPPORTED_FLAGS_ATTR, PYXBUF__TP_NAME(type), PYXBUF__TYPE_NAME(value));
+        Py_DECREF(value);
         return -1;
     }
-    long raw = PyLong_AsLong(value);
+    Py_DECREF(value); /* (an int: only its value is kept) */
     if (raw == -1 && PyErr_Occurred()) return -1;
-    if (check_supported_value(type->tp_name, raw) < 0) return -1;
+    if (check_supported_value(PYXBUF__TP_NAME(type), raw) < 0) return -1;
     if (raw != pyxbuf__native_supported_flags(type) &&
         pyxbuf__set_native_supported_flags(type, (int32_t)raw) < 0)
         return -1;
@@ -80,8 +83,7 @@ static int lookup_supported(PyTypeObject *type, int32_t *mask) {
 static int32_t route_of(PyTypeObject *type, int32_t supported, const void **data) {
     *data = NULL;
     if (supported != PYXBUF_CLASSIC_FLAGS) return 0;
-    PyBufferProcs *pb = type->tp_as_buffer;
-    if (pb != NULL && pb->bf_getbuffer != NULL) {
+    if (PYXBUF__HAS_GETBUFFER(type)) {
         return pyxbuf__numpy_array_type(type) ? CACHE_NUMPY : CACHE_FAST;
     }
     *data = pyxbuf__dlpack_c_table_of(type);
@@ -91,7 +93,7 @@ static int32_t route_of(PyTypeObject *type, int32_t supported, const void **data
 int pyxbuf_type_supported_flags(PyTypeObject *type, int32_t *supported) {
     if (cached_supported(type, supported)) return 0;
     if (lookup_supported(type, supported) < 0) return -1;
-    unsigned int tag = pyxbuf__type_tag(type);
+    unsigned int tag = pyxbuf__type_tag_to_store(type);
     if (tag != 0) {
         const void *data;
         int32_t route = route_of(type, *supported, &data);
@@ -105,7 +107,7 @@ int pyxbuf_type_set_supported_flags(PyTypeObject *type, int32_t flags) {
         PyErr_SetString(PyExc_ValueError, "pyxbuf_type_set_supported_flags: type is NULL");
         return -1;
     }
-    if (check_supported_value(type->tp_name, flags) < 0) return -1;
+    if (check_supported_value(PYXBUF__TP_NAME(type), flags) < 0) return -1;
     /* The native declaration, where the interpreter has one (its
      * PyObject_GetBuffer and PyObject_CheckBufferSupports read it), and the
      * attribute, which every copy of pyxbuf reads (the backport's only
@@ -122,8 +124,8 @@ static int has_cai_quietly(PyObject *obj) {
     static PyObject *slot = NULL;
     PyObject *name = pyxbuf__interned(&slot, "__cuda_array_interface__");
     if (name == NULL) return -1;
-    if (_PyType_Lookup(Py_TYPE(obj), name) != NULL) return 1;
-    if (Py_TYPE(obj)->tp_getattro != PyObject_GenericGetAttr) return 0;
+    if (pyxbuf__type_has(Py_TYPE(obj), name)) return 1;
+    if (PYXBUF__TP_GETATTRO(Py_TYPE(obj)) != PyObject_GenericGetAttr) return 0;
     PyObject *value = PyObject_GenericGetAttr(obj, name);
     if (value != NULL) {
         Py_DECREF(value);
@@ -157,8 +159,7 @@ int pyxbuf__refuse_read_write_alone(int32_t flags) {
  * DLPack or the CUDA Array Interface. The __array_interface__ bridge reads
  * only NumPy arrays of user dtypes, which have a buffer slot already. */
 static int speaks_a_protocol(PyObject *obj) {
-    PyBufferProcs *pb = Py_TYPE(obj)->tp_as_buffer;
-    if (pb != NULL && pb->bf_getbuffer != NULL) return 1;
+    if (PYXBUF__HAS_GETBUFFER(Py_TYPE(obj))) return 1;
     return speaks_a_device_protocol(obj);
 }
 
@@ -168,7 +169,7 @@ static int speaks_a_protocol(PyObject *obj) {
 static int declares_supported(PyTypeObject *type) {
     PyObject *name = supported_attr_name();
     if (name == NULL) return -1;
-    if (_PyType_Lookup(type, name) != NULL) return 1;
+    if (pyxbuf__type_has(type, name)) return 1;
     return pyxbuf__native_supported_flags(type) != PYXBUF_SUPPORTS_CLASSIC;
 }
 

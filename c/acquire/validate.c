@@ -19,7 +19,7 @@ static int refuse_answer(pyxbuf_view *view, PyObject *obj, const char *reason, i
     PyErr_Format(PyExc_BufferError,
                  "pyxbuf: the buffer of '%.200s' is invalid: %s (%s); the producer breaks the "
                  "extended buffer protocol and must be fixed",
-                 Py_TYPE(obj)->tp_name, reason, names);
+                 PYXBUF__TYPE_NAME(obj), reason, names);
     return -1;
 }
 

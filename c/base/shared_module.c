@@ -31,7 +31,7 @@ static PyObject *shared_module(PyObject **dict) {
         PyErr_Format(PyExc_RuntimeError,
                      "pyxbuf: sys.modules['%s'] is a %.100s, not the module pyxbuf shares its "
                      "process-wide tables through; remove what replaced it",
-                     PYXBUF_SHARED_MODULE, Py_TYPE(module)->tp_name);
+                     PYXBUF_SHARED_MODULE, PYXBUF__TYPE_NAME(module));
         Py_DECREF(module);
         return NULL;
     }

@@ -53,6 +53,14 @@ static inline void pyxbuf__type_cache_put(pyxbuf__type_cache_entry *e, PyTypeObj
     __atomic_store_n(&e->key, key, __ATOMIC_RELEASE);
     __atomic_store_n(&e->data, data, __ATOMIC_RELEASE);
     __atomic_store_n(&e->seq, seq + 2, __ATOMIC_RELEASE);
+#elif PYXBUF_LIMITED
+    /* The entry holds its type (see pyxbuf__type_tag): the reference it
+     * held before goes last, once the entry is whole again. */
+    PyTypeObject *old = e->type;
+    e->type = (PyTypeObject *)Py_NewRef((PyObject *)type);
+    e->key = key;
+    e->data = data;
+    Py_XDECREF((PyObject *)old);
 #else
     e->type = type;
     e->key = key;

@@ -320,13 +320,23 @@ static int find_table(void) {
  * found, only such objects can be arrays (and asking sys.modules for every
  * bytes object would cost more than the rest of its acquisition). */
 static int named_ndarray_in_mro(PyTypeObject *tp) {
+#if PYXBUF_LIMITED
+    PyObject *mro = PyObject_GetAttrString((PyObject *)tp, "__mro__");
+    if (mro == NULL) PyErr_Clear();
+#else
     PyObject *mro = tp->tp_mro;
-    if (mro == NULL || !PyTuple_Check(mro)) return 0;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); i++) {
-        const char *name = ((PyTypeObject *)PyTuple_GET_ITEM(mro, i))->tp_name;
-        if (strcmp(name, "numpy.ndarray") == 0) return 1;
+#endif
+    int found = 0;
+    if (mro != NULL && PyTuple_Check(mro)) {
+        for (Py_ssize_t i = 0; !found && i < PyTuple_GET_SIZE(mro); i++) {
+            const char *name = PYXBUF__TP_NAME((PyTypeObject *)PyTuple_GET_ITEM(mro, i));
+            found = strcmp(name, "numpy.ndarray") == 0;
+        }
     }
-    return 0;
+#if PYXBUF_LIMITED
+    Py_XDECREF(mro);
+#endif
+    return found;
 }
 
 /* The last type found not to be an array (borrow.h says why the pair names
@@ -337,15 +347,25 @@ unsigned int pyxbuf__rust_numpy_other_tag;
 static PyObject *numpy_name;
 
 static void remember_other(PyTypeObject *tp, unsigned int tag) {
+#if PYXBUF_LIMITED
+    /* The tag is the type's address there (base/compat.h): the slot holds
+     * the type, so that no other type takes the address while it answers. */
+    if (tag == 0) return;
+    PyTypeObject *old = pyxbuf__rust_numpy_other_type;
+    pyxbuf__rust_numpy_other_type = (PyTypeObject *)Py_NewRef((PyObject *)tp);
+    pyxbuf__rust_numpy_other_tag = tag;
+    Py_XDECREF((PyObject *)old);
+#else
     PYXBUF__FT_STORE_RELAXED(&pyxbuf__rust_numpy_other_type, tp);
     PYXBUF__FT_STORE_RELAXED(&pyxbuf__rust_numpy_other_tag, tag);
+#endif
 }
 
 static int is_ndarray(PyObject *obj) {
     if (obj == NULL) return 0;
     if (pyxbuf__rust_numpy_known_other(obj)) return 0;
     PyTypeObject *tp = Py_TYPE(obj);
-    unsigned int tag = pyxbuf__type_tag(tp);
+    unsigned int tag = pyxbuf__type_tag_to_store(tp);
     PyObject *ndarray = PYXBUF__FT_LOAD_ACQUIRE(&ndarray_type);
     if (ndarray == NULL && !named_ndarray_in_mro(tp)) {
         remember_other(tp, tag);

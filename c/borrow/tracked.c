@@ -12,7 +12,7 @@ static PYXBUF_COLD int refuse_writable_shared(PyObject *obj) {
     PyErr_Format(PyExc_BufferError,
                  "pyxbuf: cannot grant a writable shared borrow of '%.200s': a shared borrow "
                  "promises that nobody writes; %s",
-                 Py_TYPE(obj)->tp_name, pyxbuf__fix(PYXBUF__FIX_WRITE_EXCLUSIVE));
+                 PYXBUF__TYPE_NAME(obj), pyxbuf__fix(PYXBUF__FIX_WRITE_EXCLUSIVE));
     return -1;
 }
 
@@ -24,7 +24,7 @@ static PYXBUF_COLD int refuse_tracked(PyObject *obj, int32_t exclusive,
                  "held by another view in this process (for example another argument of the "
                  "same call, or a view held by any copy of pyxbuf); release that view first, "
                  "or pass a copy of the array",
-                 exclusive ? "an exclusive" : "a shared", Py_TYPE(obj)->tp_name,
+                 exclusive ? "an exclusive" : "a shared", PYXBUF__TYPE_NAME(obj),
                  (void *)(uintptr_t)range->lo, (void *)(uintptr_t)range->hi, why);
     return -1;
 }
@@ -32,7 +32,7 @@ static PYXBUF_COLD int refuse_tracked(PyObject *obj, int32_t exclusive,
 static PYXBUF_COLD int refuse_span(PyObject *obj) {
     PyErr_Format(PyExc_BufferError,
                  "pyxbuf: cannot track a borrow of '%.200s': its shape and strides overflow",
-                 Py_TYPE(obj)->tp_name);
+                 PYXBUF__TYPE_NAME(obj));
     return -1;
 }
 
@@ -45,7 +45,7 @@ static PYXBUF_COLD int refuse_suboffsets(PyObject *obj, int32_t exclusive) {
                  "(PIL-style pointers to its items), and pyxbuf's registry tracks a borrow by "
                  "the bytes its items span, which such a view does not tell; %s, or pass a "
                  "contiguous copy",
-                 exclusive ? "an exclusive" : "a shared", Py_TYPE(obj)->tp_name,
+                 exclusive ? "an exclusive" : "a shared", PYXBUF__TYPE_NAME(obj),
                  pyxbuf__fix(PYXBUF__FIX_WITHOUT_BORROW));
     return -1;
 }

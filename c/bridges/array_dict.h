@@ -87,7 +87,7 @@ static inline int pyxbuf__dict_version(PyObject *dict, const char *iface, long l
     if (rc <= 0) return -1;
     if (!pyxbuf__is_int(v))
         return pyxbuf__dict_fail(iface, "'version' must be an int, found '%s' (%.100R)",
-                                 Py_TYPE(v)->tp_name, v);
+                                 PYXBUF__TYPE_NAME(v), v);
     int overflow = 0;
     *version = PyLong_AsLongAndOverflow(v, &overflow);
     if (*version == -1 && PyErr_Occurred()) return -1;
@@ -111,7 +111,7 @@ static inline int pyxbuf__dict_shape(PyObject *dict, const char *iface, Py_ssize
     if (rc <= 0) return -1;
     if (!PyTuple_Check(s) && !PyList_Check(s))
         return pyxbuf__dict_fail(iface, "'shape' must be a tuple of ints, found '%s' (%.100R)",
-                                 Py_TYPE(s)->tp_name, s);
+                                 PYXBUF__TYPE_NAME(s), s);
     Py_ssize_t n = PySequence_Fast_GET_SIZE(s);
     if (n > PYXBUF_MAX_NDIM)
         return pyxbuf__dict_fail(iface,
@@ -122,7 +122,7 @@ static inline int pyxbuf__dict_shape(PyObject *dict, const char *iface, Py_ssize
         PyObject *e = PySequence_Fast_GET_ITEM(s, i);
         if (!pyxbuf__is_int(e))
             return pyxbuf__dict_fail(iface, "'shape'[%zd] must be an int, found '%s' (%.100R)", i,
-                                     Py_TYPE(e)->tp_name, e);
+                                     PYXBUF__TYPE_NAME(e), e);
         shape[i] = PyLong_AsSsize_t(e);
         if (shape[i] == -1 && PyErr_Occurred()) {
             PyErr_Clear();
@@ -170,7 +170,7 @@ static inline int pyxbuf__dict_strides(PyObject *dict, const char *iface, int nd
         return pyxbuf__dict_fail(iface,
                                  "'strides' must be None (C-contiguous) or a tuple of ints in "
                                  "bytes, found '%s' (%.100R)",
-                                 Py_TYPE(s)->tp_name, s);
+                                 PYXBUF__TYPE_NAME(s), s);
     if (PySequence_Fast_GET_SIZE(s) != ndim)
         return pyxbuf__dict_fail(iface,
                                  "'strides' has %zd %s but 'shape' has %d; give one stride "
@@ -182,7 +182,7 @@ static inline int pyxbuf__dict_strides(PyObject *dict, const char *iface, int nd
         PyObject *e = PySequence_Fast_GET_ITEM(s, i);
         if (!pyxbuf__is_int(e))
             return pyxbuf__dict_fail(iface, "'strides'[%d] must be an int, found '%s' (%.100R)",
-                                     i, Py_TYPE(e)->tp_name, e);
+                                     i, PYXBUF__TYPE_NAME(e), e);
         strides[i] = PyLong_AsSsize_t(e);
         if (strides[i] == -1 && PyErr_Occurred()) {
             PyErr_Clear();
@@ -202,16 +202,16 @@ static inline int pyxbuf__dict_data(PyObject *dict, const char *iface, uintptr_t
         return pyxbuf__dict_fail(iface,
                                  "'data' must be a (pointer: int, read_only: bool) tuple, found "
                                  "'%s' (%.100R)",
-                                 Py_TYPE(d)->tp_name, d);
+                                 PYXBUF__TYPE_NAME(d), d);
     PyObject *p = PyTuple_GET_ITEM(d, 0), *ro = PyTuple_GET_ITEM(d, 1);
     if (!pyxbuf__is_int(p))
         return pyxbuf__dict_fail(iface,
                                  "'data'[0] (the pointer) must be an int, found '%s' (%.100R)",
-                                 Py_TYPE(p)->tp_name, p);
+                                 PYXBUF__TYPE_NAME(p), p);
     if (!PyBool_Check(ro) && !PyLong_Check(ro))
         return pyxbuf__dict_fail(iface,
                                  "'data'[1] (read_only) must be a bool, found '%s' (%.100R)",
-                                 Py_TYPE(ro)->tp_name, ro);
+                                 PYXBUF__TYPE_NAME(ro), ro);
     unsigned long long value = PyLong_AsUnsignedLongLong(p);
     if (value == (unsigned long long)-1 && PyErr_Occurred()) {
         PyErr_Clear();

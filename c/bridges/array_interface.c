@@ -276,7 +276,7 @@ static int check_typestr(PyObject *dict, const dtype_cache_entry *e, const char 
     if (s == NULL) {
         if (PyErr_Occurred()) return -1;
         return pyxbuf__dict_fail(AI, "'typestr' must be a str such as '<V2', found '%s' (%.100R)",
-                                 Py_TYPE(ts)->tp_name, ts);
+                                 PYXBUF__TYPE_NAME(ts), ts);
     }
     int64_t ts_size = s[0] && s[1] ? pyxbuf__typestr_size(s + 2) : -1;
     if (strchr("<>|=", s[0]) == NULL || s[0] == '\0' || ts_size < 0)
@@ -430,7 +430,7 @@ static int ai_import(PyObject *obj, PyObject *dict, const names *n, const user_d
     long version = 0;
     dtype_cache_entry entry;
     if (!PyDict_Check(dict))
-        return pyxbuf__dict_fail(AI, "it must be a dict, found '%s'", Py_TYPE(dict)->tp_name);
+        return pyxbuf__dict_fail(AI, "it must be a dict, found '%s'", PYXBUF__TYPE_NAME(dict));
     if (pyxbuf__dict_version(dict, AI, 3, 3, &version) < 0 || dtype_entry_of(n, u, &entry) < 0)
         return -1;
     int rc = ai_import_entry(obj, dict, &entry, view, flags);

@@ -81,7 +81,7 @@ typedef struct typestr {
 static int parse_typestr(PyObject *obj, const char *where, typestr *t) {
     if (!PyUnicode_Check(obj))
         return pyxbuf__dict_fail(CAI, "%s must be a typestr such as '<f4', found '%s' (%.100R)",
-                                 where, Py_TYPE(obj)->tp_name, obj);
+                                 where, PYXBUF__TYPE_NAME(obj), obj);
     const char *s = PyUnicode_AsUTF8(obj);
     if (s == NULL) return -1;
     t->order = s[0];
@@ -163,7 +163,7 @@ static int field_name(PyObject *e, Py_ssize_t i, PyObject **name) {
         return pyxbuf__dict_fail(CAI,
                                  "'descr'[%zd] must start with a field name (str), found '%s' "
                                  "(%.100R)",
-                                 i, Py_TYPE(n)->tp_name, n);
+                                 i, PYXBUF__TYPE_NAME(n), n);
     *name = n;
     return 0;
 }
@@ -202,7 +202,7 @@ static int field_shape(pyxbuf__fmtbuf *b, PyObject *e, Py_ssize_t i, int64_t *co
         return pyxbuf__dict_fail(CAI,
                                  "'descr'[%zd][2] (the sub-array shape) must be a tuple of ints, "
                                  "found '%s' (%.100R)",
-                                 i, Py_TYPE(shape)->tp_name, shape);
+                                 i, PYXBUF__TYPE_NAME(shape), shape);
     } else {
         Py_INCREF(shape);
     }
@@ -219,7 +219,7 @@ static int append_field(pyxbuf__fmtbuf *b, PyObject *e, Py_ssize_t i, int depth,
         return pyxbuf__dict_fail(CAI,
                                  "'descr'[%zd] must be a (name, typestr) or (name, typestr, "
                                  "shape) tuple, found '%s' (%.100R)",
-                                 i, Py_TYPE(e)->tp_name, e);
+                                 i, PYXBUF__TYPE_NAME(e), e);
     PyObject *name = NULL, *type = PyTuple_GET_ITEM(e, 1);
     int64_t count, item = 0;
     if (field_name(e, i, &name) < 0) return -1;
@@ -267,7 +267,7 @@ static int append_descr(pyxbuf__fmtbuf *b, PyObject *descr, int depth, int64_t d
         return pyxbuf__dict_fail(CAI,
                                  "'descr' must be a list of (name, typestr[, shape]) tuples, "
                                  "found '%s' (%.100R)",
-                                 Py_TYPE(descr)->tp_name, descr);
+                                 PYXBUF__TYPE_NAME(descr), descr);
     *size = 0;
     pyxbuf__fmtbuf_puts(b, "T{");
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(descr); i++)
@@ -339,7 +339,7 @@ static int parse_stream(PyObject *dict, int *has, int64_t *handle) {
                                  "'stream' must be None or an int (1: legacy default stream, 2: "
                                  "per-thread default stream, else a stream handle), found '%s' "
                                  "(%.100R)",
-                                 Py_TYPE(s)->tp_name, s);
+                                 PYXBUF__TYPE_NAME(s), s);
     unsigned long long v = PyLong_AsUnsignedLongLong(s);
     if (v == (unsigned long long)-1 && PyErr_Occurred()) {
         PyErr_Clear();
@@ -445,7 +445,7 @@ static int read_dict(PyObject *dict, cai_desc *d, pyxbuf__fmtbuf *fmt) {
     d->ptr = 0;
     d->readonly = 1;
     if (!PyDict_Check(dict))
-        return pyxbuf__dict_fail(CAI, "it must be a dict, found '%s'", Py_TYPE(dict)->tp_name);
+        return pyxbuf__dict_fail(CAI, "it must be a dict, found '%s'", PYXBUF__TYPE_NAME(dict));
     if (pyxbuf__dict_version(dict, CAI, 0, CAI_MAX_VERSION, &version) < 0 ||
         pyxbuf__dict_shape(dict, CAI, d->shape, &d->ndim) < 0 ||
         build_format(dict, fmt, &d->itemsize) < 0 ||
@@ -572,7 +572,7 @@ static int cai_import(PyObject *obj, PyObject *dict, pyxbuf_view *view, int32_t 
         Py_CLEAR(view->base.obj);
         Py_DECREF(holder);
         PyErr_Format(PyExc_BufferError, "pyxbuf: the CAI array of '%.200s' is invalid: %s",
-                     Py_TYPE(obj)->tp_name, span_err.message);
+                     PYXBUF__TYPE_NAME(obj), span_err.message);
         return -1;
     }
     view->path = PYXBUF_PATH_CAI;

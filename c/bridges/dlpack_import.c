@@ -380,11 +380,18 @@ static type_offer type_dlpack(PyTypeObject *type) {
         return (type_offer){0, NULL};
     }
     /* _PyType_Lookup: MRO only, raises nothing, and gives the type a version
-     * tag to cache under. DLPack 1.3's name first, then the older one. */
-    type_offer offer = {_PyType_Lookup(type, n_dl) != NULL,
-                        api_from_capsule(_PyType_Lookup(type, n_api))};
-    if (offer.api == NULL) offer.api = api_from_older_name(_PyType_Lookup(type, n_older));
-    tag = pyxbuf__type_tag(type);
+     * tag to cache under. DLPack 1.3's name first, then the older one. The
+     * table outlives the references dropped here: the type's dict holds
+     * what names it while the tag holds. */
+    PyObject *api = pyxbuf__type_lookup(type, n_api);
+    type_offer offer = {pyxbuf__type_has(type, n_dl), api_from_capsule(api)};
+    Py_XDECREF(api);
+    if (offer.api == NULL) {
+        PyObject *older = pyxbuf__type_lookup(type, n_older);
+        offer.api = api_from_older_name(older);
+        Py_XDECREF(older);
+    }
+    tag = pyxbuf__type_tag_to_store(type);
     if (tag != 0) /* else it cannot be cached */
         pyxbuf__type_cache_put(e, type, tag | (offer.has_dlpack ? API_CACHE_HAS_DLPACK : 0),
                                offer.api);
@@ -457,7 +464,7 @@ static PYXBUF_ALWAYS_INLINE int acquire_c(PyObject *obj, pyxbuf_view *view, int3
         if (!PyErr_Occurred())
             pyxbuf__buffer_error(
                 "pyxbuf: the DLPack C exchange table of '%.200s' failed without an error",
-                Py_TYPE(obj)->tp_name);
+                PYXBUF__TYPE_NAME(obj));
         return -1;
     }
     pyxbuf__dl_hold *h;
@@ -485,7 +492,7 @@ static int dlpack_device_of(PyObject *obj, int32_t *type, int32_t *id) {
         return pyxbuf__buffer_error(
             "pyxbuf: __dlpack_device__ of '%.200s' must return (device_type, "
             "device_id)",
-            Py_TYPE(obj)->tp_name);
+            PYXBUF__TYPE_NAME(obj));
     *type = (int32_t)t;
     *id = (int32_t)i;
     return 0;
@@ -606,12 +613,12 @@ static void *consume_capsule(PyObject *obj, PyObject *capsule, int *versioned) {
             pyxbuf__buffer_error(
                 "pyxbuf: __dlpack__ of '%.200s' returned a capsule named '%.100s', not "
                 "'" CAPSULE_VERSIONED "' or '" CAPSULE_LEGACY "'%s",
-                Py_TYPE(obj)->tp_name, name ? name : "(null)",
+                PYXBUF__TYPE_NAME(obj), name ? name : "(null)",
                 name && strncmp(name, "used_", 5) == 0 ? " (it was already consumed)" : "");
         else
             pyxbuf__buffer_error(
                 "pyxbuf: __dlpack__ of '%.200s' returned '%.200s', not a DLPack capsule",
-                Py_TYPE(obj)->tp_name, Py_TYPE(capsule)->tp_name);
+                PYXBUF__TYPE_NAME(obj), PYXBUF__TYPE_NAME(capsule));
         return NULL;
     }
     if (PyCapsule_SetName(capsule, used) < 0) return NULL; /* cannot fail for a valid capsule */
@@ -624,7 +631,7 @@ static int refuse_device(PyObject *obj, int32_t type, int32_t id) {
     pyxbuf_device_format(&d, name, sizeof name);
     return pyxbuf__buffer_error(
         "pyxbuf: '%.200s' holds memory on device '%s', which the host cannot read; %s",
-        Py_TYPE(obj)->tp_name, name, pyxbuf__fix(PYXBUF__FIX_DEVICE_VIEW));
+        PYXBUF__TYPE_NAME(obj), name, pyxbuf__fix(PYXBUF__FIX_DEVICE_VIEW));
 }
 
 static int acquire_py(PyObject *obj, pyxbuf_view *view, int32_t flags, int64_t stream) {

@@ -58,9 +58,9 @@ static unsigned int numpy_abi_version(PyObject *module) {
  * reads, 0 when it is not, -1 when it cannot tell yet (NumPy's module not
  * importable now, as while NumPy itself imports); never an error. */
 static int is_readable_ndarray(PyTypeObject *type) {
-    if (strcmp(type->tp_name, "numpy.ndarray") != 0 ||
-        (type->tp_flags & Py_TPFLAGS_HEAPTYPE) != 0 || type->tp_as_buffer == NULL ||
-        type->tp_as_buffer->bf_getbuffer == NULL || type->tp_as_buffer->bf_releasebuffer != NULL)
+    if (strcmp(PYXBUF__TP_NAME(type), "numpy.ndarray") != 0 ||
+        PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE) || !PYXBUF__HAS_GETBUFFER(type) ||
+        PYXBUF__HAS_RELEASEBUFFER(type))
         return 0;
     /* Only NumPy 2's module has this name; importing it is a lookup in
      * sys.modules, as an array of the type exists. */
@@ -84,7 +84,9 @@ void pyxbuf__numpy_array_discover(PyTypeObject *type) {
     if (readable < 0) return; /* asked again on the next type-cache miss */
     /* Two threads of a free-threaded build may both get here: the same
      * answer, and at worst one reference to a static type kept twice. */
-    if (readable) PYXBUF__FT_STORE_RELEASE(&pyxbuf__numpy_ndarray, (PyTypeObject *)Py_NewRef(type));
+    if (readable)
+        PYXBUF__FT_STORE_RELEASE(&pyxbuf__numpy_ndarray,
+                                 (PyTypeObject *)Py_NewRef((PyObject *)type));
     PYXBUF__FT_STORE_RELEASE(&checked, 1);
 }
 
@@ -163,7 +165,7 @@ static user_record *user_record_new(unsigned u, PyTypeObject *type, Py_ssize_t e
     user_record *r = malloc(sizeof *r + kept);
     if (r == NULL) return NULL;
     if (kept > 0) memcpy(r->text, key, kept);
-    r->pub.typeobj = (PyTypeObject *)Py_NewRef(type);
+    r->pub.typeobj = (PyTypeObject *)Py_NewRef((PyObject *)type);
     r->pub.code = (pyxbuf__numpy_code){builtin != NULL ? builtin : kept > 0 ? r->text : NULL,
                                        elsize, 1};
     r->pub.generation = 0;

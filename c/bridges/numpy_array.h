@@ -100,7 +100,7 @@ void pyxbuf__numpy_array_discover(PyTypeObject *type);
  * a type of that name turns it on first. */
 static inline int pyxbuf__numpy_array_type(PyTypeObject *type) {
     PyTypeObject *ndarray = PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__numpy_ndarray);
-    if (ndarray == NULL && strcmp(type->tp_name, "numpy.ndarray") == 0) {
+    if (ndarray == NULL && strcmp(PYXBUF__TP_NAME(type), "numpy.ndarray") == 0) {
         pyxbuf__numpy_array_discover(type);
         ndarray = PYXBUF__FT_LOAD_ACQUIRE(&pyxbuf__numpy_ndarray);
     }

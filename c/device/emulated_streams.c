@@ -8,6 +8,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#if defined(Py_LIMITED_API)
+#include <dlfcn.h>
+#endif
 
 static stream streams[MAX_STREAMS]; /* handle h < DEFAULT_STREAMS: per-device default */
 static stream default_streams[PYXBUF_EMULATED_MAX_DEVICES];
@@ -364,7 +367,23 @@ static int td_pool_trim(void *ctx, int32_t id, uint64_t keep, pyxbuf_error *err)
  * sub-interpreters have existed in the process. */
 static int attached_to_python(void) {
     if (!Py_IsInitialized()) return 0;
-#if PY_VERSION_HEX >= 0x030D0000
+#if defined(Py_LIMITED_API)
+    /* (Built into a limited-API library: Rust's emulated-device feature.)
+     * The interpreter's own unchecked getter, found by name: 3.13's, else
+     * 3.11 and 3.12's; neither is in the limited API. */
+    typedef PyThreadState *(*state_getter)(void);
+    static state_getter get;
+    if (__atomic_load_n(&get, __ATOMIC_RELAXED) == NULL) {
+        void *f = dlsym(RTLD_DEFAULT, "PyThreadState_GetUnchecked");
+        if (f == NULL) f = dlsym(RTLD_DEFAULT, "_PyThreadState_UncheckedGet");
+        if (f == NULL) return PyGILState_GetThisThreadState() != NULL;
+        __atomic_store_n(&get, (state_getter)(uintptr_t)f, __ATOMIC_RELAXED);
+    }
+    PyThreadState *current = __atomic_load_n(&get, __ATOMIC_RELAXED)();
+    if (Py_Version >= 0x030C0000) return current != NULL; /* this thread's (thread-local) */
+    PyThreadState *mine = PyGILState_GetThisThreadState();
+    return mine != NULL && mine == current; /* 3.11: see below */
+#elif PY_VERSION_HEX >= 0x030D0000
     return PyThreadState_GetUnchecked() != NULL;
 #elif PY_VERSION_HEX >= 0x030C0000
     return _PyThreadState_UncheckedGet() != NULL; /* this thread's (thread-local) */

@@ -314,7 +314,7 @@ void pyxbuf__dlpack_report_to(void *error_ctx,
         PyErr_Clear();
         message = "pyxbuf: the allocation failed";
     }
-    const char *kind = exc ? Py_TYPE(exc)->tp_name : "RuntimeError";
+    const char *kind = exc ? PYXBUF__TYPE_NAME(exc) : "RuntimeError";
     if (set_error != NULL) set_error(error_ctx, kind, message);
     Py_XDECREF(text);
     Py_XDECREF(exc);

@@ -85,7 +85,7 @@ static void exporter_dealloc(PyObject *self) {
     PyMem_Free(e->desc.shape); /* shape and strides share one block */
     PyMem_Free((void *)e->desc.format);
     PyMem_Free((void *)e->desc.device);
-    tp->tp_free(self);
+    PYXBUF__TP_FREE(tp)(self);
     Py_DECREF(tp);
 }
 
@@ -509,7 +509,7 @@ static int is_exporter(PyObject *obj) {
 static pyxbuf__exporter *as_exporter(PyObject *obj, const char *who) {
     if (!is_exporter(obj)) {
         PyErr_Format(PyExc_TypeError, "%s: expected a pyxbuf.Exporter, got '%.200s'", who,
-                     obj ? Py_TYPE(obj)->tp_name : "NULL");
+                     obj ? PYXBUF__TYPE_NAME(obj) : "NULL");
         return NULL;
     }
     return (pyxbuf__exporter *)obj;
@@ -650,7 +650,7 @@ static int xc_dltensor_from_py_object(void *py_object, DLTensor *out) {
         return pyxbuf__buffer_error(
             "pyxbuf: a non-owning DLTensor of '%.200s' is not available (its shape may not "
             "outlive a view); use managed_tensor_from_py_object_no_sync",
-            Py_TYPE(obj)->tp_name);
+            PYXBUF__TYPE_NAME(obj));
     const pyxbuf__exporter *e = (const pyxbuf__exporter *)obj;
     return pyxbuf__dlpack_dltensor_of(obj, e->desc.shape, e->item_strides, out);
 }

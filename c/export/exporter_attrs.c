@@ -55,7 +55,7 @@ int pyxbuf__parse_device(PyObject *arg, pyxbuf_device *out) {
         PyErr_Format(PyExc_TypeError,
                      "pyxbuf: a device is 'cpu', 'cuda:0', 'ext_dev:1' ... or a (device_type, "
                      "device_id) tuple, not '%.200s'",
-                     Py_TYPE(arg)->tp_name);
+                     PYXBUF__TYPE_NAME(arg));
         return -1;
     }
     for (int32_t t = 1; t < 64; t++) {
@@ -206,7 +206,7 @@ static int note_failure(PyObject *reasons, PyObject *alt, const char *what) {
         !PyErr_ExceptionMatches(PyExc_RuntimeError))
         return -1;
     PyObject *exc = PyErr_GetRaisedException();
-    int rc = note(reasons, "'%U': %s raised %s: %S", alt, what, Py_TYPE(exc)->tp_name, exc);
+    int rc = note(reasons, "'%U': %s raised %s: %S", alt, what, PYXBUF__TYPE_NAME(exc), exc);
     Py_DECREF(exc);
     return rc;
 }
@@ -287,7 +287,7 @@ static int format_item_getbuffer(PyObject *self, Py_buffer *view, int flags) {
 
 static void format_item_dealloc(PyObject *self) {
     PyTypeObject *tp = Py_TYPE(self);
-    tp->tp_free(self);
+    PYXBUF__TP_FREE(tp)(self);
     Py_DECREF(tp);
 }
 
@@ -464,7 +464,7 @@ static void release_held_view(void *storage) { PyBuffer_Release((Py_buffer *)sto
  * read-only flag kept. */
 static PyObject *custom_array(PyObject *self, const char *format, Py_ssize_t itemsize,
                               PyObject *numpy) {
-    PyObject *dtype = custom_dtype(Py_TYPE(self)->tp_name, format, itemsize, numpy);
+    PyObject *dtype = custom_dtype(PYXBUF__TYPE_NAME(self), format, itemsize, numpy);
     if (dtype == NULL) return NULL;
     PyObject *holder = pyxbuf__holder_new(sizeof(Py_buffer), release_held_view);
     PyObject *iface = NULL, *types = NULL, *base = NULL, *raw = NULL, *out = NULL;

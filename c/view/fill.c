@@ -8,7 +8,7 @@
 #include <stdio.h>
 
 static const char *type_name(PyObject *exporter) {
-    return exporter ? Py_TYPE(exporter)->tp_name : "the exporter";
+    return exporter ? PYXBUF__TYPE_NAME(exporter) : "the exporter";
 }
 
 /* An empty array is contiguous whatever its strides say (CPython's

@@ -19,7 +19,7 @@ static void holder_dealloc(PyObject *self) {
     holder_object *h = (holder_object *)self;
     PyTypeObject *tp = Py_TYPE(self);
     if (h->finalize != NULL) h->finalize(h->storage);
-    tp->tp_free(self);
+    PYXBUF__TP_FREE(tp)(self);
     Py_DECREF(tp);
 }
 
