@@ -28,6 +28,7 @@ POISON = 0xDB  # every byte of fresh emulated-device memory
 
 @pytest.fixture(autouse=True)
 def no_leaked_device_memory():
+    gc.collect()  # what earlier tests left to the collector (free-threaded builds run it later)
     before = t.emulated_live_allocations()
     yield
     gc.collect()
