@@ -132,8 +132,9 @@ def test_a_strided_upload_packs_into_pooled_memory_and_copies_it_directly():
 def test_result_on_the_host_is_pooled_memory_given_back():
     a = pattern(5 * CHUNK)
     dev = t.to_device(a, DEV0)
-    cold = t.to_device(dev, None)  # pageable; a pooled block of its size grows
-    del cold
+    for _ in range(2):  # pageable; once its size has missed twice, a pooled block grows
+        cold = t.to_device(dev, None)
+        del cold
     gc.collect()
     settle()
     before = t.pinned_pool_stats()
@@ -154,16 +155,24 @@ def test_result_on_the_host_is_pooled_memory_given_back():
 def test_page_locked_results_are_allocated_without_the_gil():
     """issue 47 items 5 and part 3: page-locking a new result takes the
     driver milliseconds to seconds. No call waits for it: a result that finds
-    no idle pooled block is pageable memory, and the pool's grower (holding no
-    GIL) page-locks one for the next call."""
-    a = pattern(5 * CHUNK)
+    no idle pooled block is pageable memory, and once its size has missed
+    twice the pool's grower (holding no GIL) page-locks one for the next
+    call; a size seen once grows nothing (it would hold the driver for
+    nothing)."""
+    a = pattern(5 * CHUNK + 4097)  # a size no other test's results have
     dev = t.to_device(a, DEV0)
     t.pinned_pool_trim()
     before = t.pinned_pool_stats()
     host = t.to_device(dev, None)
     assert t.pinned_pool_stats()["used_bytes"] == before["used_bytes"]  # pageable
     assert bytes(memoryview(host)) == a.tobytes()
+    del host
+    once = settle()  # the staging buffers it went without, grown
+    host = t.to_device(dev, None)  # missed again: now a block of its size grows
+    assert t.pinned_pool_stats()["used_bytes"] == before["used_bytes"]
+    assert bytes(memoryview(host)) == a.tobytes()
     grown = settle()
+    assert grown["background_allocations"] == once["background_allocations"] + 1
     assert grown["background_allocations"] > before["background_allocations"]
     assert grown["emulated_host_allocations_with_gil"] == before["emulated_host_allocations_with_gil"]
     again = t.to_device(dev, None)

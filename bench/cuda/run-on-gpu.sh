@@ -6,9 +6,10 @@
 # the copy-bandwidth benchmark and the acquisition benchmark. Each step has
 # its own time limit, so one hang costs one step; logs land in OUTDIR.
 # `quick` skips the acquisition benchmark and the rest of python-tests (a
-# short device lease: build, CUDA tests, staging tests, copy benchmarks).
+# short device lease: build, CUDA tests, staging tests, copy benchmarks);
+# `knobs` builds and runs bench/cuda/transfer_knobs.py alone.
 set -u
-out=${1:?usage: run-on-gpu.sh OUTDIR [quick]}
+out=${1:?usage: run-on-gpu.sh OUTDIR [quick|knobs]}
 quick=${2:-}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -38,6 +39,13 @@ if ! { timeout 300 cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWit
     exit 1
 fi
 
+if [ "$quick" = knobs ]; then
+    step "transfer knobs (where small, medium and first copies spend their time)"
+    PYTHONPATH=$PWD/build-gpu/python timeout 400 "$py" bench/cuda/transfer_knobs.py 2>&1 | tee "$out/knobs.md"
+    step done
+    exit 0
+fi
+
 step ctest
 [ "$quick" = quick ] && only=(-R '^(device|device_pool|staging|threads)\.') || only=()
 timeout 240 ctest --test-dir build-gpu -j16 --timeout 120 "${only[@]}" >"$out/ctest.log" 2>&1
@@ -45,7 +53,16 @@ grep -E "tests passed|tests failed|\(Failed\)|\(SEGFAULT\)|\(Timeout\)|\(Skipped
 timeout 120 ctest --test-dir build-gpu -R '^(cuda|bench)\.' -V >"$out/ctest-cuda.log" 2>&1
 grep -E "^[0-9]+/[0-9]+ Test|SKIPPED|skipped" "$out/ctest-cuda.log" | head -60
 
-export PYTHONPATH=$PWD/build-gpu/python:$PWD/python-tests
+export PYTHONPATH=$PWD/build-gpu/python:$PWD/python-tests${PYTHONPATH:+:$PYTHONPATH}
+
+step "copy bandwidth"
+timeout 200 build-gpu/bench_cuda_copy >"$out/copy.md" 2>&1
+cat "$out/copy.md"
+
+step "transfers against PyTorch and CuPy (issues 40 and 47: large, small and first copies)"
+timeout 300 "$py" bench/cuda/transfer.py >"$out/transfer.md" 2>&1
+cat "$out/transfer.md"
+
 step "pytest: CUDA peers and device bridges"
 timeout 300 "$py" -m pytest -q -p no:cacheprovider -rs --timeout 120 \
     python-tests/test_cuda_peers.py python-tests/test_cai.py python-tests/test_devices.py \
@@ -59,14 +76,6 @@ timeout 200 "$py" -m pytest -q -p no:cacheprovider -rs --timeout 120 \
     python-tests/test_staging.py python-tests/test_device_pool.py python-tests/test_engine.py \
     >>"$out/pytest-gpu.log" 2>&1
 grep -E "passed|failed|FAILED|ERROR|SKIPPED" "$out/pytest-gpu.log" | tail -20
-
-step "copy bandwidth"
-timeout 200 build-gpu/bench_cuda_copy >"$out/copy.md" 2>&1
-cat "$out/copy.md"
-
-step "transfers against PyTorch and CuPy (issues 40 and 47: large, small and first copies)"
-timeout 420 "$py" bench/cuda/transfer.py >"$out/transfer.md" 2>&1
-cat "$out/transfer.md"
 [ "$quick" = quick ] && { step done; exit 0; }
 
 step acquisition

@@ -51,9 +51,13 @@ if not EMULATED:
 
 
 def sync():
+    """One device synchronisation per timed call: PyTorch's, which waits for
+    every stream of the device's primary context (CuPy's and pyxbuf's
+    work there too); a second one (CuPy's) would only add its fixed cost to
+    every figure, and squeeze the per-call ratios towards 1."""
     if torch is not None:
         torch.cuda.synchronize()
-    if cupy is not None:
+    elif cupy is not None:
         cupy.cuda.runtime.deviceSynchronize()
 
 

@@ -123,7 +123,9 @@ void pyxbuf__scratch_give(void *p, pyxbuf__pinned_block *pinned);
  * (device_type, device_id) into a new host result, or NULL when staging is
  * off, n is under 64 KiB or the pool has no idle block of its size; then,
  * once the copy into pageable memory is done, pinned_result_missed asks the
- * pool to grow one in the background for the next such result. */
+ * pool to grow one in the background for the next such result -- when a
+ * result of that size missed before (one seen once is not worth holding
+ * the driver while it is page-locked). */
 pyxbuf__pinned_block *pyxbuf__pinned_result(int32_t device_type, int32_t device_id, size_t n);
 void pyxbuf__pinned_result_missed(int32_t device_type, int32_t device_id, size_t n);
 

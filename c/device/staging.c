@@ -1,28 +1,30 @@
 /* staging.c -- copies between pageable host memory and a device through
- * page-locked buffers from the pinned pool. Large copies (from the
- * configuration's threshold) pipeline: host threads fill buffer k
- * (fill_threads.c) while the device copies buffer k-1, and a buffer is
- * refilled only after the event recorded behind its last copy has happened.
- * Medium ones (64 KiB up) go through one buffer, filled by the calling
- * thread alone: the driver's own path for pageable memory costs more than
- * a memcpy into page-locked memory and a copy at the link's rate. The
- * driver's path stages through one buffer with one thread (8 GB/s host to
- * device on an H100 against 55 pinned). Semantics are the direct copy's:
- * ordered after the work queued on the stream, complete when the call
- * returns.
+ * page-locked buffers from the pinned pool. Copies pipeline: host threads
+ * fill buffer k (fill_threads.c) while the device copies buffer k-1, and a
+ * buffer is refilled only after the event recorded behind its last copy has
+ * happened. A copy of fewer than PIECES chunks goes in smaller pieces, so
+ * that it pipelines too. From the configuration's threshold every fill
+ * thread helps; below it (64 KiB up) the calling thread and, from
+ * MEDIUM_THREADS_MIN, a few fill threads: waking more costs more than they
+ * save there. The driver's own path for pageable memory stages through one
+ * buffer with one thread (8 GB/s host to device on an H100 against 55
+ * pinned). Semantics are the direct copy's: ordered after the work queued
+ * on the stream, complete when the call returns.
  *
  * Buffers are taken only when idle in the pool: page-locking a new one
  * costs milliseconds, more than a medium copy takes whole, so a copy that
  * finds too few asks the pool to grow in the background (for the copies
  * after it) and makes do -- with the buffers it found, or directly. Only a
  * copy of at least PYXBUF__STAGING_COLD_CHUNKS chunks that finds none
- * allocates one on its path: a serial fill-then-copy through one buffer
- * still beats the driver's path by more than the allocation costs. */
+ * page-locks buffers on its path: two small ones (COLD_BUFFER), since
+ * page-locking runs at about 2 GB/s on an H200 machine and the driver's
+ * path at 7-9 (bench/results/2026-11-28-h200-transfer.md). */
 
 #include "device/device.h"
 
 #include "base/platform.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +33,8 @@ typedef struct pipeline {
     const pyxbuf_backend *b;
     int32_t id;
     int64_t stream;
-    size_t n, chunk;
+    size_t n, chunk; /* chunk: bytes per piece, at most a buffer's */
+    size_t bufsize;  /* the configuration's chunk: the buffers taken and grown */
     int32_t nbuf, threads;
     pyxbuf__pinned_block *buf[PYXBUF__STAGING_MAX_BUFFERS];
     void *event[PYXBUF__STAGING_MAX_BUFFERS]; /* behind buffer k's last copy */
@@ -46,6 +49,27 @@ typedef struct pipeline {
  * inline, and no buffer would pay for itself. */
 #define MEDIUM_MIN ((size_t)64 << 10)
 
+/* A copy of fewer than PIECES chunks goes in pieces of about n / PIECES,
+ * at least PIECE_MIN (a piece must outweigh the per-piece event and the
+ * fill threads' wake-up), so the device copies one while the host fills the
+ * next: 4 MiB up in two 2 MiB pieces took 270 us on an H200 against 470 in
+ * one (bench/results/2026-11-28-h200-transfer.md). */
+#define PIECES 4
+#define PIECE_MIN ((size_t)2 << 20)
+
+/* Under the threshold, from here MEDIUM_THREADS threads (the caller and
+ * fill threads) fill a piece: 1 MiB up took 91-105 us with four against
+ * 121-130 with one and 97-121 with two, and no less with eight or sixteen
+ * (two runs, same record). */
+#define MEDIUM_THREADS_MIN ((size_t)512 << 10)
+#define MEDIUM_THREADS 4
+
+/* The buffers a cold copy (no idle buffer in the pool) page-locks on its
+ * path: two of 4 MiB, about 4 ms, where one chunk of 16 MiB took 8 and
+ * left the copy serial. */
+#define COLD_BUFFER ((size_t)4 << 20)
+#define COLD_BUFFERS 2
+
 /* Worth staging: on, at least medium, a backend that can, the stream given,
  * and host memory that is pageable (neither pooled nor memory the backend
  * knows, as CUDA knows page-locked memory another library allocated). */
@@ -59,21 +83,32 @@ static int worth_staging(const pyxbuf_backend *b, const void *host, size_t n, in
     return b->pointer_query(b->ctx, host, &d, NULL) != 0;
 }
 
-/* The buffers the pool has idle, up to nbuf (the rest are p->missing). None
- * idle: one allocated now for a copy of at least PYXBUF__STAGING_COLD_CHUNKS
- * chunks, else 0 (the caller copies directly). */
+/* Page-locked on the path of a cold copy of at least
+ * PYXBUF__STAGING_COLD_CHUNKS chunks: COLD_BUFFERS small buffers, and the
+ * copy goes in pieces of their size. How many it got. */
+static int32_t take_cold_buffers(pipeline *p) {
+    size_t cold = p->chunk < COLD_BUFFER ? p->chunk : COLD_BUFFER;
+    int32_t got = 0;
+    if (p->n / p->bufsize < PYXBUF__STAGING_COLD_CHUNKS) return 0;
+    while (got < COLD_BUFFERS && (p->buf[got] = pyxbuf__pinned_take(p->b, p->id, cold)) != NULL)
+        got++;
+    if (got > 0) p->chunk = cold;
+    return got;
+}
+
+/* The buffers the pool has idle, up to nbuf (the rest are p->missing, to
+ * grow). None idle: cold buffers, else 0 (the caller copies directly). */
 static int take_buffers(pipeline *p) {
     int32_t want = p->nbuf, got = 0;
-    while (got < want && (p->buf[got] = pyxbuf__pinned_take_idle(p->b, p->id, p->chunk)) != NULL)
+    while (got < want &&
+           (p->buf[got] = pyxbuf__pinned_take_idle(p->b, p->id, p->bufsize)) != NULL)
         got++;
-    if (got == 0 && p->n / p->chunk >= PYXBUF__STAGING_COLD_CHUNKS &&
-        (p->buf[0] = pyxbuf__pinned_take(p->b, p->id, p->chunk)) != NULL)
-        got = 1;
+    p->missing = want - got;
+    if (got == 0) got = take_cold_buffers(p);
     for (int32_t k = 0; k < got; k++) {
         p->event[k] = NULL;
         p->lost[k] = 0;
     }
-    p->missing = want - got;
     p->nbuf = got;
     return got > 0;
 }
@@ -82,7 +117,7 @@ static int take_buffers(pipeline *p) {
  * faults for the process's memory map): the pool grows the buffers this
  * copy went without, for the copies after it. */
 static int grow_missing(const pipeline *p, int rc) {
-    if (p->missing > 0) pyxbuf__pinned_grow(p->b, p->id, p->chunk, p->missing);
+    if (p->missing > 0) pyxbuf__pinned_grow(p->b, p->id, p->bufsize, p->missing);
     return rc;
 }
 
@@ -115,7 +150,8 @@ static size_t chunk_len(const pipeline *p, size_t i) {
     return p->n - off < p->chunk ? p->n - off : p->chunk;
 }
 
-/* The number of chunks of n bytes (chunk >= 64 KiB: no wrap). */
+/* The number of chunks of n bytes (chunk >= 64 KiB: no wrap). A chunk here
+ * is one piece of the copy (p->chunk). */
 static size_t chunk_count(const pipeline *p) {
     return p->n / p->chunk + (p->n % p->chunk != 0);
 }
@@ -184,13 +220,27 @@ static int stage_out(pipeline *p, char *dst, const char *src, pyxbuf_error *err)
     return finish(p, rc, err);
 }
 
-/* A large copy fills each buffer with the configured threads; a medium one
- * (under the threshold) with the calling thread alone, which costs less
- * than waking others for a few hundred microseconds of memcpy. */
+/* Bytes per piece of an n-byte copy through buffers of `chunk` bytes. */
+static size_t piece_size(size_t n, size_t chunk) {
+    const size_t align = (size_t)64 << 10;
+    size_t piece = (n / PIECES + align - 1) & ~(align - 1);
+    if (piece < PIECE_MIN) piece = PIECE_MIN;
+    return piece < chunk ? piece : chunk;
+}
+
+/* Threads filling each piece: every configured one from the threshold, up
+ * to MEDIUM_THREADS or one below it. */
+static int32_t threads_for(size_t n, const pyxbuf_transfer_config *cfg) {
+    if (n >= cfg->threshold) return cfg->threads;
+    if (n < MEDIUM_THREADS_MIN) return 1;
+    return cfg->threads < MEDIUM_THREADS ? cfg->threads : MEDIUM_THREADS;
+}
+
 static void start(pipeline *p, const pyxbuf_backend *b, int32_t id, size_t n, int64_t stream,
                   const pyxbuf_transfer_config *cfg) {
-    *p = (pipeline){.b = b, .id = id, .stream = stream, .n = n, .chunk = (size_t)cfg->chunk,
-                    .threads = n >= cfg->threshold ? cfg->threads : 1};
+    *p = (pipeline){.b = b, .id = id, .stream = stream, .n = n,
+                    .chunk = piece_size(n, (size_t)cfg->chunk), .bufsize = (size_t)cfg->chunk,
+                    .threads = threads_for(n, cfg)};
     size_t chunks = chunk_count(p);
     p->nbuf = (int32_t)(chunks < (size_t)cfg->buffers ? chunks : (size_t)cfg->buffers);
 }
@@ -252,8 +302,31 @@ pyxbuf__pinned_block *pyxbuf__pinned_result(int32_t device_type, int32_t device_
     return pyxbuf__pinned_take_idle(&b, device_id, n);
 }
 
+/* The sizes of the last results that went without a page-locked block. A
+ * block is grown for a size only when it misses a second time: page-locking
+ * holds the CUDA driver (every other driver call of the process waits,
+ * about 125 ms for 256 MiB on an H200 machine), which a size seen once, as
+ * the first copy of a process, should not pay for (its copy returned at 1.5
+ * GB/s instead of 7: bench/results/2026-11-28-h200-transfer.md). Relaxed
+ * atomics: a lost or stale entry only moves a grow one miss later. */
+#define MISSED_SIZES 8
+static _Atomic size_t missed_sizes[MISSED_SIZES];
+static _Atomic unsigned missed_next;
+
+static int missed_before(size_t n) {
+    for (int i = 0; i < MISSED_SIZES; i++)
+        if (atomic_load_explicit(&missed_sizes[i], memory_order_relaxed) == n) {
+            atomic_store_explicit(&missed_sizes[i], 0, memory_order_relaxed);
+            return 1;
+        }
+    unsigned k = atomic_fetch_add_explicit(&missed_next, 1, memory_order_relaxed) % MISSED_SIZES;
+    atomic_store_explicit(&missed_sizes[k], n, memory_order_relaxed);
+    return 0;
+}
+
 void pyxbuf__pinned_result_missed(int32_t device_type, int32_t device_id, size_t n) {
     pyxbuf_backend b;
-    if (pyxbuf_backend_get(device_type, &b, NULL) == 0 && worth_pinning(&b, n))
+    if (pyxbuf_backend_get(device_type, &b, NULL) == 0 && worth_pinning(&b, n) &&
+        missed_before(n))
         pyxbuf__pinned_grow(&b, device_id, n, 1);
 }

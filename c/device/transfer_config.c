@@ -182,7 +182,7 @@ static pyxbuf_transfer_config defaults(void) {
         .enabled = 1,
         .threads = default_threads(),
         .buffers = 4,
-        .threshold = (uint64_t)8 << 20,
+        .threshold = (uint64_t)2 << 20,
         .chunk = (uint64_t)16 << 20,
         .pool_cap = default_pool_cap(),
         .device_pool_off = 0,

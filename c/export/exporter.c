@@ -5,6 +5,7 @@
 
 #include "export/dlpack_export.h"
 #include "export/exporter.h"
+#include "base/platform.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -300,6 +301,29 @@ PyObject *pyxbuf_exporter_wrap(const pyxbuf_export_desc *desc, void (*free_fn)(v
     return (PyObject *)e;
 }
 
+/* New pageable memory for a host result the copy fills whole: the CPU
+ * backend's alloc zeroes, one thread faulting every page in first (87 ms of
+ * a 256 MiB result's first copy, which took 171 ms, on an H200 machine:
+ * bench/results/2026-11-28-h200-transfer.md); here the staging threads
+ * fault the pages in, in parallel, as they drain into them. The padding
+ * past nbytes (up to a cache line) is zeroed. Only while the CPU backend
+ * is pyxbuf's own (one registered in its place allocates as it likes).
+ * 1 with *buf, or 0 to allocate as usual. */
+static int unzeroed_host(size_t nbytes, void **buf, void (**free_fn)(void *), void **free_ctx) {
+    pyxbuf_backend cpu;
+    if (pyxbuf_backend_get(PYXBUF_DL_CPU, &cpu, NULL) < 0 ||
+        cpu.alloc != pyxbuf__cpu_backend()->alloc)
+        return 0;
+    size_t rounded = ((nbytes ? nbytes : 1) + 63) & ~(size_t)63;
+    char *p = pyxbuf__aligned_alloc(64, rounded);
+    if (p == NULL) return 0; /* the usual path reports it */
+    memset(p + nbytes, 0, rounded - nbytes);
+    *buf = p;
+    *free_fn = pyxbuf__aligned_free;
+    *free_ctx = p;
+    return 1;
+}
+
 /* Allocate `nbytes` on `device` for work on `stream`; free_fn(free_ctx)
  * releases it. Host memory that a device `from` fills is pooled page-locked
  * memory when the pool has an idle block of its size (the copy then runs at
@@ -327,6 +351,7 @@ static int allocate_on(const pyxbuf_device *device, size_t nbytes, const pyxbuf_
             *buf = pinned->ptr;
             return 0;
         }
+        if (unzeroed_host(nbytes, buf, free_fn, free_ctx)) return 0;
     }
     /* Also for the host: the CPU backend may be replaced. */
     pyxbuf__device_block *block = NULL;

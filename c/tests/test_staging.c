@@ -723,7 +723,7 @@ TEST_CASE(a_small_copy_is_direct) {
     CHECK_INT_EQ(st.allocations + st.reuses, 0);
 }
 
-TEST_CASE(a_cold_copy_of_many_chunks_page_locks_one_buffer_and_grows_the_rest) {
+TEST_CASE(a_cold_copy_of_many_chunks_page_locks_two_buffers_and_grows_the_rest) {
     pyxbuf_backend b = counting(64 * CLASS);
     size_t n = PYXBUF__STAGING_COLD_CHUNKS * CLASS + 1;
     unsigned char *src = malloc(n), *back = calloc(n, 1);
@@ -732,12 +732,12 @@ TEST_CASE(a_cold_copy_of_many_chunks_page_locks_one_buffer_and_grows_the_rest) {
     pyxbuf_error err;
     CHECK(b.alloc(b.ctx, 0, n, &dev, &err) == 0);
     CHECK(pyxbuf__copy_from_host(&b, 0, dev, src, n, 0, &err) == 0);
-    CHECK_INT_EQ(atomic_load(&allocs_on_caller), 1);
+    CHECK_INT_EQ(atomic_load(&allocs_on_caller), 2); /* two cold buffers on its path */
     pyxbuf_pinned_pool_stats st = grown();
-    CHECK_INT_EQ(st.held_bytes, 3 * CLASS); /* the one, and two grown */
+    CHECK_INT_EQ(st.held_bytes, 5 * CLASS); /* the two, and the three it wanted, grown */
     CHECK(pyxbuf__copy_to_host(&b, 0, back, dev, n, 0, &err) == 0);
     CHECK(memcmp(src, back, n) == 0);
-    CHECK_INT_EQ(atomic_load(&allocs_on_caller), 1); /* warm now: all three idle */
+    CHECK_INT_EQ(atomic_load(&allocs_on_caller), 2); /* warm now: three idle */
     CHECK(b.free(b.ctx, 0, dev, &err) == 0);
     free(src);
     free(back);
@@ -775,7 +775,11 @@ TEST_CASE(a_result_is_page_locked_only_when_an_idle_block_waits) {
     size_t n = (size_t)300 << 10;
     CHECK(pyxbuf__pinned_result(PYXBUF_DL_EXT_DEV, 0, n) == NULL); /* pageable */
     CHECK_INT_EQ(grown().background_allocations, 0); /* nothing asked yet */
-    pyxbuf__pinned_result_missed(PYXBUF_DL_EXT_DEV, 0, n); /* the copy done: one grows */
+    pyxbuf__pinned_result_missed(PYXBUF_DL_EXT_DEV, 0, n); /* a size seen once: none */
+    CHECK_INT_EQ(grown().background_allocations, 0);
+    pyxbuf__pinned_result_missed(PYXBUF_DL_EXT_DEV, 0, n + 1); /* another size */
+    CHECK_INT_EQ(grown().background_allocations, 0);
+    pyxbuf__pinned_result_missed(PYXBUF_DL_EXT_DEV, 0, n); /* missed again: one grows */
     CHECK_INT_EQ(grown().background_allocations, 1);
     pyxbuf__pinned_block *blk = pyxbuf__pinned_result(PYXBUF_DL_EXT_DEV, 0, n);
     CHECK(blk != NULL && blk->size >= n);
@@ -789,12 +793,14 @@ TEST_CASE(a_forked_child_grows_its_pool_with_a_grower_of_its_own) {
     counting(64 * CLASS);
     size_t n = (size_t)300 << 10;
     CHECK(pyxbuf__pinned_result(PYXBUF_DL_EXT_DEV, 0, n) == NULL);
+    pyxbuf__pinned_result_missed(PYXBUF_DL_EXT_DEV, 0, n);
     pyxbuf__pinned_result_missed(PYXBUF_DL_EXT_DEV, 0, n); /* the parent's grower */
     grown();
     pyxbuf_pinned_pool_trim();
     pid_t pid = fork();
     if (pid == 0) {
         int ok = pyxbuf__pinned_result(PYXBUF_DL_EXT_DEV, 0, n) == NULL;
+        pyxbuf__pinned_result_missed(PYXBUF_DL_EXT_DEV, 0, n);
         pyxbuf__pinned_result_missed(PYXBUF_DL_EXT_DEV, 0, n);
         pyxbuf_pinned_pool_stats st;
         for (int i = 0; i < 10000; i++) {
@@ -830,7 +836,7 @@ TEST_MAIN(TEST_ENTRY(a_block_goes_out_again_only_after_its_event),
           TEST_ENTRY(an_engine_of_another_layout_or_older_is_not_shared),
           TEST_ENTRY(a_medium_copy_never_page_locks_on_its_path_and_the_pool_grows_for_the_next),
           TEST_ENTRY(a_small_copy_is_direct),
-          TEST_ENTRY(a_cold_copy_of_many_chunks_page_locks_one_buffer_and_grows_the_rest),
+          TEST_ENTRY(a_cold_copy_of_many_chunks_page_locks_two_buffers_and_grows_the_rest),
           TEST_ENTRY(a_copy_under_cold_chunks_that_finds_no_buffer_is_direct),
           TEST_ENTRY(the_pool_grows_within_its_cap_freeing_idle_blocks_of_other_sizes),
           TEST_ENTRY(a_result_is_page_locked_only_when_an_idle_block_waits),

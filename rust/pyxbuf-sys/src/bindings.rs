@@ -762,17 +762,20 @@ impl Default for pyxbuf_backend {
 }
 /** How pyxbuf moves copies between pageable host memory and a device whose
  backend has host_alloc (CUDA's does): through a pool of page-locked
- staging buffers. From `threshold` up a few host threads fill (or drain)
- one while the device copies the previous chunk, instead of the driver's
- one-thread staging; from 64 KiB to `threshold` the calling thread copies
- through one buffer. Results of pyxbuf_to_device(view, cpu) of 64 KiB and
- more live in pooled page-locked memory (returned to the pool when the
- exporter dies). Only idle pooled memory is used: a copy that finds none
- goes without (directly, or into pageable memory) and the pool grows in
- the background for the copies after it, so no copy waits for memory to
- be page-locked -- except one of 4 chunks or more that finds no buffer at
- all, which page-locks one (the serial copy through it still beats the
- driver's path). Under 64 KiB every copy is the backend's direct call.
+ staging buffers: host threads fill (or drain) one while the device
+ copies the previous one, instead of the driver's one-thread staging (a
+ copy shorter than 4 chunks goes in smaller pieces, 2 MiB at least, so it
+ overlaps too). From `threshold` (default 2 MiB) `threads` host threads
+ fill each buffer; from 64 KiB to `threshold`, the calling thread (and
+ from 512 KiB three more). Results of pyxbuf_to_device(view, cpu) of 64 KiB and more live in
+ pooled page-locked memory (returned to the pool when the exporter dies).
+ Only idle pooled memory is used: a copy that finds none goes without
+ (directly, or into pageable memory) and the pool grows in the background
+ for the copies after it -- a result's block once its size has missed
+ twice -- so no copy waits for memory to be page-locked, except one of 4
+ chunks or more that finds no buffer at all, which page-locks two small
+ ones (4 MiB) and pipelines through them. Under 64 KiB every copy is the
+ backend's direct call.
  Read once from the environment: PYXBUF_STAGING=0 turns it all off;
  PYXBUF_STAGING_THRESHOLD, PYXBUF_STAGING_CHUNK, PYXBUF_PINNED_POOL_CAP
  (bytes, suffixes K, M, G) and PYXBUF_STAGING_THREADS set the fields;

@@ -3,8 +3,10 @@
 //! A copy of pageable memory (a `Vec`, a NumPy array) at or above
 //! [`TransferConfig::threshold`] goes through page-locked staging buffers
 //! that [`TransferConfig::threads`] host threads fill (or drain) while the
-//! device copies the previous chunk; one from 64 KiB up to the threshold
-//! goes through one buffer that the calling thread fills; results of
+//! device copies the previous chunk (a copy shorter than four chunks goes in
+//! pieces of 2 MiB or more, so it overlaps too); one from 64 KiB up to the
+//! threshold is filled by the calling thread (and from 512 KiB three fill
+//! threads); results of
 //! [`PyXBuffer::to_device`](crate::PyXBuffer::to_device) to the host of
 //! 64 KiB and more live in pooled page-locked memory. On an H200 host that
 //! moved a NumPy array to the device at 43-48 GB/s against 7 for the
@@ -60,8 +62,8 @@ pub struct TransferConfig {
     /// Staging buffers in flight per copy, 2..=16 (default 4).
     pub buffers: u32,
     /// Copies from this many bytes up are filled and drained by `threads`
-    /// threads through up to `buffers` buffers; smaller ones (from 64 KiB)
-    /// by the calling thread (default 8 MiB).
+    /// threads; smaller ones (from 64 KiB) by the calling thread and, from
+    /// 512 KiB, three fill threads (default 2 MiB).
     pub threshold: u64,
     /// Bytes per staging buffer, at least 64 KiB (default 16 MiB).
     pub chunk: u64,
