@@ -51,7 +51,8 @@ help:
 	@echo '  test-pymodules        the pytest suites of the pyxbuf module and rust/examples/sum'
 	@echo '  test-torch            the PyTorch tests, with the PyTorch of make torch (skipped without it)'
 	@echo '  test-packaged-crates  the crates as cargo package makes them, tested unpacked'
-	@echo '  test-wheel            the release wheel in a fresh venv; C, Cython, nanobind, pybind11 extensions on it'
+	@echo '  test-wheel            the release (abi3) wheel in a fresh venv; C, Cython, nanobind, pybind11 extensions on it'
+	@echo '  test-abi3-wheel       that abi3 wheel on CPython 3.12 to 3.15, C extensions built on each (CI)'
 	@echo '  test-readme           every code block of README.md run as written'
 	@echo '  bench-smoke           every benchmark once, untimed'
 	@echo 'Hardening:'
@@ -185,11 +186,17 @@ test-packaged-crates: venv libclang
 	    (cd $(PACKAGED)/$$c-$(CRATE_VERSION) && \
 	     $(RUST_ENV) CARGO_TARGET_DIR=$(PACKAGED)/target cargo test --quiet --all-features) \
 	    || exit 1; done
-	# An abi3 build must stop with build.rs's explanation (own target dir: the
-	# abi3 feature would rebuild pyo3-ffi for the others).
-	! $(RUST_ENV) CARGO_TARGET_DIR=$(PACKAGED)/abi3-target cargo check --quiet -p pyxbuf-sys \
-	    --features pyo3-ffi/abi3-py311 > $(PACKAGED)/abi3.log 2>&1
-	grep -q "pyxbuf-sys: this build targets CPython's stable ABI" $(PACKAGED)/abi3.log
+	# abi3 (own target dir: the feature rebuilds pyo3 and the C library): the
+	# packaged pyxbuf's tests under abi3-py311 (libpyxbuf under
+	# Py_LIMITED_API 3.11); an abi3 minimum below 3.11 stops with build.rs's
+	# explanation before anything compiles.
+	(cd $(PACKAGED)/pyxbuf-$(CRATE_VERSION) && \
+	 $(RUST_ENV) CARGO_TARGET_DIR=$(PACKAGED)/abi3-target cargo test --quiet --all-features \
+	    --features pyo3/abi3-py311)
+	! (cd $(PACKAGED)/pyxbuf-sys-$(CRATE_VERSION) && $(RUST_ENV) \
+	   CARGO_TARGET_DIR=$(PACKAGED)/abi3-target cargo check --quiet \
+	   --features pyo3-ffi/abi3-py310) > $(PACKAGED)/abi3.log 2>&1
+	grep -q "pyxbuf's limited-API build needs 3.11 or newer" $(PACKAGED)/abi3.log
 	# Warning-free docs, with default features and as docs.rs builds them.
 	for f in "" "--features pyxbuf/ndarray"; do \
 	    RUSTDOCFLAGS="-D warnings" $(RUST_ENV) cargo doc --quiet --no-deps -p pyxbuf-sys -p pyxbuf $$f \
@@ -207,7 +214,9 @@ test-pyo3-versions: venv libclang
 	$(RUST_ENV) tools/test-pyo3-versions.sh $(PYO3_VERSIONS)
 
 # The release wheel as a C extension author gets it: maturin's build (its
-# manylinux check on, no emulated device) installed into a fresh venv with
+# manylinux check on, no emulated device) of the abi3 wheel, one for CPython
+# 3.11 and later (libpyxbuf compiled under Py_LIMITED_API 3.11; abi3audit
+# finds no symbol outside the stable ABI), installed into a fresh venv with
 # NumPy, ml_dtypes and the build tools, then two third-party extensions built
 # against it (setuptools; scikit-build-core with find_package) and
 # python-tests/wheel_consumers/check_consumers.py run there. The build tools
@@ -215,8 +224,9 @@ test-pyo3-versions: venv libclang
 WHEEL_TEST = $(abspath target/wheel-test)
 test-wheel: venv
 	rm -rf $(WHEEL_TEST) && mkdir -p $(WHEEL_TEST)
-	$(MATURIN_ENV) $(VENV)/bin/maturin build --quiet --release -m rust/pyxbuf-python/Cargo.toml \
-	    -i $(VPY) -o $(WHEEL_TEST)/dist
+	$(MATURIN_ENV) $(VENV)/bin/maturin build --quiet --release --features pyo3/abi3-py311 \
+	    -m rust/pyxbuf-python/Cargo.toml -i $(VPY) -o $(WHEEL_TEST)/dist
+	$(VENV)/bin/abi3audit --strict --summary $(WHEEL_TEST)/dist/pyxbuf-*-abi3-*.whl
 	$(VPY) -m venv $(WHEEL_TEST)/venv
 	cp -r python-tests/wheel_consumers $(WHEEL_TEST)/src
 	cd $(WHEEL_TEST) && export PYTHONPATH= && \
@@ -227,25 +237,34 @@ test-wheel: venv
 	    PYXBUF_WHEEL=$$(ls dist/pyxbuf-*.whl) venv/bin/python -m pytest -q --noconftest \
 	        -p no:cacheprovider src/check_consumers.py src/check_cython.py src/check_cxx_bindings.py
 
-# The release wheel a user installs (README, Quick start: Python): the
-# `pyxbuf` module with pyxbuf.h, pyxbuf.hpp, libpyxbuf.a, the Cython
+# The abi3 wheel of test-wheel on every later CPython found without a build
+# (tools/test-abi3-wheel.sh says where it looks); built first when missing.
+.PHONY: test-abi3-wheel
+test-abi3-wheel: venv
+	@ls target/wheel-test/dist/pyxbuf-*-cp311-abi3-*.whl >/dev/null 2>&1 || $(MAKE) test-wheel
+	PYXBUF_PYTHONS=$(PYTHONS) JOBS=$(JOBS) tools/test-abi3-wheel.sh
+
+# The release wheel a user installs (README, Quick start: Python): the abi3
+# `pyxbuf` module (CPython 3.11 and later) with pyxbuf.h, pyxbuf.hpp, libpyxbuf.a, the Cython
 # declarations and the CMake package, into dist/.
 wheel: venv
-	$(MATURIN_ENV) $(VENV)/bin/maturin build --release -m rust/pyxbuf-python/Cargo.toml -o dist
+	$(MATURIN_ENV) $(VENV)/bin/maturin build --release --features pyo3/abi3-py311 -m rust/pyxbuf-python/Cargo.toml -o dist
 	@ls dist/pyxbuf-*.whl
 
-# The release artefacts (tools/dist.sh): a wheel per interpreter of
-# DIST_PYTHONS (the interpreters built first, as `make pythons` does; 3.11 is
-# the machine's), each checked by `auditwheel show` and by the wheel
-# consumers' tests in a new venv; an sdist that builds; `twine check`. Into
-# dist/. 3.12 is pyenv's where the machine has it (tools/pythons.sh), else
-# SKIPPED.
-DIST_PYTHONS ?= 3.11 3.12 3.13 3.14 3.14t 3.15
+# The release artefacts (tools/dist.sh): the abi3 wheel (CPython 3.11 and
+# later) tested on each interpreter of DIST_PYTHONS, a version-specific wheel
+# per interpreter of DIST_SPECIFIC (the free-threaded 3.14t: it loads no abi3
+# module), each checked by `auditwheel show` and by the wheel consumers'
+# tests in a new venv; an sdist that builds; `twine check`. Into dist/. The
+# interpreters are built first, as `make pythons` does (3.11 is the
+# machine's; 3.12 and 3.13 pyenv's where the machine has them).
+DIST_PYTHONS ?= 3.11 3.12 3.13 3.14 3.15
+DIST_SPECIFIC ?= 3.14t
 dist: venv
-	$(if $(filter-out 3.11,$(DIST_PYTHONS)),PYXBUF_PYTHONS=$(PYTHONS) JOBS=$(JOBS) tools/pythons.sh \
-	    $(filter-out 3.11,$(DIST_PYTHONS)))
-	DIST_PYTHONS="$(DIST_PYTHONS)" PYXBUF_PYTHONS=$(PYTHONS) VPY=$(abspath $(VPY)) JOBS=$(JOBS) \
-	    tools/dist.sh
+	PYXBUF_PYTHONS=$(PYTHONS) JOBS=$(JOBS) tools/pythons.sh \
+	    $(filter-out 3.11,$(DIST_PYTHONS) $(DIST_SPECIFIC))
+	DIST_PYTHONS="$(DIST_PYTHONS)" DIST_SPECIFIC="$(DIST_SPECIFIC)" PYXBUF_PYTHONS=$(PYTHONS) \
+	    VPY=$(abspath $(VPY)) JOBS=$(JOBS) tools/dist.sh
 
 # The `pyxbuf` Python module and the example crate, built into the venv.
 pymodules: venv
@@ -387,6 +406,9 @@ bench-args: venv
 	cmake --build $(ARGS_BUILD) -j $(JOBS) --target _args_c _args_owner _args_nanobind \
 	    _args_pybind11 _args_cython
 	$(MATURIN_ENV) $(VENV)/bin/maturin develop --quiet --release -m bench/args/pyo3/Cargo.toml
+	cp Cargo.lock bench/args/pyo3-abi3/Cargo.lock
+	$(MATURIN_ENV) CARGO_TARGET_DIR=$(abspath target)/bench-args-abi3 $(VENV)/bin/maturin develop \
+	    --quiet --release -m bench/args/pyo3-abi3/Cargo.toml
 	rm -rf $(ARGS_DIR) && mkdir -p $(ARGS_DIR)/dumps
 	$(ARGS_PY) valgrind --tool=callgrind --callgrind-out-file=$(ARGS_DIR)/dumps/cg.%p \
 	    $(VPY) bench/args/race.py ir --dumps $(ARGS_DIR)/dumps 2>$(ARGS_DIR)/valgrind.log \

@@ -6,9 +6,9 @@
 #
 #   tools/pythons.sh 3.12 3.13 3.14 3.14t 3.15 3.14t-tsan 3.15-pep
 #
-# 3.12 is pyenv's CPython 3.12 where the machine has one (see prebuilt below),
-# else a build as the others are when Debian's archive has its source, else
-# SKIPPED.
+# 3.12 and 3.13 are pyenv's CPython where the machine has one (see prebuilt
+# below), else a build as the others are when Debian's archive has its
+# source, else SKIPPED.
 # 3.14t is the free-threaded build (--disable-gil); 3.14t-tsan the same with
 # --with-thread-sanitizer. 3.15-headers is no interpreter: stock 3.15's
 # configured headers alone (configure as the builds are, then `make
@@ -129,8 +129,9 @@ system_python() {
     say "$spec: the machine's CPython at $home"
 }
 
-# 3.12: Debian's archive serves no python3.12 source (3.13-3.15 only), but
-# this machine's image ships pyenv's CPython 3.12 ($PYENV_ROOT/versions/3.12.*,
+# 3.12 and 3.13: Debian's archive serves no python3.12 source (3.13-3.15
+# only), and a 3.13 build costs minutes, but this machine's image ships
+# pyenv's CPython 3.12 and 3.13 ($PYENV_ROOT/versions/3.1[23].*,
 # shared libpython with its rpath set, headers, pip). The newest final release
 # there that can stand in for a build of ours (checked below) is linked into
 # the cache as 3.11-numpy1's interpreter is. Without one, a cached or new build
@@ -215,7 +216,7 @@ build() {
     local spec=$1 minor=${1%%[t-]*} flags=() patched=0
     case $spec in
         *-numpy1) system_python "$spec" "$minor"; return ;;
-        3.12) prebuilt "$spec" "$minor" && return ;;
+        3.12 | 3.13) prebuilt "$spec" "$minor" && return ;;
         *-headers) headers_only "$spec" "$minor"; return ;;
         *-pep) patched=1 ;;
         *t-tsan) flags=(--disable-gil --with-thread-sanitizer) ;;

@@ -124,6 +124,7 @@ def wall_figures(path: Path) -> dict:
 # (framework, pyxbuf's route, the framework's native argument)
 WALL_PAIRS = [
     ("pyo3", "PyXBuffer", "PyBuffer"),
+    ("pyo3-abi3", "PyXBuffer", "PyBuffer"),
     ("pyo3", "PyXBuffer1", "PyReadonlyArray1"),
     ("cython", "pyxbuf", "float[:]"),
     ("nanobind", "pyxbuf::view", "nb::ndarray"),
@@ -229,6 +230,11 @@ def targets(ir: dict, wall: dict | None = None) -> list[tuple[str, str, str, boo
         rows.append(("5-tracked-grant-adds", f"{a - base:+.0f}", "<=+100", a - base <= 100,
                      f"{a:.0f} - {base:.0f} Ir (C pyxbuf_get shared - plain, {mv})"))
     ratio("5-PyXBuffer-vs-PyBuffer-memoryview", "pyo3/PyXBuffer", "pyo3/PyBuffer", 1.00, inp=mv)
+    # Issue 50, item 5: both built for the stable ABI (abi3 from 3.11),
+    # PyXBuffer at most PyBuffer's cost on NumPy and on memoryview.
+    ratio("7-abi3-PyXBuffer-vs-PyBuffer-numpy", "pyo3-abi3/PyXBuffer", "pyo3-abi3/PyBuffer", 1.00)
+    ratio("7-abi3-PyXBuffer-vs-PyBuffer-memoryview", "pyo3-abi3/PyXBuffer", "pyo3-abi3/PyBuffer",
+          1.00, inp=mv)
     if wall:
         verdict = wall_verdict(wall, "pyo3", "PyXBuffer", "PyBuffer", mv)
         if verdict is None:

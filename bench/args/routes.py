@@ -26,6 +26,11 @@ ROUTES = [
     ("pyo3", "PyBuffer", "_args_pyo3", "pybuffer"),
     ("pyo3", "PyReadonlyArray1", "_args_pyo3", "numpy"),
     ("pyo3", "dlpark", "_args_pyo3", "dlpark"),
+    # The same PyO3 routes built for the stable ABI (abi3 from 3.11: libpyxbuf
+    # under Py_LIMITED_API, PyO3's PyBuffer through its limited-API path).
+    ("pyo3-abi3", "PyXBuffer", "_args_pyo3_abi3", "pyxbuf"),
+    ("pyo3-abi3", "PyXBuffer1", "_args_pyo3_abi3", "pyxbuf1"),
+    ("pyo3-abi3", "PyBuffer", "_args_pyo3_abi3", "pybuffer"),
     ("cython", "float[:]", "_args_cython", "memview"),
     ("cython", "pyxbuf", "_args_cython", "pyxbuf"),
     ("cython", "XView", "_args_cython", "xview"),

@@ -337,12 +337,14 @@ static PYXBUF_COLD int classic_fast_failed(PyObject *obj, pyxbuf_view *view, int
 /* The classic fast path's producer call and checks, for a type cached as a
  * classic producer (or numpy.ndarray, when its struct route declines). */
 static PYXBUF_ALWAYS_INLINE int classic_fast_call(PyObject *obj, PyTypeObject *tp,
-                                                  pyxbuf_view *view, int32_t flags) {
+                                                  const void *slot, pyxbuf_view *view,
+                                                  int32_t flags) {
     pyxbuf__view_clear_extended(view, flags);
     view->path = PYXBUF_PATH_CLASSIC;
     /* PyObject_GetBuffer is this call after the checks made above (the cache
-     * entry says the slot exists). */
-    int rc = PYXBUF__GETBUFFER(tp)(obj, &view->base, flags & CLASSIC_RANGE);
+     * entry says the slot exists; under the limited API it holds the slot). */
+    (void)slot, (void)tp;
+    int rc = PYXBUF__CACHED_GETBUFFER(tp, slot)(obj, &view->base, flags & CLASSIC_RANGE);
     if (PYXBUF_UNLIKELY(rc < 0 || (unsigned)view->base.ndim > PYXBUF_MAX_NDIM))
         return classic_fast_failed(obj, view, flags, rc);
     if (PYXBUF_UNLIKELY(flags & (PyBUF_WRITABLE | BORROW_FLAGS))) { /* one test for the plain read */
@@ -381,9 +383,10 @@ static PYXBUF_ALWAYS_INLINE int classic_fast_call(PyObject *obj, PyTypeObject *t
 static inline int get_classic_fast(PyObject *obj, pyxbuf_view *view, int32_t flags) {
     PyTypeObject *tp = Py_TYPE(obj);
     if (PYXBUF_UNLIKELY((flags & ~FAST_PATH_FLAGS) != 0)) return 0;
-    int32_t route = cached_host_route(tp);
+    const void *slot;
+    int32_t route = cached_host_route(tp, &slot);
     if (PYXBUF_UNLIKELY(route != CACHE_FAST)) return route == CACHE_NUMPY ? NUMPY_ROUTE : 0;
-    return classic_fast_call(obj, tp, view, flags);
+    return classic_fast_call(obj, tp, slot, view, flags);
 }
 
 /* After NumPy's struct route declined an array: when its dtype is a user
@@ -489,7 +492,9 @@ static PYXBUF_NOINLINE int get_by_numpy(PyObject *obj, pyxbuf_view *view, int32_
         }
         return track_if_asked(obj, view, flags);
     }
-    int fast = classic_fast_call(obj, Py_TYPE(obj), view, flags);
+    /* (numpy.ndarray's entry keeps no slot: asked for here.) */
+    int fast = classic_fast_call(obj, Py_TYPE(obj), pyxbuf__getbuffer_as_data(Py_TYPE(obj)), view,
+                                 flags);
     if (PYXBUF_LIKELY(fast == 1)) return 0;
     return get_view_slow(obj, view, flags, stream, fast);
 }

@@ -42,7 +42,8 @@ static inline int speaks_extended(int32_t supported) {
  * a buffer slot too, but the route first (the sign bit, above the rest). */
 #define CACHE_NUMPY INT32_MIN
 #define CACHE_ROUTES (CACHE_FAST | CACHE_DLPACK_C | CACHE_NUMPY)
-/* data: CACHE_DLPACK_C's table (kept alive by the type's dict). */
+/* data: CACHE_DLPACK_C's table (kept alive by the type's dict); under the
+ * limited API, CACHE_FAST's bf_getbuffer slot (base/compat.h). */
 extern PYXBUF_HIDDEN pyxbuf__type_cache_entry pyxbuf__supported_cache[SUPPORTED_CACHE_SIZE];
 
 static inline pyxbuf__type_cache_entry *cache_entry(unsigned int tag) {
@@ -67,13 +68,13 @@ static inline int cached_supported(PyTypeObject *type, int32_t *supported) {
 }
 
 /* The fast path's test, one cache lookup for two routes: CACHE_FAST when
- * the type is cached as a classic producer with a bf_getbuffer slot,
- * CACHE_NUMPY when it is numpy.ndarray with the struct route on, else 0. */
-static inline int32_t cached_host_route(PyTypeObject *type) {
+ * the type is cached as a classic producer with a bf_getbuffer slot (and
+ * *data what PYXBUF__CACHED_GETBUFFER reads the slot from), CACHE_NUMPY when
+ * it is numpy.ndarray with the struct route on, else 0. */
+static inline int32_t cached_host_route(PyTypeObject *type, const void **data) {
     unsigned int tag = pyxbuf__type_tag(type);
     uint64_t key;
-    const void *data;
-    if (!pyxbuf__type_cache_get(cache_entry(tag), type, &key, &data)) return 0;
+    if (!pyxbuf__type_cache_get(cache_entry(tag), type, &key, data)) return 0;
     if (PYXBUF_LIKELY(key == cache_key(tag, PYXBUF_CLASSIC_FLAGS | CACHE_FAST))) return CACHE_FAST;
     return key == cache_key(tag, PYXBUF_CLASSIC_FLAGS | CACHE_NUMPY) ? CACHE_NUMPY : 0;
 }

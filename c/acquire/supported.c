@@ -84,7 +84,9 @@ static int32_t route_of(PyTypeObject *type, int32_t supported, const void **data
     *data = NULL;
     if (supported != PYXBUF_CLASSIC_FLAGS) return 0;
     if (PYXBUF__HAS_GETBUFFER(type)) {
-        return pyxbuf__numpy_array_type(type) ? CACHE_NUMPY : CACHE_FAST;
+        if (pyxbuf__numpy_array_type(type)) return CACHE_NUMPY;
+        *data = pyxbuf__getbuffer_as_data(type);
+        return CACHE_FAST;
     }
     *data = pyxbuf__dlpack_c_table_of(type);
     return *data != NULL ? CACHE_DLPACK_C : 0;

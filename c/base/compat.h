@@ -249,6 +249,34 @@ const char *pyxbuf__limited_type_name(PyTypeObject *type);
 #endif
 #define PYXBUF__TYPE_NAME(obj) PYXBUF__TP_NAME(Py_TYPE(obj))
 
+/* The bf_getbuffer slot of a type the acquisition cache holds as a classic
+ * producer (acquire.h's CACHE_FAST): under the limited API PyType_GetSlot is
+ * a call on every acquisition, so the entry keeps the slot in its data word
+ * (pyxbuf__getbuffer_as_data when stored): the entry holds its type, an
+ * immutable one, whose slots no code can change. In the full API the field
+ * is read. The union carries the function pointer's bits through the data
+ * pointer without a conversion ISO C leaves undefined. */
+#if PYXBUF_LIMITED
+typedef union pyxbuf__getbuffer_word {
+    pyxbuf__getbufferproc fn;
+    const void *data;
+} pyxbuf__getbuffer_word;
+_Static_assert(sizeof(pyxbuf__getbufferproc) == sizeof(const void *),
+               "a function pointer fits a data pointer");
+static inline const void *pyxbuf__getbuffer_as_data(PyTypeObject *type) {
+    pyxbuf__getbuffer_word w = {.fn = PYXBUF__GETBUFFER(type)};
+    return w.data;
+}
+static inline pyxbuf__getbufferproc pyxbuf__getbuffer_of_data(const void *data) {
+    pyxbuf__getbuffer_word w = {.data = data};
+    return w.fn;
+}
+#define PYXBUF__CACHED_GETBUFFER(type, data) pyxbuf__getbuffer_of_data(data)
+#else
+#define pyxbuf__getbuffer_as_data(type) ((const void *)NULL)
+#define PYXBUF__CACHED_GETBUFFER(type, data) PYXBUF__GETBUFFER(type)
+#endif
+
 /* _PyType_Lookup (the MRO only, raising nothing): whether `type` has
  * attribute `name` (pyxbuf__type_has), and its value as a new reference or
  * NULL (pyxbuf__type_lookup). The limited API has no MRO lookup: there the

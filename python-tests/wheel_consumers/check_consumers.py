@@ -12,6 +12,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import sysconfig
 import zipfile
 
 import ml_dtypes
@@ -33,6 +34,16 @@ def test_wheel_is_manylinux_for_this_interpreter():
     tag = WHEEL.name.split("-")
     assert tag[-1].startswith("manylinux_") and tag[-1].endswith("_x86_64.whl"), WHEEL.name
     assert pathlib.Path(pyxbuf.__file__).parent.parent.name == "site-packages"
+
+
+def test_wheel_is_abi3_for_3_11_and_later():
+    """One wheel for every CPython from 3.11 (the stable ABI): its tag, and
+    the module's file as the interpreter found it."""
+    python, abi = WHEEL.name.split("-")[2:4]
+    assert (python, abi) == ("cp311", "abi3"), WHEEL.name
+    assert sys.version_info >= (3, 11) and not sysconfig.get_config_var("Py_GIL_DISABLED")
+    module = pathlib.Path(pyxbuf.__file__).parent
+    assert [p.name for p in module.glob("*.so")] == ["pyxbuf.abi3.so"]
 
 
 def test_wheel_ships_the_c_library_and_types():

@@ -20,6 +20,11 @@
 //! follows cargo's `DEBUG`). The library is rebuilt only when a file it is
 //! built from changes: not for an edit under `c/tests` or `c/fuzz`.
 //!
+//! Under a pyo3 `abi3-py3*` feature (3.11 or newer) the library is compiled
+//! with `Py_LIMITED_API` at that version, so an abi3 module that links it
+//! loads into every CPython from there on; older minimums and the
+//! free-threaded `abi3t` are refused before anything compiles.
+//!
 //! For dependents (`links = "pyxbuf"`): `DEP_PYXBUF_INCLUDE` (the directory
 //! of `pyxbuf.h`) and `DEP_PYXBUF_LIB_DIR` (the directory of the static
 //! `libpyxbuf.a` just built, which the `pyxbuf` Python wheel ships to C
@@ -31,20 +36,40 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-fn python_include() -> String {
-    let config = pyo3_build_config::get();
-    if matches!(
-        config.target_abi().kind(),
-        pyo3_build_config::PythonAbiKind::Stable(_)
-    ) {
-        panic!(
-            "pyxbuf-sys: this build targets CPython's stable ABI (abi3, from a pyo3 `abi3*` \
-             feature), but libpyxbuf is compiled against the full C API of one interpreter \
-             (Py_buffer internals, _PyType_Lookup, tp_version_tag), so an abi3 wheel that \
-             links it would load into other Python versions and misbehave; turn the abi3 \
-             feature off and build one wheel per Python version"
-        );
+/// The `Py_LIMITED_API` value to compile the C library with: `Some` for a
+/// build that targets CPython's stable ABI (a pyo3 `abi3-py3*` feature),
+/// the minimum version it names; `None` for a version-specific build. The
+/// C library's limited mode needs 3.11 (the buffer protocol joined the
+/// limited API there): an older minimum is refused here, before anything
+/// compiles, as is the free-threaded stable ABI (`abi3t`), which pyxbuf has
+/// not been built or tested for.
+fn limited_api(config: &pyo3_build_config::InterpreterConfig) -> Option<String> {
+    use pyo3_build_config::{PythonAbiKind, StableAbi};
+    let abi = config.target_abi();
+    match abi.kind() {
+        PythonAbiKind::VersionSpecific(_) => None,
+        PythonAbiKind::Stable(StableAbi::Abi3) => {
+            let v = abi.version();
+            if (v.major, v.minor) < (3, 11) {
+                panic!(
+                    "pyxbuf-sys: this build targets CPython's stable ABI from {}.{} (a pyo3 \
+                     `abi3-py3{}` feature), but pyxbuf's limited-API build needs 3.11 or newer \
+                     (the buffer protocol is in the limited API from 3.11); use pyo3's \
+                     `abi3-py311` feature (or a newer one), or turn abi3 off",
+                    v.major, v.minor, v.minor
+                );
+            }
+            Some(format!("0x{:02X}{:02X}0000", v.major, v.minor))
+        }
+        PythonAbiKind::Stable(other) => panic!(
+            "pyxbuf-sys: this build targets CPython's {other} stable ABI, which pyxbuf has not \
+             been built or tested for; build a version-specific free-threaded wheel (no \
+             `abi3t` feature), as pyxbuf's own free-threaded wheel is built"
+        ),
     }
+}
+
+fn python_include(config: &pyo3_build_config::InterpreterConfig) -> String {
     let python = config
         .executable()
         .map(str::to_owned)
@@ -187,7 +212,9 @@ fn main() {
     println!("cargo:rerun-if-env-changed=PYO3_PYTHON");
 
     let with_emulated = env::var_os("CARGO_FEATURE_EMULATED_DEVICE").is_some();
-    let py_include = python_include();
+    let config = pyo3_build_config::get();
+    let limited = limited_api(config);
+    let py_include = python_include(config);
     let mut build = cc::Build::new();
     build
         .std("c11")
@@ -205,6 +232,11 @@ fn main() {
     // Release / RelWithDebInfo do.
     if env::var_os("CARGO_CFG_DEBUG_ASSERTIONS").is_none() {
         build.define("NDEBUG", None);
+    }
+    // An abi3 build: the C library's limited mode (c/base/compat.h), the
+    // same one CMake's PYXBUF_LIMITED_API builds.
+    if let Some(version) = &limited {
+        build.define("Py_LIMITED_API", version.as_str());
     }
     let objects = compile_parallel(&build, c_sources(&c_dir, with_emulated));
     build.objects(objects).compile("pyxbuf");

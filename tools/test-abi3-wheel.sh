@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# `make test-abi3-wheel`: the one abi3 wheel of the `pyxbuf` module (make
+# test-wheel's, built there on 3.11 and tested there) installed on every
+# later CPython this machine has without building one, each in a fresh venv
+# with NumPy, ml_dtypes and the build tools: the C extensions of
+# python-tests/wheel_consumers (setuptools; scikit-build-core with
+# find_package) built against it there, and check_consumers.py run (the
+# wheel's layout and tag, float32 and bfloat16 read through pyxbuf_get, a
+# refusal reaching Python, the library copy private). Where the
+# interpreters come from: 3.12 and 3.13 pyenv's (~/.pyenv/versions, on
+# every machine of this kind) or `make pythons`' cache; 3.14 and 3.15 that
+# cache (3.15: the stock build, else 3.15-pep, CPython with cpython/'s
+# patch series, which loads abi3 modules as stock 3.15 does). One it does
+# not find is a SKIPPED line naming the command that builds it. One line
+# per interpreter:
+#
+#   abi3 wheel on <version>: consumers=<passed> ok|FAILED
+#
+# Work in target/abi3-wheel/<version>/.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PYTHONS=${PYXBUF_PYTHONS:-$HOME/.cache/pyxbuf/pythons}
+WHEELS=${ABI3_WHEEL_DIR:-$ROOT/target/wheel-test/dist}
+JOBS=${JOBS:-2}
+SPECS=(${ABI3_PYTHONS:-3.12 3.13 3.14 3.15})
+WORK=$ROOT/target/abi3-wheel
+declare -a LINES=()
+status=0
+say() { printf 'test-abi3-wheel: %s\n' "$*" >&2; }
+
+# The interpreter of a spec, or nothing.
+interpreter() {
+    local spec=$1 p
+    for p in "$PYTHONS/$spec/bin/python3" $(ls -d "$HOME/.pyenv/versions/$spec".*/bin/python3 \
+            2>/dev/null | sort -V | tail -1); do
+        [ -x "$p" ] && { echo "$p"; return; }
+    done
+    [ "$spec" = 3.15 ] && [ -x "$PYTHONS/3.15-pep/bin/python3" ] && echo "$PYTHONS/3.15-pep/bin/python3"
+}
+
+wheel=$(ls "$WHEELS"/pyxbuf-*-cp311-abi3-*.whl 2>/dev/null | head -1)
+[ -n "$wheel" ] || { say "no abi3 wheel in $WHEELS: run make test-wheel first"; exit 1; }
+mkdir -p "$WORK"
+for spec in "${SPECS[@]}"; do
+    py=$(interpreter "$spec")
+    if [ -z "$py" ]; then
+        LINES+=("abi3 wheel on $spec: SKIPPED (no CPython $spec here; make pythons PYTHON_SPECS=$spec builds one)")
+        continue
+    fi
+    version=$("$py" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')
+    work=$WORK/$spec log=$WORK/$spec/log
+    rm -rf "$work" && mkdir -p "$work" && cp -r "$ROOT/python-tests/wheel_consumers" "$work/src"
+    if (cd "$work" && export PYTHONPATH= && "$py" -m venv venv &&
+        venv/bin/python -m pip install --quiet "$wheel" numpy ml_dtypes "setuptools>=70.1" \
+            scikit-build-core pytest &&
+        CMAKE_BUILD_PARALLEL_LEVEL=$JOBS venv/bin/python -m pip install --quiet \
+            --no-build-isolation src/setuptools src/cmake &&
+        PYXBUF_WHEEL=$wheel venv/bin/python -m pytest -q --noconftest -p no:cacheprovider \
+            src/check_consumers.py) >"$log" 2>&1; then
+        LINES+=("abi3 wheel on $spec ($version, $py): consumers=$(grep -oE '[0-9]+ passed' "$log" | tail -1) ok")
+    else
+        say "$spec: failed (see $log)"; tail -20 "$log" >&2
+        LINES+=("abi3 wheel on $spec ($version, $py): FAILED")
+        status=1
+    fi
+done
+printf '%s\n' "${LINES[@]}"
+exit $status
