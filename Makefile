@@ -253,13 +253,13 @@ wheel: venv
 
 # The release artefacts (tools/dist.sh): the abi3 wheel (CPython 3.11 and
 # later) tested on each interpreter of DIST_PYTHONS, a version-specific wheel
-# per interpreter of DIST_SPECIFIC (the free-threaded 3.14t: it loads no abi3
-# module), each checked by `auditwheel show` and by the wheel consumers'
+# per interpreter of DIST_SPECIFIC (3.12's; the free-threaded 3.14t's: it
+# loads no abi3 module), each checked by `auditwheel show` and by the wheel consumers'
 # tests in a new venv; an sdist that builds; `twine check`. Into dist/. The
 # interpreters are built first, as `make pythons` does (3.11 is the
 # machine's; 3.12 and 3.13 pyenv's where the machine has them).
 DIST_PYTHONS ?= 3.11 3.12 3.13 3.14 3.15
-DIST_SPECIFIC ?= 3.14t
+DIST_SPECIFIC ?= 3.12 3.14t
 dist: venv
 	PYXBUF_PYTHONS=$(PYTHONS) JOBS=$(JOBS) tools/pythons.sh \
 	    $(filter-out 3.11,$(DIST_PYTHONS) $(DIST_SPECIFIC))

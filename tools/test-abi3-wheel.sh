@@ -16,7 +16,14 @@
 #
 #   abi3 wheel on <version>: consumers=<passed> ok|FAILED
 #
-# Work in target/abi3-wheel/<version>/.
+# Then the Rust side on the newest of them: `cargo test -p pyxbuf` built for
+# the stable ABI (pyo3's abi3-py311: libpyxbuf under Py_LIMITED_API 3.11)
+# with that interpreter embedded and its venv's NumPy and ml_dtypes (make
+# test-packaged-crates runs the same build's tests on 3.11):
+#
+#   abi3 cargo test on <version>: <passed>/<failed> ok|FAILED
+#
+# Work in target/abi3-wheel/<version>/ (the Rust build in target/abi3-wheel/cargo).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PYTHONS=${PYXBUF_PYTHONS:-$HOME/.cache/pyxbuf/pythons}
@@ -52,17 +59,34 @@ for spec in "${SPECS[@]}"; do
     rm -rf "$work" && mkdir -p "$work" && cp -r "$ROOT/python-tests/wheel_consumers" "$work/src"
     if (cd "$work" && export PYTHONPATH= && "$py" -m venv venv &&
         venv/bin/python -m pip install --quiet "$wheel" numpy ml_dtypes "setuptools>=70.1" \
-            scikit-build-core pytest &&
+            scikit-build-core pytest hypothesis &&
         CMAKE_BUILD_PARALLEL_LEVEL=$JOBS venv/bin/python -m pip install --quiet \
             --no-build-isolation src/setuptools src/cmake &&
         PYXBUF_WHEEL=$wheel venv/bin/python -m pytest -q --noconftest -p no:cacheprovider \
             src/check_consumers.py) >"$log" 2>&1; then
         LINES+=("abi3 wheel on $spec ($version, $py): consumers=$(grep -oE '[0-9]+ passed' "$log" | tail -1) ok")
+        newest=$spec
     else
         say "$spec: failed (see $log)"; tail -20 "$log" >&2
         LINES+=("abi3 wheel on $spec ($version, $py): FAILED")
         status=1
     fi
 done
+# The newest interpreter whose consumers passed: the abi3 build's Rust tests there.
+if [ -n "${newest:-}" ]; then
+    spec=$newest venv=$WORK/$newest/venv log=$WORK/$newest/cargo.log
+    site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    # The test binaries embed the interpreter: its shared libpython's folder.
+    libdir=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR"))')
+    version=$("$venv/bin/python" -c 'import platform; print(platform.python_version())')
+    if (cd "$ROOT" && PYO3_PYTHON="$venv/bin/python" PYTHONPATH="$site" CARGO_BUILD_JOBS=$JOBS \
+            LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+            CARGO_TARGET_DIR=$WORK/cargo cargo test -p pyxbuf --all-features \
+            --features pyo3/abi3-py311) >"$log" 2>&1; then verdict=ok; else verdict=FAILED; status=1; fi
+    passed=$(grep -oE 'test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed' "$log" |
+        awk '{p += $4; f += $6} END {print p "/" f}')
+    LINES+=("abi3 cargo test on $spec ($version): ${passed:-0/0} $verdict")
+    [ $verdict = ok ] || tail -30 "$log" >&2
+fi
 printf '%s\n' "${LINES[@]}"
 exit $status

@@ -71,12 +71,17 @@ int pyxbuf__limited_gil_check(void);
 #define Py_IsFinalizing() _Py_IsFinalizing()
 #endif
 
-/* PyErr_GetRaisedException / PyErr_SetRaisedException (3.12, gh-101578)
+/* (Each shim below is a pyxbuf__ function behind a macro of the API's name:
+ * newer headers may declare the function even where the limited API version
+ * asked for predates it, which a static function of the same name would
+ * contradict.)
+ *
+ * PyErr_GetRaisedException / PyErr_SetRaisedException (3.12, gh-101578)
  * replace PyErr_Fetch / PyErr_Restore, deprecated since. On 3.11 they are
  * built from the old triple: the exception instance, normalized, with its
  * traceback attached (as 3.12 keeps it). SetRaisedException(NULL) clears. */
 #if PY_VERSION_HEX < 0x030C0000 || (PYXBUF_LIMITED && Py_LIMITED_API + 0 < 0x030C0000)
-static inline PyObject *PyErr_GetRaisedException(void) {
+static inline PyObject *pyxbuf__get_raised_exception(void) {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     if (type == NULL) return NULL;
@@ -86,14 +91,16 @@ static inline PyObject *PyErr_GetRaisedException(void) {
     Py_XDECREF(tb);
     return value;
 }
+#define PyErr_GetRaisedException() pyxbuf__get_raised_exception()
 
-static inline void PyErr_SetRaisedException(PyObject *exc) {
+static inline void pyxbuf__set_raised_exception(PyObject *exc) {
     if (exc == NULL) {
         PyErr_Clear();
         return;
     }
     PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, PyException_GetTraceback(exc));
 }
+#define PyErr_SetRaisedException(exc) pyxbuf__set_raised_exception((exc))
 #endif
 
 /* PyObject_GetOptionalAttr (3.13, gh-106521) is 3.11 and 3.12's
@@ -101,13 +108,15 @@ static inline void PyErr_SetRaisedException(PyObject *exc) {
  * the attribute is absent (no AttributeError is built), -1 on error. */
 #if PYXBUF_LIMITED && Py_LIMITED_API + 0 < 0x030D0000
 /* (The limited API's, from getattr: an AttributeError is built and cleared.) */
-static inline int PyObject_GetOptionalAttr(PyObject *obj, PyObject *name, PyObject **result) {
+static inline int pyxbuf__get_optional_attr(PyObject *obj, PyObject *name, PyObject **result) {
     *result = PyObject_GetAttr(obj, name);
     if (*result != NULL) return 1;
     if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
     PyErr_Clear();
     return 0;
 }
+#define PyObject_GetOptionalAttr(obj, name, result) \
+    pyxbuf__get_optional_attr((obj), (name), (result))
 #elif PY_VERSION_HEX < 0x030D0000
 #define PyObject_GetOptionalAttr(obj, name, result) _PyObject_LookupAttr((obj), (name), (result))
 #endif
@@ -115,7 +124,10 @@ static inline int PyObject_GetOptionalAttr(PyObject *obj, PyObject *name, PyObje
 /* PyType_GetDict (3.12, gh-105227): a new reference to the type's dict,
  * which 3.12 no longer keeps in static builtin types' tp_dict. */
 #if PY_VERSION_HEX < 0x030C0000 && !PYXBUF_LIMITED
-static inline PyObject *PyType_GetDict(PyTypeObject *type) { return Py_XNewRef(type->tp_dict); }
+static inline PyObject *pyxbuf__type_get_dict(PyTypeObject *type) {
+    return Py_XNewRef(type->tp_dict);
+}
+#define PyType_GetDict(type) pyxbuf__type_get_dict((type))
 #endif
 
 /* PyDict_SetDefaultRef (3.13, gh-112066): a strong reference to what the key
@@ -124,8 +136,8 @@ static inline PyObject *PyType_GetDict(PyTypeObject *type) { return Py_XNewRef(t
 #if PYXBUF_LIMITED && Py_LIMITED_API + 0 < 0x030D0000
 /* (The limited API has no PyDict_SetDefault: a lookup, then an insert; with
  * the GIL, and no Python code between them but the key's hash and eq.) */
-static inline int PyDict_SetDefaultRef(PyObject *dict, PyObject *key, PyObject *value,
-                                       PyObject **result) {
+static inline int pyxbuf__dict_set_default_ref(PyObject *dict, PyObject *key, PyObject *value,
+                                                PyObject **result) {
     PyObject *held = PyDict_GetItemWithError(dict, key);
     if (held == NULL && PyErr_Occurred()) {
         if (result != NULL) *result = NULL;
@@ -142,21 +154,26 @@ static inline int PyDict_SetDefaultRef(PyObject *dict, PyObject *key, PyObject *
     if (result != NULL) *result = Py_NewRef(value);
     return 0;
 }
+#define PyDict_SetDefaultRef(dict, key, value, result) \
+    pyxbuf__dict_set_default_ref((dict), (key), (value), (result))
 #elif PY_VERSION_HEX < 0x030D0000
-static inline int PyDict_SetDefaultRef(PyObject *dict, PyObject *key, PyObject *value,
-                                       PyObject **result) {
+static inline int pyxbuf__dict_set_default_ref(PyObject *dict, PyObject *key, PyObject *value,
+                                                PyObject **result) {
     PyObject *held = PyDict_SetDefault(dict, key, value);
     if (result != NULL) *result = Py_XNewRef(held);
     if (held == NULL) return -1;
     return held == value ? 0 : 1;
 }
+#define PyDict_SetDefaultRef(dict, key, value, result) \
+    pyxbuf__dict_set_default_ref((dict), (key), (value), (result))
 #endif
 
 /* PyDict_GetItemStringRef (3.13, gh-106004): a strong reference in *result;
  * 1 when the key is there, 0 (and NULL) when it is not, -1 on error. Before
  * 3.13, from the borrowed PyDict_GetItemWithError (GIL builds only there). */
 #if PY_VERSION_HEX < 0x030D0000 || (PYXBUF_LIMITED && Py_LIMITED_API + 0 < 0x030D0000)
-static inline int PyDict_GetItemStringRef(PyObject *dict, const char *key, PyObject **result) {
+static inline int pyxbuf__dict_get_item_string_ref(PyObject *dict, const char *key,
+                                                   PyObject **result) {
     PyObject *name = PyUnicode_FromString(key);
     if (name == NULL) {
         *result = NULL;
@@ -168,6 +185,8 @@ static inline int PyDict_GetItemStringRef(PyObject *dict, const char *key, PyObj
     if (held != NULL) return 1;
     return PyErr_Occurred() ? -1 : 0;
 }
+#define PyDict_GetItemStringRef(dict, key, result) \
+    pyxbuf__dict_get_item_string_ref((dict), (key), (result))
 #endif
 
 /* Behaviour, not API: from 3.13 PyObject_GetBuffer raises SystemError for a
@@ -311,6 +330,12 @@ static inline int pyxbuf__type_has(PyTypeObject *type, PyObject *name) {
 #define PyBytes_AS_STRING(b) PyBytes_AsString(b)
 #define PyBytes_GET_SIZE(b) PyBytes_Size(b)
 #define PyObject_CallMethodNoArgs(obj, name) PyObject_CallMethodObjArgs((obj), (name), NULL)
+/* (In 3.11's limited headers; from 3.12 in the full API's alone.) */
+#ifndef PySequence_Fast_GET_SIZE
+#define PySequence_Fast_GET_SIZE(o) (PyList_Check(o) ? PyList_GET_SIZE(o) : PyTuple_GET_SIZE(o))
+#define PySequence_Fast_GET_ITEM(o, i) \
+    (PyList_Check(o) ? PyList_GET_ITEM((o), (i)) : PyTuple_GET_ITEM((o), (i)))
+#endif
 #if Py_LIMITED_API + 0 < 0x030D0000
 /* (Memory pyxbuf allocates and frees itself, at any time, GIL or not.) */
 #include <stdlib.h>

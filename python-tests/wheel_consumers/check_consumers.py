@@ -36,14 +36,21 @@ def test_wheel_is_manylinux_for_this_interpreter():
     assert pathlib.Path(pyxbuf.__file__).parent.parent.name == "site-packages"
 
 
-def test_wheel_is_abi3_for_3_11_and_later():
-    """One wheel for every CPython from 3.11 (the stable ABI): its tag, and
-    the module's file as the interpreter found it."""
+def test_wheel_tag_fits_this_interpreter():
+    """The abi3 wheel (CPython 3.11 and later, not free-threaded), or a
+    version-specific one for exactly this interpreter; the module's file as
+    the interpreter found it."""
     python, abi = WHEEL.name.split("-")[2:4]
-    assert (python, abi) == ("cp311", "abi3"), WHEEL.name
-    assert sys.version_info >= (3, 11) and not sysconfig.get_config_var("Py_GIL_DISABLED")
     module = pathlib.Path(pyxbuf.__file__).parent
-    assert [p.name for p in module.glob("*.so")] == ["pyxbuf.abi3.so"]
+    free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+    if abi == "abi3":
+        assert python == "cp311" and sys.version_info >= (3, 11) and not free_threaded, WHEEL.name
+        assert [p.name for p in module.glob("*.so")] == ["pyxbuf.abi3.so"]
+    else:
+        here = "cp%d%d" % sys.version_info[:2]
+        assert (python, abi) == (here, here + ("t" if free_threaded else "")), WHEEL.name
+        suffix = sysconfig.get_config_var("EXT_SUFFIX")
+        assert [p.name for p in module.glob("*.so")] == ["pyxbuf" + suffix]
 
 
 def test_wheel_ships_the_c_library_and_types():

@@ -248,11 +248,23 @@ fn stub_type_is_the_buffer_abc() {
     use pyo3::FromPyObject;
     use pyxbuf::PyXBuffer2;
     Python::attach(|py| {
+        // PyO3's own answer for this build: the Python built for, which under
+        // abi3 is the minimum version (abi3-py311: typing_extensions.Buffer,
+        // whatever runs the test).
+        #[cfg(not(pyo3_before_0_30))]
+        let want = <pyo3::buffer::PyBuffer<f32> as FromPyObject<'_, '_>>::INPUT_TYPE.to_string();
+        #[cfg(pyo3_before_0_30)]
         let want = if py.version_info() >= (3, 12) {
             "collections.abc.Buffer"
         } else {
             "typing_extensions.Buffer"
-        };
+        }
+        .to_string();
+        let _ = py;
+        assert!(
+            want == "collections.abc.Buffer" || want == "typing_extensions.Buffer",
+            "{want}"
+        );
         let hints = [
             <PyXBuffer<'_, f32> as FromPyObject<'_, '_>>::INPUT_TYPE.to_string(),
             <PyXBuffer<'_, u8, Exclusive> as FromPyObject<'_, '_>>::INPUT_TYPE.to_string(),
@@ -262,6 +274,6 @@ fn stub_type_is_the_buffer_abc() {
             #[cfg(not(pyo3_before_0_30))]
             <pyo3::buffer::PyBuffer<f32> as FromPyObject<'_, '_>>::INPUT_TYPE.to_string(),
         ];
-        assert!(hints.iter().all(|h| h == want), "{hints:?}");
+        assert!(hints.iter().all(|h| *h == want), "{hints:?}");
     });
 }
