@@ -196,8 +196,9 @@ static inline int pyxbuf__dict_get_item_string_ref(PyObject *dict, const char *k
 #define PYXBUF__REFUSES_READ_OR_WRITE_ALONE (PY_VERSION_HEX >= 0x030D0000)
 
 /* Per-object critical sections: CPython 3.13 and later (a no-op there with
- * the GIL); before 3.13 only GIL builds exist. */
-#if PY_VERSION_HEX < 0x030D0000
+ * the GIL); before 3.13 only GIL builds exist, as in the limited API, whose
+ * headers (3.13, 3.14) may not define them. */
+#if PY_VERSION_HEX < 0x030D0000 || (PYXBUF_LIMITED && !defined(Py_BEGIN_CRITICAL_SECTION))
 #define Py_BEGIN_CRITICAL_SECTION(op) {
 #define Py_END_CRITICAL_SECTION() }
 #endif
