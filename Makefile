@@ -242,6 +242,7 @@ test-wheel: venv
 .PHONY: test-abi3-wheel
 test-abi3-wheel: venv
 	@ls target/wheel-test/dist/pyxbuf-*-cp311-abi3-*.whl >/dev/null 2>&1 || $(MAKE) test-wheel
+	PYXBUF_PYTHONS=$(PYTHONS) JOBS=$(JOBS) tools/pythons.sh 3.12 3.13
 	PYXBUF_PYTHONS=$(PYTHONS) JOBS=$(JOBS) tools/test-abi3-wheel.sh
 
 # The release wheel a user installs (README, Quick start: Python): the abi3

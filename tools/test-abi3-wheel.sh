@@ -7,10 +7,10 @@
 # find_package) built against it there, and check_consumers.py run (the
 # wheel's layout and tag, float32 and bfloat16 read through pyxbuf_get, a
 # refusal reaching Python, the library copy private). Where the
-# interpreters come from: 3.12 and 3.13 pyenv's (~/.pyenv/versions, on
-# every machine of this kind) or `make pythons`' cache; 3.14 and 3.15 that
-# cache (3.15: the stock build, else 3.15-pep, CPython with cpython/'s
-# patch series, which loads abi3 modules as stock 3.15 does). One it does
+# interpreters come from: `make pythons`' cache (3.12 and 3.13 pyenv's,
+# linked there by the make target; 3.14 and 3.15 as built; 3.15 the stock
+# build, else 3.15-pep, CPython with cpython/'s patch series, which loads
+# abi3 modules as stock 3.15 does). One it does
 # not find is a SKIPPED line naming the command that builds it. One line
 # per interpreter:
 #
@@ -35,14 +35,13 @@ declare -a LINES=()
 status=0
 say() { printf 'test-abi3-wheel: %s\n' "$*" >&2; }
 
-# The interpreter of a spec, or nothing.
+# The interpreter of a spec in the cache (make test-abi3-wheel links pyenv's
+# 3.12 and 3.13 there first, as tools/pythons.sh does), or nothing.
 interpreter() {
     local spec=$1 p
-    for p in "$PYTHONS/$spec/bin/python3" $(ls -d "$HOME/.pyenv/versions/$spec".*/bin/python3 \
-            2>/dev/null | sort -V | tail -1); do
+    for p in "$PYTHONS/$spec/bin/python3" "$PYTHONS/$spec-pep/bin/python3"; do
         [ -x "$p" ] && { echo "$p"; return; }
     done
-    [ "$spec" = 3.15 ] && [ -x "$PYTHONS/3.15-pep/bin/python3" ] && echo "$PYTHONS/3.15-pep/bin/python3"
 }
 
 wheel=$(ls "$WHEELS"/pyxbuf-*-cp311-abi3-*.whl 2>/dev/null | head -1)

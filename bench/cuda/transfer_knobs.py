@@ -11,10 +11,8 @@ at build-gpu/python (`run-on-gpu.sh OUT knobs` does it).
 """
 
 import os
-import statistics
 import subprocess
 import sys
-import time
 
 import numpy as np
 
@@ -28,20 +26,9 @@ FIRST = 256 << 20
 import cupy  # noqa: E402
 import torch  # noqa: E402
 
-
-def per_call_us(fn, runs):
-    for _ in range(3):
-        keep = fn()
-        torch.cuda.synchronize()
-        del keep
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        keep = fn()
-        torch.cuda.synchronize()
-        del keep
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e6
+# transfer.py's timing: the median per call after warm-ups, the drop timed,
+# one device synchronisation per call.
+from transfer import per_call_us  # noqa: E402
 
 
 def runs_for(n):

@@ -20,14 +20,23 @@ static int cpu_copy_on_device(void *ctx, int32_t dst_id, void *dst, int32_t src_
     return cpu_copy(ctx, dst_id, dst, src, n, stream, err);
 }
 
+/* Whole cache lines, 64-byte aligned (free with pyxbuf__aligned_free). */
+static size_t cache_lines(size_t n) { return ((n ? n : 1) + 63) & ~(size_t)63; }
+
+void *pyxbuf__cpu_alloc_unzeroed(size_t n) {
+    size_t rounded = cache_lines(n);
+    char *p = pyxbuf__aligned_alloc(64, rounded);
+    if (p != NULL) memset(p + n, 0, rounded - n); /* the padding only */
+    return p;
+}
+
 static int cpu_alloc(void *ctx, int32_t id, size_t n, void **ptr, pyxbuf_error *err) {
     (void)ctx, (void)id;
-    size_t rounded = ((n ? n : 1) + 63) & ~(size_t)63; /* whole cache lines */
-    *ptr = pyxbuf__aligned_alloc(64, rounded);
+    *ptr = pyxbuf__cpu_alloc_unzeroed(n);
     if (*ptr == NULL)
         return pyxbuf__error(err, PYXBUF_ENOMEM, -1, "cannot allocate %zu %s of host memory", n,
                              PYXBUF__PLURAL(n, "byte", "bytes"));
-    memset(*ptr, 0, rounded);
+    memset(*ptr, 0, n);
     return 0;
 }
 

@@ -21,6 +21,10 @@ int pyxbuf__backend_lookup(int32_t device_type, pyxbuf_backend *out);
 /* The backends built into the library (cpu.c, cuda.c), which
  * registry.c registers the first time the registry is used. */
 const pyxbuf_backend *pyxbuf__cpu_backend(void);
+/* cpu.c: the CPU backend's memory without its zeroing (the padding past n
+ * to a whole cache line is zeroed): for a buffer about to be filled whole.
+ * Free with pyxbuf__aligned_free, as the backend's free does. */
+void *pyxbuf__cpu_alloc_unzeroed(size_t n);
 const pyxbuf_backend *pyxbuf__cuda_backend(void);
 /* ids.c: memory the host may dereference (host, pinned, managed). */
 int pyxbuf__host_accessible(int32_t device_type);

@@ -5,7 +5,7 @@
 
 #include "export/dlpack_export.h"
 #include "export/exporter.h"
-#include "base/platform.h"
+#include "base/platform.h" /* pyxbuf__aligned_free */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -305,19 +305,17 @@ PyObject *pyxbuf_exporter_wrap(const pyxbuf_export_desc *desc, void (*free_fn)(v
  * backend's alloc zeroes, one thread faulting every page in first (87 ms of
  * a 256 MiB result's first copy, which took 171 ms, on an H200 machine:
  * bench/results/2026-11-28-h200-transfer.md); here the staging threads
- * fault the pages in, in parallel, as they drain into them. The padding
- * past nbytes (up to a cache line) is zeroed. Only while the CPU backend
- * is pyxbuf's own (one registered in its place allocates as it likes).
+ * fault the pages in, in parallel, as they drain into them. Only while the
+ * CPU backend is pyxbuf's own (one registered in its place allocates as it
+ * likes).
  * 1 with *buf, or 0 to allocate as usual. */
 static int unzeroed_host(size_t nbytes, void **buf, void (**free_fn)(void *), void **free_ctx) {
     pyxbuf_backend cpu;
     if (pyxbuf_backend_get(PYXBUF_DL_CPU, &cpu, NULL) < 0 ||
         cpu.alloc != pyxbuf__cpu_backend()->alloc)
         return 0;
-    size_t rounded = ((nbytes ? nbytes : 1) + 63) & ~(size_t)63;
-    char *p = pyxbuf__aligned_alloc(64, rounded);
+    void *p = pyxbuf__cpu_alloc_unzeroed(nbytes);
     if (p == NULL) return 0; /* the usual path reports it */
-    memset(p + nbytes, 0, rounded - nbytes);
     *buf = p;
     *free_fn = pyxbuf__aligned_free;
     *free_ctx = p;
