@@ -15,7 +15,7 @@ CMAKE_ARGS ?=
 export PYTHONDONTWRITEBYTECODE := 1
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all wheel build build-release-check check-layers test test-c test-python test-rust test-pymodules test-torch torch test-packaged-crates test-wheel pymodules pythons pythons-tsan python-pep test-python-pep bench-pep test-matrix test-tsan-ft demo demo-needs clean \
+.PHONY: all wheel build build-release-check check-layers test test-c test-python test-rust test-pymodules test-distributed test-torch torch test-packaged-crates test-wheel pymodules pythons pythons-tsan python-pep test-python-pep bench-pep test-matrix test-tsan-ft demo demo-needs clean \
 	distclean venv libclang bindings asan-build test-asan test-asan-c test-asan-python \
 	clang fuzz fuzz-build fuzz-borrows \
 	valgrind-build test-valgrind tsan-build test-tsan aarch64-tools aarch64-build test-aarch64-c test-aarch64 \
@@ -53,6 +53,7 @@ help:
 	@echo '  test-packaged-crates  the crates as cargo package makes them, tested unpacked'
 	@echo '  test-wheel            the release (abi3) wheel in a fresh venv; C, Cython, nanobind, pybind11 extensions on it'
 	@echo '  test-abi3-wheel       that abi3 wheel on CPython 3.12 to 3.15, C extensions built on each (CI)'
+	@echo '  test-distributed      pyxbuf arrays through multiprocessing, Dask and Ray workers (CI)'
 	@echo '  test-readme           every code block of README.md run as written'
 	@echo '  bench-smoke           every benchmark once, untimed'
 	@echo 'Hardening:'
@@ -271,6 +272,13 @@ dist: venv
 pymodules: venv
 	$(MATURIN_ENV) $(VENV)/bin/maturin develop --quiet --features emulated-device -m rust/pyxbuf-python/Cargo.toml
 	$(MATURIN_ENV) $(VENV)/bin/maturin develop --quiet -m rust/examples/sum/Cargo.toml
+
+# pyxbuf arrays through multiprocessing, Dask distributed and Ray, on this
+# machine over loopback (tools/test-distributed.sh; the engines are installed
+# into target/distributed/site, SKIPPED with pip's reason where they cannot
+# be). In .ci/run; about a minute once pip's cache holds them.
+test-distributed: pymodules
+	VPY=$(VPY) tools/test-distributed.sh
 
 test-pymodules: pymodules
 	$(VPY) -m pytest -q rust/pyxbuf-python/tests rust/examples/sum/tests

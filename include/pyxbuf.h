@@ -883,6 +883,34 @@ PYXBUF_API int pyxbuf_exporter_set_event(PyObject *obj, void *event, int64_t str
 PYXBUF_API PyObject *pyxbuf_exporter_wrap(const pyxbuf_export_desc *desc,
                                           void (*free_fn)(void *), void *free_ctx);
 
+/* An exporter over host memory inside `base`'s buffer: `ndim` dimensions of
+ * `shape` (NULL with ndim 1: as many items as the bytes after `offset` hold,
+ * a whole number of them), `strides` in bytes (NULL = C order), the first item `offset` bytes
+ * into the buffer, items of `format` (NULL = "B") of `itemsize` bytes (0 = the
+ * format's size; given, a custom type nobody registered here is held too:
+ * unpickling needs no registration, reading the items does); every byte an index can
+ * reach must lie inside the buffer (ValueError otherwise). No copy: the
+ * exporter holds a contiguous view of `base` until it dies, so the memory
+ * stays (a bytearray cannot resize, a SharedMemory cannot close). Writable
+ * when `base` is and PYXBUF_OVER_READONLY is not given (as np.frombuffer).
+ * `base` may also be a multiprocessing.shared_memory.SharedMemory (anything
+ * that is no buffer but has a buffer `buf` and a `name`): the exporter views
+ * its `buf` and pickles by the block's name, so that another process maps
+ * the same memory. What pickle.loads builds for a pickled pyxbuf.Exporter.
+ * Grants: `base`'s owner may still write its memory, so every grant carries
+ * PYXBUF_EXT_TRACKED; memory shared with other processes (a SharedMemory, or
+ * PYXBUF_OVER_PROCESS_SHARED) gets no grant at all -- no counter or registry
+ * of one process can stop another's writes -- and a consumer that needs one
+ * copies the items. Needs the GIL. New reference, or NULL with an exception
+ * (TypeError for a `base` that is neither, the base's BufferError, ValueError
+ * for a layout that does not fit). */
+#define PYXBUF_OVER_READONLY 0x1       /* read-only even over writable memory */
+#define PYXBUF_OVER_PROCESS_SHARED 0x2 /* other processes map the memory too */
+PYXBUF_API PyObject *pyxbuf_exporter_over(PyObject *base, Py_ssize_t offset, const char *format,
+                                          Py_ssize_t itemsize, int32_t ndim,
+                                          const Py_ssize_t *shape, const Py_ssize_t *strides,
+                                          int32_t options);
+
 /* Give `type` the DLPack 1.3 C exchange table (`__dlpack_c_exchange_api__`, a
  * capsule named "dlpack_exchange_api" holding pyxbuf's table, which lives for
  * the process). The type's objects must export through the extended protocol

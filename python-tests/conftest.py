@@ -2,6 +2,7 @@
 
 import gc
 import importlib.util
+import os
 
 import pytest
 
@@ -22,6 +23,12 @@ def _jax_arrays_on_the_cpu():
 
 
 _jax_arrays_on_the_cpu()
+
+# The engine suites (python-tests/distributed/: multiprocessing, Dask, Ray)
+# start worker processes and clusters: `make test-distributed` runs them, with
+# the engines it installs, and sets PYXBUF_DISTRIBUTED; every other run of
+# python-tests leaves them out.
+collect_ignore = [] if os.environ.get("PYXBUF_DISTRIBUTED") else ["distributed"]
 
 
 @pytest.fixture

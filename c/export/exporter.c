@@ -39,14 +39,9 @@ static int refuse_classic_format(pyxbuf__exporter *e, Py_buffer *view) {
 /* The exporter's event (device_info) may be replaced by another thread
  * (pyxbuf_exporter_set_event): a view is filled in a critical section on the
  * exporter, so it sees one event or the other. */
-static int exporter_getbuffer(PyObject *self, Py_buffer *view, int flags) {
-    pyxbuf__exporter *e = (pyxbuf__exporter *)self;
+static PYXBUF_ALWAYS_INLINE int fill_and_grant(pyxbuf__exporter *e, Py_buffer *view, int flags) {
+    PyObject *self = (PyObject *)e;
     int rc;
-    /* (Device memory a request without PYXBUF_DEVICE cannot have: fill.c
-     * says so, the first thing to fix.) */
-    if (PYXBUF_UNLIKELY(e->custom_format) && (flags & PyBUF_FORMAT) &&
-        !(flags & PYXBUF_EXTENDED_FORMAT) && (e->desc.device == NULL || (flags & PYXBUF_DEVICE)))
-        return refuse_classic_format(e, view);
     Py_BEGIN_CRITICAL_SECTION(self);
     rc = pyxbuf_export_fill(view, self, flags, &e->desc);
     Py_END_CRITICAL_SECTION();
@@ -61,6 +56,25 @@ static int exporter_getbuffer(PyObject *self, Py_buffer *view, int flags) {
         (x->ext_flags & (PYXBUF_EXT_SHARED | PYXBUF_EXT_EXCLUSIVE)))
         x->ext_flags |= PYXBUF_EXT_TRACKED;
     return 0;
+}
+
+/* A custom format or memory shared with other processes. */
+static PYXBUF_NOINLINE int slow_getbuffer(pyxbuf__exporter *e, Py_buffer *view, int flags) {
+    /* (Device memory a request without PYXBUF_DEVICE cannot have: fill.c
+     * says so, the first thing to fix.) */
+    if (e->custom_format && (flags & PyBUF_FORMAT) && !(flags & PYXBUF_EXTENDED_FORMAT) &&
+        (e->desc.device == NULL || (flags & PYXBUF_DEVICE)))
+        return refuse_classic_format(e, view);
+    if (!e->process_shared) return fill_and_grant(e, view, flags);
+    /* Other processes may write the memory whatever this one grants: no
+     * grant at all (ext_flags stays 0), and nothing counted to release. */
+    return pyxbuf_export_fill(view, (PyObject *)e, flags, &e->desc);
+}
+
+static int exporter_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+    pyxbuf__exporter *e = (pyxbuf__exporter *)self;
+    if (PYXBUF_UNLIKELY(e->slow_getbuffer)) return slow_getbuffer(e, view, flags);
+    return fill_and_grant(e, view, flags);
 }
 
 static void exporter_releasebuffer(PyObject *self, Py_buffer *view) {
@@ -83,6 +97,7 @@ static void exporter_dealloc(PyObject *self) {
     if (e->weakreflist != NULL) PyObject_ClearWeakRefs(self);
     destroy_event(e);
     if (e->free_fn != NULL) e->free_fn(e->free_ctx);
+    Py_XDECREF(e->shared_memory);
     PyMem_Free(e->desc.shape); /* shape and strides share one block */
     PyMem_Free((void *)e->desc.format);
     PyMem_Free((void *)e->desc.device);
@@ -120,6 +135,14 @@ static PyMethodDef exporter_methods[] = {
      "`max_version` the newest (major, minor) DLPack version the consumer reads, `dl_device` "
      "a (device_type, device_id) to export to, `copy` True (always copy), False (never: "
      "refused when dl_device needs one) or None (copy only when dl_device needs one)."},
+    {"__reduce_ex__", pyxbuf__exporter_reduce_ex, METH_O,
+     "__reduce_ex__($self, protocol, /)\n--\n\n"
+     "Pickle support. With `protocol` 5 and later the items go out as one "
+     "pickle.PickleBuffer: out of band when the pickler has a buffer_callback (no copy), in "
+     "band otherwise; before 5, as bytes. Format, shape, strides (C or Fortran order; any other layout is sent as a "
+     "C-order copy), read-only flag and device come back; device memory travels through a "
+     "host copy and is restored on a device of the same kind and index (pyxbuf._pickle). "
+     "An exporter over a SharedMemory block pickles the block's name (no copy)."},
     {"__dlpack_device__", exporter_dlpack_device, METH_NOARGS,
      "__dlpack_device__($self, /)\n--\n\n"
      "Where the memory lives, as DLPack's integers: (device_type, device_id)."},
@@ -193,7 +216,9 @@ PyTypeObject *pyxbuf_exporter_type(void) {
         Py_DECREF(tp);
         return NULL;
     }
-    /* A second type would make its exporters fail the type checks. */
+    /* A second type would make its exporters fail the type checks. (One
+     * type per copy of libpyxbuf: its slots raise messages in the terms of
+     * that copy's binding, fixes.c.) */
     return (PyTypeObject *)pyxbuf__publish_once(&exporter_type_object, tp);
 }
 
@@ -280,6 +305,7 @@ static int adopt_desc(pyxbuf__exporter *e, const pyxbuf_export_desc *d) {
     e->desc.format = copy_string(d->format ? d->format : "B");
     if (e->desc.format == NULL || adopt_device(e, d) < 0) return -1;
     e->custom_format = pyxbuf__format_holds_custom(e->desc.format);
+    e->slow_getbuffer = e->custom_format;
     return adopt_dims(e, d);
 }
 

@@ -26,6 +26,18 @@ typedef struct pyxbuf__exporter {
      * for the format without PYXBUF_EXTENDED_FORMAT is refused (a classic
      * consumer cannot read it), and __array__ finds the type's NumPy dtype. */
     int custom_format;
+    /* 1 when the memory is shared with other processes (a SharedMemory
+     * block, pyxbuf_exporter_over's PYXBUF_OVER_PROCESS_SHARED): no borrow
+     * is granted, since no counter or registry of this process can stop
+     * another process's writes (pickle.c). */
+    int process_shared;
+    /* 1 when a request takes exporter_getbuffer's slow path: a custom
+     * format or process-shared memory (one test on the fast path). */
+    int slow_getbuffer;
+    /* The multiprocessing.shared_memory.SharedMemory the memory lies in
+     * (owned), which the exporter pickles by name; else NULL. */
+    PyObject *shared_memory;
+    Py_ssize_t shared_memory_offset; /* of the first item in the block */
 } pyxbuf__exporter;
 
 /* Exporter attributes (exporter_attrs.c), for the type's tables. */
@@ -43,5 +55,9 @@ PyObject *pyxbuf__exporter_get_cai(PyObject *self, void *closure);
 /* "cpu", "cuda:1", "ext_dev:0" or a (device_type, device_id) tuple; -1 with
  * TypeError or ValueError. */
 int pyxbuf__parse_device(PyObject *arg, pyxbuf_device *out);
+/* Exporter.__reduce_ex__(protocol) (pickle.c, below exporter.c): pickle
+ * protocol 5's out-of-band buffer of the items (bytes before protocol 5),
+ * rebuilt by pyxbuf._pickle. */
+PyObject *pyxbuf__exporter_reduce_ex(PyObject *self, PyObject *protocol);
 
 #endif

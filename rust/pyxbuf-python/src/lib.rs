@@ -381,6 +381,75 @@ fn exporter<'py>(
     }
 }
 
+/// A zero-copy `pyxbuf.Exporter` over another object's memory: items of
+/// `format` with `shape` (None: as many as fit after `offset`, 1-D) and byte
+/// `strides` (None: C order), the first one `offset` bytes in; `itemsize`
+/// bytes each (0: the format's size; given, a custom type this process has
+/// not registered is held too, as unpickling needs). The exporter
+/// holds a view of `buffer` while it lives, and is writable when `buffer` is
+/// and `readonly` is false.
+///
+/// `buffer` is any buffer (bytes, bytearray, memoryview, mmap, a NumPy array)
+/// or a `multiprocessing.shared_memory.SharedMemory`, which the exporter
+/// pickles by its name, so that worker processes fill one array in place.
+/// Memory shared with other processes (a SharedMemory, or
+/// `process_shared` true) gets no borrow grant: nothing in one process can
+/// stop another's writes.
+#[pyfunction]
+#[pyo3(
+    signature = (buffer, format = "B", shape = None, *, offset = 0, strides = None, itemsize = 0, readonly = false, process_shared = false),
+    text_signature = "(buffer, format='B', shape=None, *, offset=0, strides=None, itemsize=0, readonly=False, process_shared=False)"
+)]
+#[allow(clippy::too_many_arguments)]
+fn frombuffer<'py>(
+    py: Python<'py>,
+    buffer: &Bound<'py, PyAny>,
+    format: &str,
+    shape: Option<Vec<isize>>,
+    offset: isize,
+    strides: Option<Vec<isize>>,
+    itemsize: isize,
+    readonly: bool,
+    process_shared: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let cformat =
+        std::ffi::CString::new(format).map_err(|_| PyTypeError::new_err("format contains NUL"))?;
+    // No shape: 1-D, as many items as fit (libpyxbuf counts them).
+    let ndim = shape.as_ref().map_or(1, Vec::len);
+    if let Some(s) = &strides {
+        if s.len() != ndim {
+            return Err(PyValueError::new_err(format!(
+                "pyxbuf.frombuffer: {} strides for {} dimensions; give one stride per dimension",
+                s.len(),
+                ndim
+            )));
+        }
+    }
+    let mut options = 0;
+    if readonly {
+        options |= sys::PYXBUF_OVER_READONLY;
+    }
+    if process_shared {
+        options |= sys::PYXBUF_OVER_PROCESS_SHARED;
+    }
+    // SAFETY: a live object, a NUL-terminated format, ndim dims of shape (or
+    // NULL at ndim 1) and as many strides (or NULL); new reference or NULL
+    // with an exception set.
+    unsafe {
+        let e = sys::pyxbuf_exporter_over(
+            buffer.as_ptr(),
+            offset,
+            cformat.as_ptr(),
+            itemsize,
+            ndim as i32,
+            shape.as_ref().map_or(ptr::null(), |s| s.as_ptr()),
+            strides.as_ref().map_or(ptr::null(), |s| s.as_ptr()),
+            options,
+        );
+        Bound::from_owned_ptr_or_err(py, e)
+    }
+}
+
 /// The proposal's PyObject_CheckBufferSupports, answered without calling
 /// the producer: whether `obj` speaks a protocol pyxbuf reads and advertises
 /// every bit of `flags`, soft ones included (PYXBUF_DEVICE asked of a
@@ -536,6 +605,7 @@ fn pyxbuf_python(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(to_device, m)?)?;
     m.add_function(wrap_pyfunction!(from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(exporter, m)?)?;
+    m.add_function(wrap_pyfunction!(frombuffer, m)?)?;
     m.add_function(wrap_pyfunction!(check_supports, m)?)?;
     m.add_function(wrap_pyfunction!(live_borrows, m)?)?;
     m.add_function(wrap_pyfunction!(abi_version, m)?)?;

@@ -73,6 +73,8 @@ pub const PYXBUF_DL_FLAG_READ_ONLY: u64 = 1;
 pub const PYXBUF_DL_FLAG_IS_COPIED: u64 = 2;
 pub const PYXBUF_STREAM_DEFAULT: i64 = 0;
 pub const PYXBUF_STREAM_NONE: i64 = -1;
+pub const PYXBUF_OVER_READONLY: i32 = 1;
+pub const PYXBUF_OVER_PROCESS_SHARED: i32 = 2;
 pub const PYXBUF_FMT_ROOT: i32 = 0;
 pub const PYXBUF_FMT_SCALAR: i32 = 1;
 pub const PYXBUF_FMT_STRUCT: i32 = 2;
@@ -1703,6 +1705,16 @@ unsafe extern "C" {
             unsafe extern "C" fn(arg1: *mut ::std::os::raw::c_void),
         >,
         free_ctx: *mut ::std::os::raw::c_void,
+    ) -> *mut PyObject;
+    pub fn pyxbuf_exporter_over(
+        base: *mut PyObject,
+        offset: Py_ssize_t,
+        format: *const ::std::os::raw::c_char,
+        itemsize: Py_ssize_t,
+        ndim: i32,
+        shape: *const Py_ssize_t,
+        strides: *const Py_ssize_t,
+        options: i32,
     ) -> *mut PyObject;
     /** Give `type` the DLPack 1.3 C exchange table (`__dlpack_c_exchange_api__`, a
  capsule named "dlpack_exchange_api" holding pyxbuf's table, which lives for

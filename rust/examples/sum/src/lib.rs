@@ -194,6 +194,40 @@ fn zeros_f32(py: Python<'_>, n: usize) -> PyResult<Bound<'_, PyAny>> {
     pyxbuf::export::new_exporter::<f32>(py, &[n], Device::Cpu)
 }
 
+/// A new `pyxbuf.Exporter` of `n` items `0, step, 2*step, ...` of `T`, filled
+/// through an exclusive borrow of it (its own producer enforces that none
+/// other is live: nothing else can see the array yet).
+fn ramp<'py, T: Element>(
+    py: Python<'py>,
+    n: usize,
+    item: impl Fn(usize) -> T,
+) -> PyResult<Bound<'py, PyAny>> {
+    let e = pyxbuf::export::new_exporter::<T>(py, &[n], Device::Cpu)?;
+    {
+        let mut items = PyXBuffer::<T>::request().borrow_exclusive().get(&e)?;
+        let slice = items.as_mut_slice().ok_or_else(|| {
+            PyValueError::new_err("ramp: a new exporter's memory is one writable run")
+        })?;
+        slice.iter_mut().enumerate().for_each(|(i, v)| *v = item(i));
+    }
+    Ok(e)
+}
+
+/// A new float32 `pyxbuf.Exporter` of `n` items `0, step, 2*step, ...`: an
+/// array a Rust function returns (it pickles, so a worker process can
+/// return it: protocol 5 sends its memory out of band).
+#[pyfunction]
+fn ramp_f32(py: Python<'_>, n: usize, step: f32) -> PyResult<Bound<'_, PyAny>> {
+    ramp::<f32>(py, n, |i| i as f32 * step)
+}
+
+/// The bfloat16 ramp (format `[ml_dtypes$bfloat16]`: `np.asarray` of it is
+/// an `ml_dtypes.bfloat16` array).
+#[pyfunction]
+fn ramp_bf16(py: Python<'_>, n: usize, step: f32) -> PyResult<Bound<'_, PyAny>> {
+    ramp::<bf16>(py, n, |i| bf16::from_f32(i as f32 * step))
+}
+
 /// A copy of a float32 or bfloat16 array on pyxbuf's emulated device (a
 /// `pyxbuf.Exporter` whose memory the host cannot read).
 #[cfg(feature = "emulated-device")]
@@ -219,6 +253,8 @@ fn pyxbuf_sum(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(describe, m)?)?;
     m.add_function(wrap_pyfunction!(sum_any, m)?)?;
     m.add_function(wrap_pyfunction!(zeros_f32, m)?)?;
+    m.add_function(wrap_pyfunction!(ramp_f32, m)?)?;
+    m.add_function(wrap_pyfunction!(ramp_bf16, m)?)?;
     m.add_function(wrap_pyfunction!(sum_f8e4m3, m)?)?;
     m.add_function(wrap_pyfunction!(sum_f4x2, m)?)?;
     m.add_function(wrap_pyfunction!(copy_ml, m)?)?;

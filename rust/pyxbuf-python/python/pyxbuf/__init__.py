@@ -44,6 +44,7 @@ from .pyxbuf import (
     check_supports,
     exporter,
     from_dlpack,
+    frombuffer,
     inspect,
     live_borrows,
     pinned_pool_stats,
@@ -51,6 +52,8 @@ from .pyxbuf import (
     to_device,
     transfer_config,
 )
+
+from ._pickle import unpickle_on_host
 
 _HERE = _Path(__file__).resolve().parent
 
@@ -119,6 +122,7 @@ __all__ = [
     "check_supports",
     "exporter",
     "from_dlpack",
+    "frombuffer",
     "get_cmake_dir",
     "get_cython_include",
     "get_include",
@@ -126,4 +130,5 @@ __all__ = [
     "inspect",
     "live_borrows",
     "to_device",
+    "unpickle_on_host",
 ]

@@ -330,6 +330,12 @@ cdef extern from "pyxbuf.h":
     int pyxbuf_exporter_set_event(object obj, void *event, int64_t stream) except -1
     object pyxbuf_exporter_wrap(const pyxbuf_export_desc *desc, void (*free_fn)(void *) noexcept,
                                 void *free_ctx)
+    enum:
+        PYXBUF_OVER_READONLY
+        PYXBUF_OVER_PROCESS_SHARED
+    object pyxbuf_exporter_over(object base, Py_ssize_t offset, const char *format,
+                                Py_ssize_t itemsize, int32_t ndim, const Py_ssize_t *shape,
+                                const Py_ssize_t *strides, int32_t options)
     int pyxbuf_type_set_dlpack_exchange_api(PyTypeObject *type) except -1
     void *pyxbuf_exporter_data(object obj) except? NULL
     PyTypeObject *pyxbuf_exporter_type() except NULL

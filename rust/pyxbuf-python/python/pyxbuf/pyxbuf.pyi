@@ -73,6 +73,13 @@ class Exporter:
         copy: bool | None = None,
     ) -> Any:
         """A DLPack capsule of the memory."""
+    def __reduce_ex__(self, protocol: int, /) -> tuple[Any, ...]:
+        """Pickle support: from protocol 5 the items as one out-of-band
+        ``pickle.PickleBuffer`` (no copy with a ``buffer_callback``); format,
+        shape, C or Fortran order, read-only flag and device come back. A
+        device array travels as a host copy and is restored on a device of
+        the same kind and index (``pyxbuf.unpickle_on_host()`` keeps it on
+        the host); an exporter over a SharedMemory block pickles its name."""
     def __dlpack_device__(self, /) -> tuple[int, int]:
         """Where the memory lives, as DLPack's (device_type, device_id)."""
     def __array__(self, /, dtype: Any | None = None, *, copy: bool | None = None) -> Any:
@@ -136,6 +143,25 @@ def exporter(
     readonly: bool = False,
 ) -> Exporter:
     """A test producer owning zeroed host memory (or device memory)."""
+
+def frombuffer(
+    buffer: Any,
+    format: str = "B",
+    shape: list[int] | tuple[int, ...] | None = None,
+    *,
+    offset: int = 0,
+    strides: list[int] | tuple[int, ...] | None = None,
+    itemsize: int = 0,
+    readonly: bool = False,
+    process_shared: bool = False,
+) -> Exporter:
+    """A zero-copy Exporter over ``buffer``'s memory (any buffer, or a
+    ``multiprocessing.shared_memory.SharedMemory``, pickled by name): items of
+    ``format`` with ``shape`` (None: as many as fit, 1-D) and byte
+    ``strides`` (None: C order) from ``offset``, ``itemsize`` bytes each (0:
+    the format's size); writable when ``buffer`` is
+    and ``readonly`` is false. Memory shared with other processes (a
+    SharedMemory, or ``process_shared``) gets no borrow grant."""
 
 def check_supports(obj: Any, flags: int) -> bool:
     """Whether ``obj`` advertises every bit of ``flags`` (without calling it)."""
