@@ -391,6 +391,87 @@ TEST_CASE(message_binding_is_set_once_and_names_its_fixes) {
     CHECK(strstr(err.message, "register one with pyxbuf_backend_register") == NULL);
 }
 
+/* pyxbuf_exporter_over (export/exporter_over.c): zero-copy over a base's
+ * bytes, every reachable byte checked, the base held, each refusal naming
+ * its cause. */
+TEST_CASE(exporter_over_views_its_base_in_place) {
+    PyObject *base = py_eval("bytearray(range(16))");
+    Py_ssize_t six = 6, back[1] = {-2};
+    PyObject *e = pyxbuf_exporter_over(base, 4, "h", 0, 1, &six, NULL, 0);
+    CHECK(e != NULL);
+    CHECK(pyxbuf_exporter_data(e) == PyByteArray_AsString(base) + 4);
+    pyxbuf_view v;
+    CHECK(pyxbuf_get(e, &v, PyBUF_RECORDS_RO | PYXBUF_BORROW_SHARED) == 0);
+    CHECK_INT_EQ(v.base.len, 12);
+    CHECK_INT_EQ(v.ext_flags, PYXBUF_EXT_SHARED | PYXBUF_EXT_TRACKED); /* the base may change */
+    pyxbuf_release(&v);
+    CHECK(pyxbuf_get(e, &v, PyBUF_RECORDS) == 0); /* writable memory, as the base's */
+    pyxbuf_release(&v);
+    /* The base cannot resize under the exporter. */
+    CHECK(PyByteArray_Resize(base, 2) == -1);
+    take_error(PyExc_BufferError);
+    Py_DECREF(e);
+    CHECK(PyByteArray_Resize(base, 16) == 0);
+    /* Backwards from the last item; no shape: as many as fit after offset. */
+    Py_ssize_t eight = 8;
+    e = pyxbuf_exporter_over(base, 14, "h", 0, 1, &eight, back, 0);
+    CHECK(e != NULL && ((char *)pyxbuf_exporter_data(e))[0] == 14);
+    Py_XDECREF(e);
+    e = pyxbuf_exporter_over(base, 4, "i", 0, 1, NULL, NULL, PYXBUF_OVER_READONLY);
+    CHECK(e != NULL && pyxbuf_get(e, &v, PyBUF_RECORDS) == -1); /* read-only asked */
+    take_error(PyExc_BufferError);
+    CHECK(pyxbuf_get(e, &v, PyBUF_RECORDS_RO) == 0);
+    CHECK_INT_EQ(v.base.shape[0], 3);
+    pyxbuf_release(&v);
+    Py_XDECREF(e);
+    Py_DECREF(base);
+}
+
+TEST_CASE(exporter_over_refusals_name_their_cause) {
+    PyObject *base = py_eval("bytearray(16)");
+    Py_ssize_t n = 5, big = PY_SSIZE_T_MAX / 2, strides[2] = {8, 2};
+    Py_ssize_t shape2[2] = {2, 4}, back = -4;
+    CHECK(pyxbuf_exporter_over(base, 0, "i", 0, 1, &n, NULL, 0) == NULL);
+    CHECK_CONTAINS(take_error(PyExc_ValueError), "reach bytes [0, 20) from offset 0 of a buffer "
+                                                 "of 16 bytes");
+    CHECK(pyxbuf_exporter_over(base, -4, "i", 0, 1, &(Py_ssize_t){1}, NULL, 0) == NULL);
+    CHECK_CONTAINS(take_error(PyExc_ValueError), "from offset -4");
+    CHECK(pyxbuf_exporter_over(base, 0, "i", 0, 1, &(Py_ssize_t){2}, &back, 0) == NULL);
+    CHECK_CONTAINS(take_error(PyExc_ValueError), "reach bytes [-4, 4)");
+    CHECK(pyxbuf_exporter_over(base, 0, "h", 0, 2, shape2, strides, 0) != NULL); /* fits */
+    PyErr_Clear();
+    CHECK(pyxbuf_exporter_over(base, 0, "h", 0, 1, &big, NULL, 0) == NULL);
+    take_error(PyExc_ValueError);
+    CHECK(pyxbuf_exporter_over(base, 2, "i", 0, 1, NULL, NULL, 0) == NULL);
+    CHECK_CONTAINS(take_error(PyExc_ValueError), "not a whole number of 4-byte items");
+    CHECK(pyxbuf_exporter_over(base, 0, "B", 0, PYXBUF_MAX_NDIM + 1, &n, NULL, 0) == NULL);
+    CHECK_CONTAINS(take_error(PyExc_ValueError), "ndim");
+    CHECK(pyxbuf_exporter_over(Py_None, 0, "B", 0, 1, NULL, NULL, 0) == NULL);
+    CHECK_CONTAINS(take_error(PyExc_TypeError), "a 'NoneType' is neither a buffer");
+    CHECK(pyxbuf_exporter_over(base, 0, "[nobody$thing]", 0, 1, &(Py_ssize_t){2}, NULL, 0) ==
+          NULL);
+    CHECK_CONTAINS(take_error(PyExc_ValueError), "nobody$thing");
+    /* With the item size given, a type nobody registered is held. */
+    PyObject *e = pyxbuf_exporter_over(base, 0, "[nobody$thing]", 8, 1, &(Py_ssize_t){2}, NULL, 0);
+    CHECK(e != NULL);
+    Py_XDECREF(e);
+    Py_DECREF(base);
+}
+
+TEST_CASE(exporter_over_shared_memory_grants_nothing) {
+    PyObject *bytes = py_eval("b'abcdefgh'");
+    PyObject *e = pyxbuf_exporter_over(bytes, 0, "B", 0, 1, NULL, NULL,
+                                       PYXBUF_OVER_PROCESS_SHARED);
+    pyxbuf_view v;
+    CHECK(e != NULL);
+    CHECK(pyxbuf_get(e, &v, PyBUF_RECORDS_RO | PYXBUF_BORROW_SHARED) == 0);
+    CHECK_INT_EQ(v.ext_flags, 0);
+    CHECK_INT_EQ(v.base.readonly, 1); /* bytes: read-only */
+    pyxbuf_release(&v);
+    Py_XDECREF(e);
+    Py_DECREF(bytes);
+}
+
 PYTHON_TEST_MAIN(TEST_ENTRY(abi_version_matches_header), TEST_ENTRY(classic_path_matches_getbuffer),
                  TEST_ENTRY(extended_fields_are_zeroed_before_the_producer),
                  TEST_ENTRY(extended_bits_are_not_passed_to_classic_producers),
@@ -406,4 +487,7 @@ PYTHON_TEST_MAIN(TEST_ENTRY(abi_version_matches_header), TEST_ENTRY(classic_path
                  TEST_ENTRY(item_type_error_is_one_class_deriving_from_both),
                  TEST_ENTRY(item_type_error_found_where_another_copy_put_it),
                  TEST_ENTRY(item_type_error_refuses_a_stranger_in_the_shared_module),
-                 TEST_ENTRY(message_binding_is_set_once_and_names_its_fixes))
+                 TEST_ENTRY(message_binding_is_set_once_and_names_its_fixes),
+                 TEST_ENTRY(exporter_over_views_its_base_in_place),
+                 TEST_ENTRY(exporter_over_refusals_name_their_cause),
+                 TEST_ENTRY(exporter_over_shared_memory_grants_nothing))
