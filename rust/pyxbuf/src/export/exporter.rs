@@ -1,5 +1,6 @@
 //! `pyxbuf.Exporter` objects made from Rust: [`new_exporter`] allocates one,
-//! [`wrap`] lends it another object's memory, zero-copy, under a borrow of
+//! [`exporter_over`] views another object's buffer (or a `SharedMemory`),
+//! and [`wrap`] lends one another object's memory, zero-copy, under a borrow of
 //! that memory held for the exporter's life.
 
 use std::ffi::{c_void, CStr};
@@ -230,4 +231,68 @@ pub fn wrap<'py>(
     }
     // SAFETY: a new reference.
     Ok(unsafe { Bound::from_owned_ptr(py, e) })
+}
+
+/// A `pyxbuf.Exporter` of `shape` items of `T` over `base`'s memory, no copy:
+/// C order from `offset` bytes in, every byte inside `base`'s buffer (else
+/// `ValueError`). The exporter holds a view of `base` while it lives (a
+/// `bytearray` cannot resize, a `SharedMemory` cannot close under it), and is
+/// writable when `base` is and `readonly` is false.
+///
+/// `base` is any buffer (bytes, bytearray, memoryview, mmap, a NumPy array)
+/// or a `multiprocessing.shared_memory.SharedMemory`: then the exporter
+/// pickles by the block's name (worker processes map the same memory and
+/// fill it in place) and grants no borrow, since nothing in one process can
+/// stop another's writes. Other bases' grants are tracked ones (`base`'s
+/// owner can still write it). This is `pyxbuf_exporter_over`, what
+/// `pyxbuf.frombuffer` calls.
+///
+/// ```
+/// use pyo3::prelude::*;
+/// use pyxbuf::PyXBuffer;
+/// Python::attach(|py| -> PyResult<()> {
+///     let base = pyo3::types::PyByteArray::new(py, &[0u8; 16]);
+///     let e = pyxbuf::export::exporter_over::<f32>(&base, &[3], 4, false)?;
+///     let mut items = PyXBuffer::<f32>::request().borrow_exclusive().get(&e)?;
+///     assert!(items.grants().tracked()); // the bytearray's owner could still write it
+///     items.as_mut_slice().unwrap()[0] = 1.0;
+///     drop(items);
+///     assert_eq!(&base.to_vec()[4..8], &1.0f32.to_ne_bytes());
+///     // Outside the buffer: refused, naming the bytes asked for.
+///     let err = pyxbuf::export::exporter_over::<f32>(&base, &[4], 4, false).unwrap_err();
+///     assert!(err.to_string().contains("reach bytes [0, 16) from offset 4"), "{err}");
+///     Ok(())
+/// })
+/// .unwrap();
+/// ```
+pub fn exporter_over<'py, T: Element>(
+    base: &Bound<'py, PyAny>,
+    shape: &[usize],
+    offset: usize,
+    readonly: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let shape: Vec<isize> = shape.iter().map(|&n| n as isize).collect();
+    let offset = isize::try_from(offset)
+        .map_err(|_| pyo3::exceptions::PyValueError::new_err("exporter_over: offset too large"))?;
+    let options = if readonly {
+        sys::PYXBUF_OVER_READONLY
+    } else {
+        0
+    };
+    // SAFETY: a live object; a NUL-terminated format; shape.len() dims, C
+    // order (no strides); the thread is attached; a new reference or NULL
+    // with an exception set.
+    unsafe {
+        let obj = sys::pyxbuf_exporter_over(
+            base.as_ptr(),
+            offset,
+            T::FORMAT.as_ptr(),
+            0,
+            shape.len() as i32,
+            shape.as_ptr(),
+            ptr::null(),
+            options,
+        );
+        Bound::from_owned_ptr_or_err(base.py(), obj)
+    }
 }

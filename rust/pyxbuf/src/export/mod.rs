@@ -24,7 +24,7 @@
 //!   [`declare_dlpack_exchange_api`], set on the type object;
 //! - `host_array`: [`HostArray`], ready-made host storage;
 //! - `dlpack`: [`dlpack`] / [`dlpack_device`], DLPack's Python protocol;
-//! - `exporter`: [`new_exporter`] and [`wrap`], `pyxbuf.Exporter`s.
+//! - `exporter`: [`new_exporter`], [`wrap`] and [`exporter_over`], `pyxbuf.Exporter`s.
 //!
 //! ```
 //! use pyo3::prelude::*;
@@ -83,6 +83,6 @@ pub use counter::{BorrowCounter, OwnerBorrow};
 pub use declare::{declare_dlpack_exchange_api, declare_supported, SUPPORTED_FLAGS};
 pub use desc::{DeviceInfo, ExportBuffer, ExportDesc};
 pub use dlpack::{dlpack, dlpack_device};
-pub use exporter::{new_exporter, wrap};
+pub use exporter::{exporter_over, new_exporter, wrap};
 pub use getbuffer::{getbuffer, numpy_array, releasebuffer};
 pub use host_array::HostArray;
