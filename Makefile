@@ -15,7 +15,7 @@ CMAKE_ARGS ?=
 export PYTHONDONTWRITEBYTECODE := 1
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all wheel build build-release-check check-layers test test-c test-python test-rust test-pymodules test-distributed test-torch torch test-packaged-crates test-wheel pymodules pythons pythons-tsan python-pep test-python-pep bench-pep test-matrix test-tsan-ft demo demo-needs clean \
+.PHONY: all wheel build build-release-check check-layers test test-c test-python test-rust test-pymodules test-distributed bench-distributed test-torch torch test-packaged-crates test-wheel pymodules pythons pythons-tsan python-pep test-python-pep bench-pep test-matrix test-tsan-ft demo demo-needs clean \
 	distclean venv libclang bindings asan-build test-asan test-asan-c test-asan-python \
 	clang fuzz fuzz-build fuzz-borrows \
 	valgrind-build test-valgrind tsan-build test-tsan aarch64-tools aarch64-build test-aarch64-c test-aarch64 \
@@ -53,7 +53,6 @@ help:
 	@echo '  test-packaged-crates  the crates as cargo package makes them, tested unpacked'
 	@echo '  test-wheel            the release (abi3) wheel in a fresh venv; C, Cython, nanobind, pybind11 extensions on it'
 	@echo '  test-abi3-wheel       that abi3 wheel on CPython 3.12 to 3.15, C extensions built on each (CI)'
-	@echo '  test-distributed      pyxbuf arrays through multiprocessing, Dask and Ray workers (CI)'
 	@echo '  test-readme           every code block of README.md run as written'
 	@echo '  bench-smoke           every benchmark once, untimed'
 	@echo 'Hardening:'
@@ -87,11 +86,13 @@ help:
 	@echo '  check-portable        the library built by clang with every Linux-only feature off'
 	@echo '  dist                  release wheels for every interpreter, auditwheel-checked and tested; sdist'
 	@echo '  test-tsan-ft          the thread suites on the TSan 3.14t with the GIL off'
+	@echo '  test-distributed      pyxbuf arrays through multiprocessing, Dask and Ray workers, loopback (CI)'
 	@echo 'Benchmarks:'
 	@echo '  bench                 the Criterion suite; writes bench/results/<date>-<machine>.md'
 	@echo '  bench-ir              instruction counts (Callgrind); writes bench/results/ir-<date>.md'
 	@echo '  bench-args            the per-argument race of every binding framework; bench/results/args-<date>.md'
 	@echo '  bench-pep             the patched CPython'"'"'s PyObject_GetBuffer in instructions; bench/results/pep-ir-<date>.md'
+	@echo '  bench-distributed     a 256 MiB array returned from a Dask task, pyxbuf vs NumPy; bench/results/<date>-dask-return.md'
 	@echo '  bench-depcost         what depending on pyxbuf adds to a small PyO3 module (build time, size); bench/results/depcost-<date>.md'
 	@echo 'Clean:'
 	@echo '  clean                 remove the build folders and target/'
@@ -279,6 +280,14 @@ pymodules: venv
 # be). In .ci/run; about a minute once pip's cache holds them.
 test-distributed: pymodules
 	VPY=$(VPY) tools/test-distributed.sh
+
+# A 256 MiB float32 array returned from a Dask task, pyxbuf against NumPy in
+# one run (issue 48's target: within 1.2x), into bench/results/.
+bench-distributed: pymodules
+	@PYTHONPATH=$(abspath target/distributed/site) $(VPY) -c 'import distributed' 2>/dev/null || \
+	    VPY=$(VPY) tools/test-distributed.sh
+	PYTHONPATH=$(abspath target/distributed/site) $(VPY) bench/distributed/dask_return.py \
+	    bench/results/$$(date +%F)-dask-return.md
 
 test-pymodules: pymodules
 	$(VPY) -m pytest -q rust/pyxbuf-python/tests rust/examples/sum/tests

@@ -32,16 +32,52 @@ def address(x):
     return np.asarray(x).__array_interface__["data"][0]
 
 
-def test_dask_serializes_the_items_as_an_out_of_band_frame():
-    x = pyxbuf_sum.ramp_bf16(1 << 16, 0.25)
+def test_dask_serializes_a_pyxbuf_array_as_it_does_numpys():
+    # Dask's own family (pyxbuf/_dask.py): the items as one frame, the
+    # layout in the header, no pickle of the items at any protocol (Dask's
+    # scheduler speaks protocol 4, which would put them in band).
+    a = np.arange(1 << 16, dtype=np.float32)
+    x = pyxbuf.frombuffer(a, "f", (256, 256))
+    for context in (None, {"pickle-protocol": 4}):
+        header, frames = serialize(x, context=context)
+        assert header["serializer"] == "dask" and header["type"] == "pyxbuf.Exporter"
+        assert header["sub-header"]["shape"] == [256, 256]
+        assert [memoryview(f).nbytes for f in frames] == [x.nbytes]
+        assert address(np.frombuffer(frames[0], np.uint8)) == address(x)  # x's memory itself
+        back = deserialize(header, frames)
+        assert (back.format, back.shape, back.readonly) == ("f", (256, 256), 0)
+        assert address(back) == address(x)
+    # A frame that arrives read-only is copied for a writable array (as
+    # Dask's NumPy deserializer does), kept for a read-only one.
     header, frames = serialize(x)
+    back = deserialize(header, [memoryview(frames[0]).toreadonly()])
+    assert back.readonly == 0 and address(back) != address(x)
+    y = pyxbuf.frombuffer(a, "f", readonly=True)
+    header, frames = serialize(y)
+    back = deserialize(header, [memoryview(frames[0]).toreadonly()])
+    assert back.readonly == 1 and address(back) == address(y)
+
+
+def test_a_rust_crates_array_travels_as_an_out_of_band_pickle_frame():
+    # An exporter made by a Rust crate's own copy of libpyxbuf (its own
+    # Exporter type, which pickle cannot name) takes Dask's pickle family:
+    # protocol 5 sends its items as a separate frame, not pickled bytes.
+    x = pyxbuf_sum.ramp_bf16(1 << 16, 0.25)
+    header, frames = serialize(x, serializers=("pickle",))
     assert header["serializer"] == "pickle"
     head, *data = frames
     assert len(bytes(head)) < 256  # the rebuilding call and the layout
     assert [memoryview(f).nbytes for f in data] == [x.nbytes]
-    assert address(np.frombuffer(data[0], np.uint8)) == address(x)  # x's memory itself
+    assert address(np.frombuffer(data[0], np.uint8)) == address(x)
     back = deserialize(header, frames)
     assert back.format == "[ml_dtypes$bfloat16]" and address(back) == address(x)
+
+
+def test_dask_counts_a_pyxbuf_array_as_its_items():
+    from dask.sizeof import sizeof
+
+    a = np.zeros(1 << 20, dtype=np.float32)
+    assert sizeof(pyxbuf.frombuffer(a, "f")) >= a.nbytes
 
 
 @pytest.mark.parametrize("kind", ["f32", "bf16"])

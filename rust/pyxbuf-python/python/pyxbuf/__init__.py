@@ -37,7 +37,6 @@ from .pyxbuf import (
     PyBUF_SIMPLE,
     PyBUF_STRIDES,
     PyBUF_WRITABLE,
-    Exporter,
     ItemTypeError,
     __version__,
     abi_version,
@@ -53,7 +52,25 @@ from .pyxbuf import (
     transfer_config,
 )
 
+from .pyxbuf import Exporter as _Exporter
 from ._pickle import unpickle_on_host
+from ._dask import register_serializers as _register_dask_serializers
+
+
+def __getattr__(name):
+    # `pyxbuf.Exporter` is looked up here, not stored: each lookup first puts
+    # Dask's serializer of pyxbuf arrays into distributed's registry when
+    # distributed is loaded (once; _dask.py). A Dask client that receives one
+    # finds the type by this lookup (pickle's, of the type Dask sends in the
+    # header) and its serializer with it, whatever imported pyxbuf first.
+    if name == "Exporter":
+        _register_dask_serializers()
+        return _Exporter
+    raise AttributeError(f"module 'pyxbuf' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | {"Exporter"})
 
 _HERE = _Path(__file__).resolve().parent
 
