@@ -252,6 +252,18 @@ def test_the_items_pickle_holds_keep_the_exporters_borrow_rules():
     v.release()
 
 
+def test_getsizeof_counts_the_items_an_exporter_owns():
+    # As NumPy counts an array that owns its data (Dask's sizeof of a Rust
+    # crate's arrays is this): items it allocated, not those it views.
+    import pyxbuf_sum
+
+    owned = [pyxbuf.exporter([1000], "f"), pyxbuf_sum.ramp_f32(1000, 1.0), t.exporter("f", (1000,))]
+    for x in owned:
+        assert 4000 < sys.getsizeof(x) < 4000 + 1024, type(x)
+    view = pyxbuf.frombuffer(np.zeros(1000, np.float32), "f")
+    assert sys.getsizeof(view) < 1024
+
+
 # --- device arrays: through a host copy, back onto the device --------------
 
 @pytest.mark.usefixtures("nothing_left_behind")

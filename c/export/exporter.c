@@ -135,6 +135,10 @@ static PyMethodDef exporter_methods[] = {
      "`max_version` the newest (major, minor) DLPack version the consumer reads, `dl_device` "
      "a (device_type, device_id) to export to, `copy` True (always copy), False (never: "
      "refused when dl_device needs one) or None (copy only when dl_device needs one)."},
+    {"__sizeof__", pyxbuf__exporter_sizeof, METH_NOARGS,
+     "__sizeof__($self, /)\n--\n\n"
+     "Bytes the object takes, its items included when it owns them (as NumPy counts an "
+     "array that owns its data): what sys.getsizeof reports, and Dask's sizeof with it."},
     {"__reduce_ex__", pyxbuf__exporter_reduce_ex, METH_O,
      "__reduce_ex__($self, protocol, /)\n--\n\n"
      "Pickle support. With `protocol` 5 and later the items go out as one "
@@ -486,6 +490,7 @@ static PyObject *exporter_new_filled_from(const char *format, Py_ssize_t itemsiz
         return NULL;
     PyObject *e = pyxbuf_exporter_wrap(&d, free_fn, free_ctx);
     if (e == NULL) free_fn(free_ctx);
+    if (e != NULL) ((pyxbuf__exporter *)e)->owns_memory = 1;
     if (e != NULL && pooled && from == NULL && mark_allocated(e, device, stream) < 0) return NULL;
     return e;
 }

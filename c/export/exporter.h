@@ -36,6 +36,9 @@ typedef struct pyxbuf__exporter {
     int slow_getbuffer;
     /* The multiprocessing.shared_memory.SharedMemory the memory lies in
      * (owned), which the exporter pickles by name; else NULL. */
+    /* 1 when the exporter allocated its memory (pyxbuf_exporter_new,
+     * to_device results): __sizeof__ counts the items then. */
+    int owns_memory;
     PyObject *shared_memory;
     Py_ssize_t shared_memory_offset; /* of the first item in the block */
 } pyxbuf__exporter;
@@ -46,6 +49,9 @@ PyObject *pyxbuf__exporter_get_strides(PyObject *self, void *closure);
 PyObject *pyxbuf__exporter_get_format(PyObject *self, void *closure);
 PyObject *pyxbuf__exporter_get_device(PyObject *self, void *closure);
 PyObject *pyxbuf__exporter_get_borrows(PyObject *self, void *closure);
+/* __sizeof__(): the object, its dims and format, and its items when it owns
+ * them (NumPy's rule for arrays). */
+PyObject *pyxbuf__exporter_sizeof(PyObject *self, PyObject *unused);
 /* __array__(dtype=None, copy=None): NumPy's conversion (exporter_attrs.c):
  * through the buffer protocol, or for custom items an ndarray of the type's
  * NumPy dtype over a view of the exporter. */

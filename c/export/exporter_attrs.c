@@ -78,6 +78,15 @@ int pyxbuf__parse_device(PyObject *arg, pyxbuf_device *out) {
     return -1;
 }
 
+PyObject *pyxbuf__exporter_sizeof(PyObject *self, PyObject *unused) {
+    (void)unused;
+    pyxbuf__exporter *e = (pyxbuf__exporter *)self;
+    size_t dims = e->desc.ndim > 0 ? (size_t)e->desc.ndim : 1;
+    size_t n = sizeof *e + 3 * dims * sizeof(Py_ssize_t) + strlen(e->desc.format) + 1;
+    if (e->owns_memory) n += (size_t)e->nbytes;
+    return PyLong_FromSize_t(n);
+}
+
 PyObject *pyxbuf__exporter_get_borrows(PyObject *self, void *closure) {
     (void)closure;
     pyxbuf_borrow_counter b;

@@ -73,6 +73,8 @@ class Exporter:
         copy: bool | None = None,
     ) -> Any:
         """A DLPack capsule of the memory."""
+    def __sizeof__(self, /) -> int:
+        """Bytes the object takes, its items included when it owns them."""
     def __reduce_ex__(self, protocol: int, /) -> tuple[Any, ...]:
         """Pickle support: from protocol 5 the items as one out-of-band
         ``pickle.PickleBuffer`` (no copy with a ``buffer_callback``); format,
