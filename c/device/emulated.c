@@ -188,6 +188,27 @@ static void own_pool_stats(int32_t id, pyxbuf_emulated_pool_stats *out) {
     pthread_mutex_unlock(&emu_lock);
 }
 
+static int own_ipc_export(const void *ptr, pyxbuf_emulated_ipc_handle *out, pyxbuf_error *err) {
+    pthread_mutex_lock(&emu_lock);
+    int rc = emu_ipc_export(ptr, out, err);
+    pthread_mutex_unlock(&emu_lock);
+    return rc;
+}
+
+static int own_ipc_open(const pyxbuf_emulated_ipc_handle *h, void **ptr, pyxbuf_error *err) {
+    pthread_mutex_lock(&emu_lock);
+    int rc = emu_ipc_open(h, ptr, err);
+    pthread_mutex_unlock(&emu_lock);
+    return rc;
+}
+
+static int own_ipc_close(void *ptr, pyxbuf_error *err) {
+    pthread_mutex_lock(&emu_lock);
+    int rc = emu_ipc_close(ptr, err);
+    pthread_mutex_unlock(&emu_lock);
+    return rc;
+}
+
 static const emulated_api own_api = {
     .magic = EMULATED_API_MAGIC,
     .size = sizeof(emulated_api),
@@ -201,6 +222,9 @@ static const emulated_api own_api = {
     .pending = emu_pending,
     .peek = own_peek,
     .pool_stats = own_pool_stats,
+    .ipc_export = own_ipc_export,
+    .ipc_open = own_ipc_open,
+    .ipc_close = own_ipc_close,
 };
 
 int64_t pyxbuf_emulated_live_allocations(void) { return serving()->live_allocations(); }
@@ -236,4 +260,17 @@ int pyxbuf_emulated_peek(const void *src, void *dst, size_t n, pyxbuf_error *err
 
 void pyxbuf_emulated_pool_stats_get(int32_t id, pyxbuf_emulated_pool_stats *out) {
     serving()->pool_stats(id, out);
+}
+
+int pyxbuf_emulated_ipc_export(const void *ptr, pyxbuf_emulated_ipc_handle *out,
+                               pyxbuf_error *err) {
+    return serving()->ipc_export(ptr, out, err);
+}
+
+int pyxbuf_emulated_ipc_open(const pyxbuf_emulated_ipc_handle *h, void **ptr, pyxbuf_error *err) {
+    return serving()->ipc_open(h, ptr, err);
+}
+
+int pyxbuf_emulated_ipc_close(void *ptr, pyxbuf_error *err) {
+    return serving()->ipc_close(ptr, err);
 }

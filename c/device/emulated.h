@@ -75,6 +75,34 @@ typedef struct pyxbuf_emulated_pool_stats {
 } pyxbuf_emulated_pool_stats;
 void pyxbuf_emulated_pool_stats_get(int32_t device_id, pyxbuf_emulated_pool_stats *out);
 
+/* Device memory shared with another process on this machine, as CUDA's IPC
+ * shares it (cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle): a
+ * handle names the live allocation holding `ptr` -- the exporting process,
+ * the memfd behind its device, the allocation's range in it -- and another
+ * process that opens it maps that range of the same memfd (through
+ * /proc/<pid>/fd/<fd>: no copy) as memory of the same emulated device id,
+ * guarded as its own. As with CUDA: a process cannot open its own handle;
+ * the exporter keeps the allocation alive until every process that opened it
+ * has closed it (nothing counts the openers across processes: an allocation
+ * freed and reused meanwhile shows the new owner's bytes there); the opener
+ * waits for the exporter's work on it before reading (the exporter
+ * synchronises, or hands over an event that has happened). */
+typedef struct pyxbuf_emulated_ipc_handle {
+    int64_t pid;       /* the exporting process */
+    int32_t fd;        /* its memfd, as numbered there */
+    int32_t device_id; /* the emulated device the memory is on */
+    uint64_t offset;   /* of the allocation in the memfd */
+    uint64_t size;     /* of the allocation */
+    uint64_t delta;    /* of `ptr` from the allocation's first byte */
+} pyxbuf_emulated_ipc_handle;
+int pyxbuf_emulated_ipc_export(const void *ptr, pyxbuf_emulated_ipc_handle *out,
+                               pyxbuf_error *err);
+/* Map the handle's allocation here; *ptr is where `ptr` was in the exporter
+ * (the allocation's first byte plus `delta`). */
+int pyxbuf_emulated_ipc_open(const pyxbuf_emulated_ipc_handle *h, void **ptr, pyxbuf_error *err);
+/* Unmap what pyxbuf_emulated_ipc_open mapped (`ptr` as it returned). */
+int pyxbuf_emulated_ipc_close(void *ptr, pyxbuf_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,7 +1,8 @@
 /* emulated_internal.h -- what the files of the guarded emulated device (see
  * emulated.h) share, bottom first: emulated_memory.c (the memfd mappings,
- * fork(), the first-fit allocator and the pool's cache of blocks),
- * emulated_streams.c (the queues, copies, events and the backend's
+ * fork(), the first-fit allocator and the pool's cache of blocks, the lookup
+ * of other processes' memory mapped here), emulated_ipc.c (sharing memory
+ * with other processes), emulated_streams.c (the queues, copies, events and the backend's
  * functions), emulated.c (the pointer query, registration, and the helpers
  * of emulated.h that every copy forwards to the serving one). Calls run
  * down that list only. Every name here is hidden: each extension that
@@ -90,6 +91,20 @@ EMU_HIDDEN void emu_release_idle(device *d, uint64_t keep);
  * that, the allocator. */
 EMU_HIDDEN int emu_pool_take(int32_t id, size_t n, const stream *s, block **out,
                              pyxbuf_error *err);
+/* Another process's device memory mapped here (emulated_ipc.c): the two
+ * mappings of a range of its memfd, as the device's own, at addresses of
+ * their own. Device addresses inside [start, start + size) are memory of
+ * device `device_id` here, live until closed. */
+typedef struct emu_import {
+    int32_t device_id;
+    char *guarded, *backing; /* the whole mapped range (page-aligned) */
+    size_t mapped;
+    char *start; /* the address handed out: the allocation's first byte */
+    size_t size;
+    struct emu_import *next;
+} emu_import;
+extern EMU_HIDDEN emu_import *emu_imports;
+
 /* The live block (allocated, not freed) that starts at device address p. */
 EMU_HIDDEN block *emu_live_block(int32_t id, const void *p);
 EMU_HIDDEN int emu_not_live(int32_t id, const void *ptr, pyxbuf_error *err);
@@ -170,7 +185,16 @@ typedef struct emulated_api {
     int64_t (*pending)(int32_t id, int64_t handle);
     int (*peek)(const void *src, void *dst, size_t n, pyxbuf_error *err);
     void (*pool_stats)(int32_t id, pyxbuf_emulated_pool_stats *out);
+    int (*ipc_export)(const void *ptr, pyxbuf_emulated_ipc_handle *out, pyxbuf_error *err);
+    int (*ipc_open)(const pyxbuf_emulated_ipc_handle *h, void **ptr, pyxbuf_error *err);
+    int (*ipc_close)(void *ptr, pyxbuf_error *err);
 } emulated_api;
+
+/* emulated_ipc.c, under the lock as the rest (the serving copy's). */
+EMU_HIDDEN int emu_ipc_export(const void *ptr, pyxbuf_emulated_ipc_handle *out,
+                              pyxbuf_error *err);
+EMU_HIDDEN int emu_ipc_open(const pyxbuf_emulated_ipc_handle *h, void **ptr, pyxbuf_error *err);
+EMU_HIDDEN int emu_ipc_close(void *ptr, pyxbuf_error *err);
 
 /* The copies register one at a time, under the lock at this attribute of
  * sys.modules[PYXBUF_SHARED_MODULE] (a capsule of a pthread_mutex_t *). */

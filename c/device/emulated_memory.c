@@ -15,6 +15,7 @@
 
 pthread_mutex_t emu_lock = PTHREAD_MUTEX_INITIALIZER;
 device emu_devices[PYXBUF_EMULATED_MAX_DEVICES];
+emu_import *emu_imports;
 
 /* Like any third-party backend, this one uses only the public API. */
 int emu_error(pyxbuf_error *err, int32_t code, const char *fmt, ...) {
@@ -163,12 +164,23 @@ int emu_check_id(int32_t id, pyxbuf_error *err) {
     return map_device(id, err);
 }
 
+/* The import of device `id` whose allocation holds [c, c + n), or NULL. */
+static emu_import *import_of(int32_t id, const char *c, size_t n) {
+    for (emu_import *im = emu_imports; im != NULL; im = im->next)
+        if (im->device_id == id && c >= im->start && c <= im->start + im->size &&
+            n <= (size_t)(im->start + im->size - c))
+            return im;
+    return NULL;
+}
+
 char *emu_backing_of(int32_t id, const void *p, size_t n) {
     device *d = &emu_devices[id];
     const char *c = p;
     if (!d->ready || c < d->guarded || c > d->guarded + DEVICE_BYTES ||
-        n > (size_t)(d->guarded + DEVICE_BYTES - c))
-        return NULL;
+        n > (size_t)(d->guarded + DEVICE_BYTES - c)) {
+        emu_import *im = emu_imports != NULL ? import_of(id, c, n) : NULL;
+        return im != NULL ? im->backing + (c - im->guarded) : NULL;
+    }
     return d->backing + (c - d->guarded);
 }
 
@@ -355,6 +367,7 @@ int emu_not_live(int32_t id, const void *ptr, pyxbuf_error *err) {
  * device memory (so a producer claiming more bytes than it owns is caught);
  * memory the pool caches is not. */
 int emu_in_live_block(int32_t id, const void *ptr) {
+    if (emu_imports != NULL && import_of(id, ptr, 1) != NULL) return 1; /* open: live */
     size_t offset = (size_t)((const char *)ptr - emu_devices[id].guarded);
     for (const block *b = emu_devices[id].blocks; b != NULL; b = b->next)
         if (b->used && !b->cached && offset >= b->offset && offset < b->offset + b->size)

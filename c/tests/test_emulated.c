@@ -258,5 +258,118 @@ TEST_CASE(two_copies_registering_at_once_keep_one_device) {
     pyxbuf_backend_unregister(PYXBUF_DL_EXT_DEV);
 }
 
+/* ------------------------------------------------------------------------- */
+/* IPC: another process maps the same memory (no copy)                        */
+/* ------------------------------------------------------------------------- */
+
+#define SHARED (4 * MIB + 100) /* not a whole number of pages */
+
+/* Whether `p` lies in a mapping of this process that allows no access. */
+static int guarded_here(const void *p) {
+    FILE *maps = fopen("/proc/self/maps", "r");
+    char line[512];
+    int guarded = 0;
+    while (maps != NULL && fgets(line, sizeof line, maps) != NULL) {
+        unsigned long lo, hi;
+        char perms[8];
+        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && (uintptr_t)p >= lo &&
+            (uintptr_t)p < hi)
+            guarded = strncmp(perms, "---", 3) == 0;
+    }
+    if (maps != NULL) fclose(maps);
+    return guarded;
+}
+
+/* In the child (a process of its own, whose device memory fork() copied):
+ * open the parent's handle, check the bytes the parent wrote, write its
+ * own at the end, close. 0 when every step held. */
+static int child_opens(const pyxbuf_backend *b, const pyxbuf_emulated_ipc_handle *h) {
+    pyxbuf_error err;
+    void *p = NULL;
+    static unsigned char got[SHARED - 8];
+    if (pyxbuf_emulated_ipc_open(h, &p, &err) != 0) return 1;
+    pyxbuf_device where;
+    if (b->pointer_query(b->ctx, p, &where, &err) != 0 || where.device_id != 1) return 2;
+    if (b->copy_to_host(b->ctx, 1, got, p, sizeof got, PYXBUF_STREAM_NONE, &err) != 0) return 3;
+    for (size_t i = 0; i < sizeof got; i++)
+        if (got[i] != pattern((unsigned)i)) return 4;
+    if (b->copy_from_host(b->ctx, 1, (char *)p + sizeof got, "child!!", 8, PYXBUF_STREAM_NONE,
+                          &err) != 0)
+        return 5;
+    if (!guarded_here(p)) return 8; /* the host cannot touch it, as the device's own */
+    if (pyxbuf_emulated_ipc_close(p, &err) != 0) return 6;
+    if (b->pointer_query(b->ctx, p, &where, &err) == 0) return 7; /* closed: gone */
+    return 0;
+}
+
+TEST_CASE(another_process_opens_the_same_device_memory) {
+    pyxbuf_backend b = emulated();
+    pyxbuf_error err;
+    void *dev = NULL;
+    static unsigned char bytes[SHARED];
+    for (size_t i = 0; i < SHARED; i++) bytes[i] = pattern((unsigned)i);
+    CHECK(b.alloc(b.ctx, 1, SHARED + 1000, &dev, &err) == 0);
+    /* A handle of a pointer inside the allocation names the allocation, and
+     * the pointer's place in it. */
+    CHECK(b.copy_from_host(b.ctx, 1, (char *)dev + 8, bytes, SHARED - 8, PYXBUF_STREAM_NONE,
+                           &err) == 0);
+    pyxbuf_emulated_ipc_handle h;
+    CHECK(pyxbuf_emulated_ipc_export((char *)dev + 8, &h, &err) == 0);
+    CHECK_INT_EQ(h.delta, 8);
+    CHECK_INT_EQ(h.device_id, 1);
+    CHECK_INT_EQ(h.pid, getpid());
+    int verdict[2];
+    CHECK(pipe(verdict) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        unsigned char code = (unsigned char)child_opens(&b, &h);
+        ssize_t w = write(verdict[1], &code, 1);
+        _exit(w == 1 ? 0 : 9);
+    }
+    close(verdict[1]);
+    unsigned char code = 99;
+    CHECK(read(verdict[0], &code, 1) == 1);
+    close(verdict[0]);
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK_INT_EQ(code, 0);
+    /* The child's write landed in this process's memory: one memfd, no copy
+     * (its own device memory, which fork() copied, is another file). */
+    char tail[8] = {0};
+    CHECK(b.copy_to_host(b.ctx, 1, tail, (char *)dev + SHARED, 8, PYXBUF_STREAM_NONE, &err) ==
+          0);
+    CHECK(memcmp(tail, "child!!", 8) == 0);
+    CHECK(b.free(b.ctx, 1, dev, &err) == 0);
+}
+
+TEST_CASE(ipc_refusals_name_their_cause) {
+    pyxbuf_backend b = emulated();
+    pyxbuf_error err;
+    void *dev = NULL, *p = NULL;
+    static int host;
+    CHECK(pyxbuf_emulated_ipc_export(&host, &(pyxbuf_emulated_ipc_handle){0}, &err) ==
+          PYXBUF_EINVAL);
+    CHECK_CONTAINS(err.message, "not in a live allocation of this process's emulated device");
+    CHECK(b.alloc(b.ctx, 0, 4096, &dev, &err) == 0);
+    pyxbuf_emulated_ipc_handle h;
+    CHECK(pyxbuf_emulated_ipc_export(dev, &h, &err) == 0);
+    CHECK(pyxbuf_emulated_ipc_open(&h, &p, &err) == PYXBUF_EINVAL); /* its own handle */
+    CHECK_CONTAINS(err.message, "exported by this process");
+    pyxbuf_emulated_ipc_handle bad = h;
+    bad.pid = getpid() + 1000000;
+    bad.size = (uint64_t)1 << 40;
+    CHECK(pyxbuf_emulated_ipc_open(&bad, &p, &err) == PYXBUF_EINVAL);
+    CHECK_CONTAINS(err.message, "is not one pyxbuf_emulated_ipc_export gives");
+    bad.size = h.size;
+    CHECK(pyxbuf_emulated_ipc_open(&bad, &p, &err) == PYXBUF_EDEVICE); /* no such process */
+    CHECK_CONTAINS(err.message, "the exporter must outlive every process that opens its memory");
+    CHECK(pyxbuf_emulated_ipc_close(&host, &err) == PYXBUF_EINVAL);
+    CHECK_CONTAINS(err.message, "not memory that pyxbuf_emulated_ipc_open mapped");
+    CHECK(b.free(b.ctx, 0, dev, &err) == 0);
+}
+
 PYTHON_TEST_MAIN(TEST_ENTRY(a_forked_child_gets_the_memory_of_the_moment_of_fork),
-                 TEST_ENTRY(two_copies_registering_at_once_keep_one_device))
+                 TEST_ENTRY(two_copies_registering_at_once_keep_one_device),
+                 TEST_ENTRY(another_process_opens_the_same_device_memory),
+                 TEST_ENTRY(ipc_refusals_name_their_cause))

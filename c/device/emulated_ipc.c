@@ -1,0 +1,138 @@
+/* emulated_ipc.c -- the emulated device's memory shared with other processes
+ * (emulated.h: pyxbuf_emulated_ipc_*), as CUDA's IPC handles share a GPU
+ * allocation: the exporter names the allocation's range of its memfd, the
+ * opener maps that range of the same memfd twice (guarded, and read-write
+ * for the backend) and serves it as memory of the same device id. Above
+ * emulated_memory.c (the imports' lookups live there), below emulated.c. */
+#include "device/emulated_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#if PYXBUF_HAVE_MEMFD
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
+
+#if !PYXBUF_HAVE_MEMFD
+static int no_ipc(pyxbuf_error *err) {
+    return emu_error(err, PYXBUF_EUNSUPPORTED,
+                     "emulated: sharing device memory between processes maps the device's "
+                     "memfd (Linux); this system has none");
+}
+int emu_ipc_export(const void *ptr, pyxbuf_emulated_ipc_handle *out, pyxbuf_error *err) {
+    (void)ptr, (void)out;
+    return no_ipc(err);
+}
+int emu_ipc_open(const pyxbuf_emulated_ipc_handle *h, void **ptr, pyxbuf_error *err) {
+    (void)h, (void)ptr;
+    return no_ipc(err);
+}
+int emu_ipc_close(void *ptr, pyxbuf_error *err) {
+    (void)ptr;
+    return no_ipc(err);
+}
+#else
+
+/* The live block of this process's own device `id` holding `p`, or NULL. */
+static block *own_block_holding(int32_t id, const char *p) {
+    device *d = &emu_devices[id];
+    if (!d->ready || p < d->guarded || p >= d->guarded + DEVICE_BYTES) return NULL;
+    size_t offset = (size_t)(p - d->guarded);
+    for (block *b = d->blocks; b != NULL; b = b->next)
+        if (b->used && !b->cached && offset >= b->offset && offset < b->offset + b->size)
+            return b;
+    return NULL;
+}
+
+int emu_ipc_export(const void *ptr, pyxbuf_emulated_ipc_handle *out, pyxbuf_error *err) {
+    for (int32_t id = 0; id < PYXBUF_EMULATED_MAX_DEVICES; id++) {
+        block *b = own_block_holding(id, ptr);
+        if (b == NULL) continue;
+        const device *d = &emu_devices[id];
+        *out = (pyxbuf_emulated_ipc_handle){
+            .pid = (int64_t)getpid(),
+            .fd = d->fd,
+            .device_id = id,
+            .offset = b->offset,
+            .size = b->size,
+            .delta = (uint64_t)((const char *)ptr - (d->guarded + b->offset)),
+        };
+        return 0;
+    }
+    return emu_error(err, PYXBUF_EINVAL,
+                     "emulated: %p is not in a live allocation of this process's emulated "
+                     "device (an opened handle's memory cannot be exported again, as with "
+                     "CUDA's IPC)",
+                     ptr);
+}
+
+/* The producer's memfd, through /proc: the same file, no copy. */
+static int open_memfd(const pyxbuf_emulated_ipc_handle *h, pyxbuf_error *err) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%lld/fd/%d", (long long)h->pid, (int)h->fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        emu_error(err, PYXBUF_EDEVICE,
+                  "emulated: cannot open %s, the device memory of process %lld (it has exited, "
+                  "or this process may not read its descriptors): the exporter must outlive "
+                  "every process that opens its memory",
+                  path, (long long)h->pid);
+    return fd;
+}
+
+int emu_ipc_open(const pyxbuf_emulated_ipc_handle *h, void **ptr, pyxbuf_error *err) {
+    if (h->pid == (int64_t)getpid())
+        return emu_error(err, PYXBUF_EINVAL,
+                         "emulated: the handle was exported by this process (%lld): its "
+                         "memory is here already; a handle is opened in another process, as "
+                         "cuIpcOpenMemHandle's are",
+                         (long long)h->pid);
+    if (h->device_id < 0 || h->device_id >= PYXBUF_EMULATED_MAX_DEVICES || h->size == 0 ||
+        h->offset > DEVICE_BYTES || h->size > DEVICE_BYTES - h->offset || h->delta >= h->size)
+        return emu_error(err, PYXBUF_EINVAL,
+                         "emulated: an IPC handle of device %d, bytes [%llu, +%llu) at +%llu, "
+                         "is not one pyxbuf_emulated_ipc_export gives",
+                         (int)h->device_id, (unsigned long long)h->offset,
+                         (unsigned long long)h->size, (unsigned long long)h->delta);
+    int rc = emu_check_id(h->device_id, err); /* the device exists here too */
+    if (rc != 0) return rc;
+    int fd = open_memfd(h, err);
+    if (fd < 0) return PYXBUF_EDEVICE;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t first = (size_t)h->offset / page * page;
+    size_t mapped = ((size_t)(h->offset + h->size) - first + page - 1) / page * page;
+    emu_import *im = calloc(1, sizeof *im);
+    void *g = mmap(NULL, mapped, PROT_NONE, MAP_SHARED, fd, (off_t)first);
+    void *k = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)first);
+    close(fd); /* the mappings keep the memfd */
+    if (im == NULL || g == MAP_FAILED || k == MAP_FAILED) {
+        if (g != MAP_FAILED) munmap(g, mapped);
+        if (k != MAP_FAILED) munmap(k, mapped);
+        free(im);
+        return emu_error(err, PYXBUF_ENOMEM, "emulated: cannot map %zu bytes of process %lld's "
+                         "device memory", mapped, (long long)h->pid);
+    }
+    *im = (emu_import){.device_id = h->device_id, .guarded = g, .backing = k, .mapped = mapped,
+                       .start = (char *)g + (h->offset - first), .size = (size_t)h->size,
+                       .next = emu_imports};
+    emu_imports = im;
+    *ptr = im->start + h->delta;
+    return 0;
+}
+
+int emu_ipc_close(void *ptr, pyxbuf_error *err) {
+    for (emu_import **at = &emu_imports; *at != NULL; at = &(*at)->next) {
+        emu_import *im = *at;
+        if ((char *)ptr < im->start || (char *)ptr >= im->start + im->size) continue;
+        *at = im->next;
+        munmap(im->guarded, im->mapped);
+        munmap(im->backing, im->mapped);
+        free(im);
+        return 0;
+    }
+    return emu_error(err, PYXBUF_EINVAL,
+                     "emulated: %p is not memory that pyxbuf_emulated_ipc_open mapped", ptr);
+}
+#endif
