@@ -617,7 +617,21 @@ typedef struct pyxbuf_backend {
      * until the pool reserves at most `keep_bytes` (memory in use, and memory
      * whose free has not run yet, stays). */
     int (*pool_trim)(void *ctx, int32_t device_id, uint64_t keep_bytes, pyxbuf_error *err);
+    /* Optional, all three or none (a registrant whose `size` predates them
+     * has none): device memory shared with another process on this machine,
+     * as CUDA's IPC shares it (cuIpcGetMemHandle, cuIpcOpenMemHandle,
+     * cuIpcCloseMemHandle). ipc_export: at most PYXBUF_IPC_HANDLE_MAX bytes
+     * into `handle` (*handle_len their number) naming the live allocation
+     * holding `ptr` and ptr's place in it; ipc_open, in another process: map
+     * it there, *ptr where `ptr` was; ipc_close: unmap what ipc_open mapped.
+     * The exporter keeps the allocation alive while others use it. */
+    int (*ipc_export)(void *ctx, int32_t device_id, const void *ptr, void *handle,
+                      size_t *handle_len, pyxbuf_error *err);
+    int (*ipc_open)(void *ctx, int32_t device_id, const void *handle, size_t handle_len,
+                    void **ptr, pyxbuf_error *err);
+    int (*ipc_close)(void *ctx, int32_t device_id, void *ptr, pyxbuf_error *err);
 } pyxbuf_backend;
+#define PYXBUF_IPC_HANDLE_MAX 128
 
 /* Register (or replace) the backend of backend->device_type; the struct is
  * copied. libpyxbuf registers its CPU and CUDA backends itself. The registry
@@ -910,6 +924,28 @@ PYXBUF_API PyObject *pyxbuf_exporter_over(PyObject *base, Py_ssize_t offset, con
                                           Py_ssize_t itemsize, int32_t ndim,
                                           const Py_ssize_t *shape, const Py_ssize_t *strides,
                                           int32_t options);
+
+/* Device memory shared with another process on this machine, without a copy
+ * (the backend's ipc_* functions: CUDA's IPC handles, the emulated device's
+ * memfd). pyxbuf_device_share: the handle (at most PYXBUF_IPC_HANDLE_MAX
+ * bytes into `handle`, *handle_len their number) of `obj`'s device memory,
+ * and its device, after the host has waited for the producer's event (its
+ * writes happen before the handle leaves). 0, or -1 with an exception
+ * (ValueError for host memory, BufferError for a backend that cannot share).
+ * pyxbuf_exporter_open_shared, in another process: an exporter over the
+ * memory the handle names, laid out as given (strides in bytes, required
+ * from 2 dimensions); it closes the handle when it dies and grants no borrow
+ * (other processes write the memory too). The exporting process keeps its
+ * array alive until every process that opened it is done with it: nothing
+ * counts the openers across processes (as with CUDA's IPC). New reference,
+ * or NULL with an exception. */
+PYXBUF_API int pyxbuf_device_share(PyObject *obj, pyxbuf_device *device, void *handle,
+                                   size_t *handle_len);
+PYXBUF_API PyObject *pyxbuf_exporter_open_shared(const pyxbuf_device *device, const void *handle,
+                                                 size_t handle_len, const char *format,
+                                                 Py_ssize_t itemsize, int32_t ndim,
+                                                 const Py_ssize_t *shape,
+                                                 const Py_ssize_t *strides, int32_t readonly);
 
 /* Give `type` the DLPack 1.3 C exchange table (`__dlpack_c_exchange_api__`, a
  * capsule named "dlpack_exchange_api" holding pyxbuf's table, which lives for

@@ -55,7 +55,7 @@ int pyxbuf__backend_check(const pyxbuf_backend *b, pyxbuf_error *err) {
                              b->name ? b->name : "?", staging);
     /* Nor one that predates the device pool functions those. Frees are
      * ordered after other streams with events, so the pool needs them. */
-    int have_pool = b->size >= sizeof(pyxbuf_backend);
+    int have_pool = b->size >= offsetof(pyxbuf_backend, ipc_export);
     int pool = have_pool ? !!b->alloc_async + !!b->free_async : 0;
     int trim = have_pool && b->pool_trim;
     if (pool == 1 || (pool == 0 && trim))
@@ -70,6 +70,13 @@ int pyxbuf__backend_check(const pyxbuf_backend *b, pyxbuf_error *err) {
                              "which order a free after the other streams using the memory; "
                              "give all three",
                              b->name ? b->name : "?");
+    int have_ipc = b->size >= sizeof(pyxbuf_backend);
+    int ipc = have_ipc ? !!b->ipc_export + !!b->ipc_open + !!b->ipc_close : 0;
+    if (ipc != 0 && ipc != 3)
+        return pyxbuf__error(err, PYXBUF_EINVAL, -1,
+                             "pyxbuf_backend_register: backend '%s' has %d of ipc_export, "
+                             "ipc_open and ipc_close; give all three or none",
+                             b->name ? b->name : "?", ipc);
     return 0;
 }
 

@@ -195,6 +195,12 @@ EMU_HIDDEN int emu_ipc_export(const void *ptr, pyxbuf_emulated_ipc_handle *out,
                               pyxbuf_error *err);
 EMU_HIDDEN int emu_ipc_open(const pyxbuf_emulated_ipc_handle *h, void **ptr, pyxbuf_error *err);
 EMU_HIDDEN int emu_ipc_close(void *ptr, pyxbuf_error *err);
+/* The backend's ipc_* (they take the lock). */
+EMU_HIDDEN int emu_backend_ipc_export(void *ctx, int32_t id, const void *ptr, void *handle,
+                                      size_t *handle_len, pyxbuf_error *err);
+EMU_HIDDEN int emu_backend_ipc_open(void *ctx, int32_t id, const void *handle, size_t handle_len,
+                                    void **ptr, pyxbuf_error *err);
+EMU_HIDDEN int emu_backend_ipc_close(void *ctx, int32_t id, void *ptr, pyxbuf_error *err);
 
 /* The copies register one at a time, under the lock at this attribute of
  * sys.modules[PYXBUF_SHARED_MODULE] (a capsule of a pthread_mutex_t *). */

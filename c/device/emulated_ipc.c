@@ -136,3 +136,47 @@ int emu_ipc_close(void *ptr, pyxbuf_error *err) {
                      "emulated: %p is not memory that pyxbuf_emulated_ipc_open mapped", ptr);
 }
 #endif
+
+/* The backend's functions (pyxbuf_backend's ipc_*), taking the lock: the
+ * handle travels as the bytes of a pyxbuf_emulated_ipc_handle. */
+int emu_backend_ipc_export(void *ctx, int32_t id, const void *ptr, void *handle,
+                           size_t *handle_len, pyxbuf_error *err) {
+    (void)ctx;
+    pyxbuf_emulated_ipc_handle h;
+    pthread_mutex_lock(&emu_lock);
+    int rc = emu_ipc_export(ptr, &h, err);
+    pthread_mutex_unlock(&emu_lock);
+    if (rc == 0 && h.device_id != id)
+        rc = emu_error(err, PYXBUF_EINVAL, "emulated: %p is memory of emulated device %d, not %d",
+                       ptr, (int)h.device_id, (int)id);
+    if (rc == 0) {
+        memcpy(handle, &h, sizeof h);
+        *handle_len = sizeof h;
+    }
+    return rc;
+}
+
+int emu_backend_ipc_open(void *ctx, int32_t id, const void *handle, size_t handle_len,
+                         void **ptr, pyxbuf_error *err) {
+    (void)ctx;
+    pyxbuf_emulated_ipc_handle h;
+    if (handle_len != sizeof h)
+        return emu_error(err, PYXBUF_EINVAL, "emulated: an IPC handle of %zu bytes, not %zu",
+                         handle_len, sizeof h);
+    memcpy(&h, handle, sizeof h);
+    if (h.device_id != id)
+        return emu_error(err, PYXBUF_EINVAL, "emulated: the handle names emulated device %d, "
+                         "not %d", (int)h.device_id, (int)id);
+    pthread_mutex_lock(&emu_lock);
+    int rc = emu_ipc_open(&h, ptr, err);
+    pthread_mutex_unlock(&emu_lock);
+    return rc;
+}
+
+int emu_backend_ipc_close(void *ctx, int32_t id, void *ptr, pyxbuf_error *err) {
+    (void)ctx, (void)id;
+    pthread_mutex_lock(&emu_lock);
+    int rc = emu_ipc_close(ptr, err);
+    pthread_mutex_unlock(&emu_lock);
+    return rc;
+}

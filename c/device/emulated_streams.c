@@ -480,6 +480,9 @@ void emu_backend_functions(pyxbuf_backend *b) {
     b->alloc_async = td_alloc_async;
     b->free_async = td_free_async;
     b->pool_trim = td_pool_trim;
+    b->ipc_export = emu_backend_ipc_export;
+    b->ipc_open = emu_backend_ipc_open;
+    b->ipc_close = emu_backend_ipc_close;
 }
 
 /* ------------------------------------------------------------------------- */

@@ -350,6 +350,23 @@ TEST_CASE(a_backend_gives_both_pool_functions_or_neither) {
     CHECK(got.alloc_async == NULL && got.free_async == NULL && got.pool_trim == NULL);
     CHECK(got.host_alloc != NULL && got.copy_async != NULL);
     CHECK(pyxbuf_backend_unregister(41) == 0);
+    /* The IPC functions come all three or none; one predating them keeps
+     * its pool and has none. */
+    pyxbuf_backend half_ipc = emulated();
+    half_ipc.device_type = 41;
+    half_ipc.ipc_close = NULL;
+    CHECK_INT_EQ(pyxbuf_backend_register(&half_ipc, &err), PYXBUF_EINVAL);
+    CHECK_CONTAINS(err.message, "has 2 of ipc_export, ipc_open and ipc_close; give all three "
+                                "or none");
+    pyxbuf_backend before_ipc = emulated();
+    before_ipc.device_type = 41;
+    before_ipc.size = (uint32_t)offsetof(pyxbuf_backend, ipc_export);
+    before_ipc.ipc_close = NULL; /* past its size: ignored */
+    CHECK_INT_EQ(pyxbuf_backend_register(&before_ipc, &err), 0);
+    CHECK(pyxbuf_backend_get(41, &got, &err) == 0);
+    CHECK(got.alloc_async != NULL && got.pool_trim != NULL);
+    CHECK(got.ipc_export == NULL && got.ipc_open == NULL && got.ipc_close == NULL);
+    CHECK(pyxbuf_backend_unregister(41) == 0);
 }
 
 TEST_CASE(the_pool_knobs_are_checked_and_zero_means_the_defaults) {

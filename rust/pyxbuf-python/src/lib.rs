@@ -18,7 +18,7 @@ use std::ptr;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use pyxbuf::sys;
 
 /// The default request of `inspect` and friends: strides, format, device
@@ -221,7 +221,8 @@ fn parsed_format<'py>(py: Python<'py>, format: *const c_char) -> PyResult<Bound<
 /// gave it), `device_identifier` (the view's raw identifier, None for host
 /// memory), `device_type` and `device_id` (DLPack's integers; None when the
 /// identifier is foreign), `format`, `format_parsed`, `itemsize`, `ndim`,
-/// `len`, `readonly`, `shape`, `strides`, `requested_flags` (the request:
+/// `data` (the first item's address, host or device), `len`, `readonly`,
+/// `shape`, `strides`, `requested_flags` (the request:
 /// `flags` or its default), `honoured_extended_flags` (the extended request
 /// bits the producer honoured: PYXBUF_DEVICE when it set a device,
 /// PYXBUF_BORROW_*, PYXBUF_TEMPORARY), `grant_flags` (PYXBUF_EXT_* bits) and
@@ -255,6 +256,7 @@ fn inspect<'py>(
         d.set_item("format_parsed", parsed_format(py, b.format)?)?;
         d.set_item("itemsize", b.itemsize)?;
         d.set_item("ndim", b.ndim)?;
+        d.set_item("data", b.buf as usize)?;
         d.set_item("len", b.len)?;
         d.set_item("readonly", b.readonly != 0)?;
         let ndim = b.ndim.max(0) as usize;
@@ -450,6 +452,88 @@ fn frombuffer<'py>(
     }
 }
 
+/// `obj`'s device memory shared with another process on this machine, no
+/// copy: `(device, handle)`, the handle's bytes naming the allocation (the
+/// backend's IPC: CUDA's handles, the emulated device's memfd). The host first
+/// waits for the producer's event, so its writes happen before the handle
+/// leaves. What `pyxbuf.multiprocessing` sends for a device array; the
+/// exporting process keeps `obj` alive while the other process uses it.
+#[pyfunction]
+fn _share_device<'py>(obj: &Bound<'py, PyAny>) -> PyResult<(String, Bound<'py, PyBytes>)> {
+    let py = obj.py();
+    let mut device = sys::pyxbuf_device {
+        device_type: 0,
+        device_id: 0,
+    };
+    let mut handle = [0u8; sys::PYXBUF_IPC_HANDLE_MAX as usize];
+    let mut len: usize = 0;
+    // SAFETY: a live object; out-pointers valid for the call, `handle` holds
+    // PYXBUF_IPC_HANDLE_MAX bytes; -1 means an exception is set.
+    let rc = unsafe {
+        sys::pyxbuf_device_share(
+            obj.as_ptr(),
+            &mut device,
+            handle.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(PyErr::fetch(py));
+    }
+    let mut name = [0 as c_char; 64];
+    // SAFETY: a valid device and a 64-byte buffer it writes a NUL-terminated name into.
+    unsafe { sys::pyxbuf_device_format(&device, name.as_mut_ptr(), name.len()) };
+    // SAFETY: pyxbuf_device_format wrote a NUL-terminated string.
+    let name = unsafe { CStr::from_ptr(name.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
+    Ok((name, PyBytes::new(py, &handle[..len.min(handle.len())])))
+}
+
+/// A `pyxbuf.Exporter` over the device memory another process shared
+/// (`_share_device`'s `handle`), laid out as given; it closes the handle
+/// when it dies and grants no borrow (the other process writes it too).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn _open_shared_device<'py>(
+    py: Python<'py>,
+    device: &Bound<'py, PyAny>,
+    handle: &[u8],
+    format: &str,
+    itemsize: isize,
+    shape: Vec<isize>,
+    strides: Vec<isize>,
+    readonly: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let device = parse_device(device)?;
+    let format =
+        std::ffi::CString::new(format).map_err(|_| PyTypeError::new_err("format contains NUL"))?;
+    if strides.len() != shape.len() {
+        return Err(PyValueError::new_err(format!(
+            "pyxbuf._open_shared_device: {} strides for {} dimensions",
+            strides.len(),
+            shape.len()
+        )));
+    }
+    // SAFETY: a valid device; `handle` and its length; a NUL-terminated
+    // format; shape.len() dims and as many strides; new reference or NULL
+    // with an exception set.
+    unsafe {
+        let e = sys::pyxbuf_exporter_open_shared(
+            &device,
+            handle.as_ptr().cast(),
+            handle.len(),
+            format.as_ptr(),
+            itemsize,
+            shape.len() as i32,
+            shape.as_ptr(),
+            strides.as_ptr(),
+            i32::from(readonly),
+        );
+        Bound::from_owned_ptr_or_err(py, e)
+    }
+}
+
 /// The proposal's PyObject_CheckBufferSupports, answered without calling
 /// the producer: whether `obj` speaks a protocol pyxbuf reads and advertises
 /// every bit of `flags`, soft ones included (PYXBUF_DEVICE asked of a
@@ -606,6 +690,8 @@ fn pyxbuf_python(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(exporter, m)?)?;
     m.add_function(wrap_pyfunction!(frombuffer, m)?)?;
+    m.add_function(wrap_pyfunction!(_share_device, m)?)?;
+    m.add_function(wrap_pyfunction!(_open_shared_device, m)?)?;
     m.add_function(wrap_pyfunction!(check_supports, m)?)?;
     m.add_function(wrap_pyfunction!(live_borrows, m)?)?;
     m.add_function(wrap_pyfunction!(abi_version, m)?)?;

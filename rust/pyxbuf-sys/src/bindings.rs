@@ -73,6 +73,7 @@ pub const PYXBUF_DL_FLAG_READ_ONLY: u64 = 1;
 pub const PYXBUF_DL_FLAG_IS_COPIED: u64 = 2;
 pub const PYXBUF_STREAM_DEFAULT: i64 = 0;
 pub const PYXBUF_STREAM_NONE: i64 = -1;
+pub const PYXBUF_IPC_HANDLE_MAX: i32 = 128;
 pub const PYXBUF_OVER_READONLY: i32 = 1;
 pub const PYXBUF_OVER_PROCESS_SHARED: i32 = 2;
 pub const PYXBUF_FMT_ROOT: i32 = 0;
@@ -684,10 +685,46 @@ pub struct pyxbuf_backend {
             err: *mut pyxbuf_error,
         ) -> ::std::os::raw::c_int,
     >,
+    /** Optional, all three or none (a registrant whose `size` predates them
+ has none): device memory shared with another process on this machine,
+ as CUDA's IPC shares it (cuIpcGetMemHandle, cuIpcOpenMemHandle,
+ cuIpcCloseMemHandle). ipc_export: at most PYXBUF_IPC_HANDLE_MAX bytes
+ into `handle` (*handle_len their number) naming the live allocation
+ holding `ptr` and ptr's place in it; ipc_open, in another process: map
+ it there, *ptr where `ptr` was; ipc_close: unmap what ipc_open mapped.
+ The exporter keeps the allocation alive while others use it.*/
+    pub ipc_export: ::std::option::Option<
+        unsafe extern "C" fn(
+            ctx: *mut ::std::os::raw::c_void,
+            device_id: i32,
+            ptr: *const ::std::os::raw::c_void,
+            handle: *mut ::std::os::raw::c_void,
+            handle_len: *mut usize,
+            err: *mut pyxbuf_error,
+        ) -> ::std::os::raw::c_int,
+    >,
+    pub ipc_open: ::std::option::Option<
+        unsafe extern "C" fn(
+            ctx: *mut ::std::os::raw::c_void,
+            device_id: i32,
+            handle: *const ::std::os::raw::c_void,
+            handle_len: usize,
+            ptr: *mut *mut ::std::os::raw::c_void,
+            err: *mut pyxbuf_error,
+        ) -> ::std::os::raw::c_int,
+    >,
+    pub ipc_close: ::std::option::Option<
+        unsafe extern "C" fn(
+            ctx: *mut ::std::os::raw::c_void,
+            device_id: i32,
+            ptr: *mut ::std::os::raw::c_void,
+            err: *mut pyxbuf_error,
+        ) -> ::std::os::raw::c_int,
+    >,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of pyxbuf_backend"][::std::mem::size_of::<pyxbuf_backend>() - 160usize];
+    ["Size of pyxbuf_backend"][::std::mem::size_of::<pyxbuf_backend>() - 184usize];
     ["Alignment of pyxbuf_backend"][::std::mem::align_of::<pyxbuf_backend>() - 8usize];
     [
         "Offset of field: pyxbuf_backend::size",
@@ -752,6 +789,15 @@ const _: () = {
     [
         "Offset of field: pyxbuf_backend::pool_trim",
     ][::std::mem::offset_of!(pyxbuf_backend, pool_trim) - 152usize];
+    [
+        "Offset of field: pyxbuf_backend::ipc_export",
+    ][::std::mem::offset_of!(pyxbuf_backend, ipc_export) - 160usize];
+    [
+        "Offset of field: pyxbuf_backend::ipc_open",
+    ][::std::mem::offset_of!(pyxbuf_backend, ipc_open) - 168usize];
+    [
+        "Offset of field: pyxbuf_backend::ipc_close",
+    ][::std::mem::offset_of!(pyxbuf_backend, ipc_close) - 176usize];
 };
 impl Default for pyxbuf_backend {
     fn default() -> Self {
@@ -1715,6 +1761,37 @@ unsafe extern "C" {
         shape: *const Py_ssize_t,
         strides: *const Py_ssize_t,
         options: i32,
+    ) -> *mut PyObject;
+    /** Device memory shared with another process on this machine, without a copy
+ (the backend's ipc_* functions: CUDA's IPC handles, the emulated device's
+ memfd). pyxbuf_device_share: the handle (at most PYXBUF_IPC_HANDLE_MAX
+ bytes into `handle`, *handle_len their number) of `obj`'s device memory,
+ and its device, after the host has waited for the producer's event (its
+ writes happen before the handle leaves). 0, or -1 with an exception
+ (ValueError for host memory, BufferError for a backend that cannot share).
+ pyxbuf_exporter_open_shared, in another process: an exporter over the
+ memory the handle names, laid out as given (strides in bytes, required
+ from 2 dimensions); it closes the handle when it dies and grants no borrow
+ (other processes write the memory too). The exporting process keeps its
+ array alive until every process that opened it is done with it: nothing
+ counts the openers across processes (as with CUDA's IPC). New reference,
+ or NULL with an exception.*/
+    pub fn pyxbuf_device_share(
+        obj: *mut PyObject,
+        device: *mut pyxbuf_device,
+        handle: *mut ::std::os::raw::c_void,
+        handle_len: *mut usize,
+    ) -> ::std::os::raw::c_int;
+    pub fn pyxbuf_exporter_open_shared(
+        device: *const pyxbuf_device,
+        handle: *const ::std::os::raw::c_void,
+        handle_len: usize,
+        format: *const ::std::os::raw::c_char,
+        itemsize: Py_ssize_t,
+        ndim: i32,
+        shape: *const Py_ssize_t,
+        strides: *const Py_ssize_t,
+        readonly: i32,
     ) -> *mut PyObject;
     /** Give `type` the DLPack 1.3 C exchange table (`__dlpack_c_exchange_api__`, a
  capsule named "dlpack_exchange_api" holding pyxbuf's table, which lives for

@@ -49,6 +49,61 @@ const _: () = {
         "Offset of field: pyxbuf_emulated_pool_stats::releases",
     ][::std::mem::offset_of!(pyxbuf_emulated_pool_stats, releases) - 32usize];
 };
+/** Device memory shared with another process on this machine, as CUDA's IPC
+ shares it (cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle): a
+ handle names the live allocation holding `ptr` -- the exporting process,
+ the memfd behind its device, the allocation's range in it -- and another
+ process that opens it maps that range of the same memfd (through
+ /proc/<pid>/fd/<fd>: no copy) as memory of the same emulated device id,
+ guarded as its own. As with CUDA: a process cannot open its own handle;
+ the exporter keeps the allocation alive until every process that opened it
+ has closed it (nothing counts the openers across processes: an allocation
+ freed and reused meanwhile shows the new owner's bytes there); the opener
+ waits for the exporter's work on it before reading (the exporter
+ synchronises, or hands over an event that has happened).*/
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct pyxbuf_emulated_ipc_handle {
+    /// the exporting process
+    pub pid: i64,
+    /// its memfd, as numbered there
+    pub fd: i32,
+    /// the emulated device the memory is on
+    pub device_id: i32,
+    /// of the allocation in the memfd
+    pub offset: u64,
+    /// of the allocation
+    pub size: u64,
+    /// of `ptr` from the allocation's first byte
+    pub delta: u64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of pyxbuf_emulated_ipc_handle",
+    ][::std::mem::size_of::<pyxbuf_emulated_ipc_handle>() - 40usize];
+    [
+        "Alignment of pyxbuf_emulated_ipc_handle",
+    ][::std::mem::align_of::<pyxbuf_emulated_ipc_handle>() - 8usize];
+    [
+        "Offset of field: pyxbuf_emulated_ipc_handle::pid",
+    ][::std::mem::offset_of!(pyxbuf_emulated_ipc_handle, pid) - 0usize];
+    [
+        "Offset of field: pyxbuf_emulated_ipc_handle::fd",
+    ][::std::mem::offset_of!(pyxbuf_emulated_ipc_handle, fd) - 8usize];
+    [
+        "Offset of field: pyxbuf_emulated_ipc_handle::device_id",
+    ][::std::mem::offset_of!(pyxbuf_emulated_ipc_handle, device_id) - 12usize];
+    [
+        "Offset of field: pyxbuf_emulated_ipc_handle::offset",
+    ][::std::mem::offset_of!(pyxbuf_emulated_ipc_handle, offset) - 16usize];
+    [
+        "Offset of field: pyxbuf_emulated_ipc_handle::size",
+    ][::std::mem::offset_of!(pyxbuf_emulated_ipc_handle, size) - 24usize];
+    [
+        "Offset of field: pyxbuf_emulated_ipc_handle::delta",
+    ][::std::mem::offset_of!(pyxbuf_emulated_ipc_handle, delta) - 32usize];
+};
 unsafe extern "C" {
     /** Register the backend for PYXBUF_DL_EXT_DEV (idempotent). Returns 0 or a
  negative code (mapping failures). A process has one emulated device: when
@@ -100,4 +155,21 @@ unsafe extern "C" {
         device_id: i32,
         out: *mut pyxbuf_emulated_pool_stats,
     );
+    pub fn pyxbuf_emulated_ipc_export(
+        ptr: *const ::std::os::raw::c_void,
+        out: *mut pyxbuf_emulated_ipc_handle,
+        err: *mut pyxbuf_error,
+    ) -> ::std::os::raw::c_int;
+    /** Map the handle's allocation here; *ptr is where `ptr` was in the exporter
+ (the allocation's first byte plus `delta`).*/
+    pub fn pyxbuf_emulated_ipc_open(
+        h: *const pyxbuf_emulated_ipc_handle,
+        ptr: *mut *mut ::std::os::raw::c_void,
+        err: *mut pyxbuf_error,
+    ) -> ::std::os::raw::c_int;
+    /// Unmap what pyxbuf_emulated_ipc_open mapped (`ptr` as it returned).
+    pub fn pyxbuf_emulated_ipc_close(
+        ptr: *mut ::std::os::raw::c_void,
+        err: *mut pyxbuf_error,
+    ) -> ::std::os::raw::c_int;
 }

@@ -102,3 +102,12 @@ def rebuild_shared(name, offset, format, itemsize, shape, strides, readonly):
     frombuffer = _frombuffer()
     return frombuffer(_attach(name), format, shape, offset=offset, strides=strides,
                       itemsize=itemsize, readonly=bool(readonly))
+
+
+def rebuild_shared_device(device, handle, format, itemsize, shape, strides, readonly):
+    """An exporter over another process's device memory (pyxbuf.multiprocessing
+    sent its IPC handle): mapped here, no copy; no borrow granted."""
+    from .pyxbuf import _open_shared_device
+
+    return _open_shared_device(device, handle, format, itemsize, list(shape), list(strides),
+                               bool(readonly))

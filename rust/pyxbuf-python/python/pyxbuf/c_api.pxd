@@ -242,9 +242,16 @@ cdef extern from "pyxbuf.h":
                           pyxbuf_error *err) noexcept nogil
         int (*pool_trim)(void *ctx, int32_t device_id, uint64_t keep_bytes,
                          pyxbuf_error *err) noexcept nogil
+        int (*ipc_export)(void *ctx, int32_t device_id, const void *ptr, void *handle,
+                          size_t *handle_len, pyxbuf_error *err) noexcept nogil
+        int (*ipc_open)(void *ctx, int32_t device_id, const void *handle, size_t handle_len,
+                        void **ptr, pyxbuf_error *err) noexcept nogil
+        int (*ipc_close)(void *ctx, int32_t device_id, void *ptr,
+                         pyxbuf_error *err) noexcept nogil
 
     enum:
         PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD_DEFAULT
+        PYXBUF_IPC_HANDLE_MAX
 
     ctypedef struct pyxbuf_transfer_config:
         uint32_t size
@@ -336,6 +343,13 @@ cdef extern from "pyxbuf.h":
     object pyxbuf_exporter_over(object base, Py_ssize_t offset, const char *format,
                                 Py_ssize_t itemsize, int32_t ndim, const Py_ssize_t *shape,
                                 const Py_ssize_t *strides, int32_t options)
+    int pyxbuf_device_share(object obj, pyxbuf_device *device, void *handle,
+                            size_t *handle_len) except -1
+    object pyxbuf_exporter_open_shared(const pyxbuf_device *device, const void *handle,
+                                       size_t handle_len, const char *format,
+                                       Py_ssize_t itemsize, int32_t ndim,
+                                       const Py_ssize_t *shape, const Py_ssize_t *strides,
+                                       int32_t readonly)
     int pyxbuf_type_set_dlpack_exchange_api(PyTypeObject *type) except -1
     void *pyxbuf_exporter_data(object obj) except? NULL
     PyTypeObject *pyxbuf_exporter_type() except NULL

@@ -1,0 +1,118 @@
+"""Device memory shared between processes without a copy (issue 48):
+pyxbuf.multiprocessing sends a device array as an IPC handle of its memory
+(the emulated device's memfd here; CUDA's handles on a GPU), the receiving
+process maps the same memory, the producer's writes happen before the
+receiver reads, and the receiver is granted no borrow."""
+
+import multiprocessing as std_mp
+import pickle
+
+import numpy as np
+import pytest
+
+import _pyxbuf_testext as t
+import pyxbuf
+import pyxbuf.multiprocessing as mp
+
+pytestmark = pytest.mark.skipif(pyxbuf.EMULATED_DEVICE is None,
+                                reason="this pyxbuf module has no emulated device")
+
+TIMEOUT = 120
+N = 16 << 20  # float32 items: 64 MiB
+
+
+def mapping(address):
+    """(permissions, inode, path) of the mapping of this process holding `address`."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            lo, hi = (int(v, 16) for v in fields[0].split("-"))
+            if lo <= address < hi:
+                return fields[1], int(fields[4]), " ".join(fields[5:])
+    return None
+
+
+def receive(q, out):
+    """The receiving process: what arrived, where it lies, what it holds."""
+    try:
+        x = q.get(timeout=TIMEOUT)
+        info = pyxbuf.inspect(x, flags=pyxbuf.PyBUF_RECORDS_RO | pyxbuf.PYXBUF_DEVICE |
+                              pyxbuf.PYXBUF_BORROW_SHARED)
+        head = np.asarray(x.to_device("cpu"))[:8].tolist()
+        out.put(("ok", x.device, x.shape, x.format, mapping(info["data"]), info["grants"], head))
+        q.get(timeout=TIMEOUT)  # the sender lets go only after this
+    except BaseException as err:  # reported, not lost in the child's stderr
+        out.put(("failed", repr(err)))
+
+
+def send_and_receive(x, register=None):
+    ctx = mp.get_context("spawn")
+    if register is not None:
+        mp.register(register)
+    q, out = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=receive, args=(q, out))
+    p.start()
+    try:
+        q.put(x)
+        got = out.get(timeout=TIMEOUT)
+        q.put("done")
+    finally:
+        p.join(TIMEOUT)
+    assert got[0] == "ok", got
+    assert p.exitcode == 0
+    return got[1:]
+
+
+def test_a_64_mib_device_array_is_received_in_the_same_memory():
+    d = pyxbuf.to_device(np.arange(N, dtype=np.float32), "ext_dev:0")
+    here = mapping(pyxbuf.inspect(d)["data"])
+    device, shape, fmt, there, grants, head = send_and_receive(d)
+    assert (device, shape, fmt) == ("ext_dev:0", (N,), "f")
+    assert head == list(range(8))
+    # The same memfd (the inode of its pages), not a copy: guarded in the
+    # receiver as in the sender (no host access: the mapping allows nothing).
+    assert here[2] == there[2] and "pyxbuf-emulated" in there[2]
+    assert here[1] == there[1]
+    assert here[0].startswith("---") and there[0].startswith("---")
+    # Another process writes it: no grant there.
+    assert grants == {"shared": False, "exclusive": False, "tracked": False}
+    del d
+
+
+def test_the_producers_queued_writes_happen_before_the_receiver_reads():
+    # A C extension's exporter (its own copy of libpyxbuf, registered by
+    # type) with a producer "kernel" still queued on its stream when it is
+    # sent: sharing waits for the producer's event, so the receiver reads
+    # the kernel's bytes, never what was there before.
+    d = t.to_device(np.zeros(1 << 20, dtype=np.float32), (t.PYXBUF_DL_EXT_DEV, 0))
+    stream = t.emulated_write(d, np.full(8, 7, dtype=np.float32).tobytes())
+    assert t.emulated_pending(0, stream) > 0  # not yet run
+    _, _, _, _, _, head = send_and_receive(d, register=type(d))
+    assert head == [7.0] * 8
+    assert t.emulated_pending(0, stream) == 0
+
+
+def test_host_arrays_go_through_pickle_and_plain_pickle_stays_a_copy():
+    h = pyxbuf.exporter([4], "f")
+    rebuild, _ = mp.reduce_exporter(h)
+    assert rebuild is pyxbuf._pickle.rebuild  # protocol 5, out of band
+    d = pyxbuf.to_device(np.arange(4, dtype=np.float32), "ext_dev:0")
+    rebuild, args = mp.reduce_exporter(d)
+    assert rebuild is pyxbuf._pickle.rebuild_shared_device and args[0] == "ext_dev:0"
+    # pickle.dumps itself is unchanged: a host copy, restored on the device
+    assert pickle.loads(pickle.dumps(d)).device == "ext_dev:0"
+    assert std_mp.reduction.ForkingPickler.dumps(d)  # the registered reduction
+
+
+def test_sharing_refusals_name_their_cause():
+    with pytest.raises(ValueError, match="holds host memory"):
+        pyxbuf.pyxbuf._share_device(pyxbuf.exporter([4], "f"))
+    d = pyxbuf.to_device(np.arange(4, dtype=np.float32), "ext_dev:0")
+    device, handle = pyxbuf.pyxbuf._share_device(d)
+    # The handle is opened in another process, as CUDA's are.
+    with pytest.raises(Exception, match="exported by this process"):
+        pyxbuf._pickle.rebuild_shared_device(device, handle, "f", 4, (4,), (4,), False)
+    with pytest.raises(Exception, match="IPC handle of 3 bytes"):
+        pyxbuf._pickle.rebuild_shared_device(device, b"abc", "f", 4, (4,), (4,), False)
+    with pytest.raises(BufferError, match="cannot share device memory"):
+        pyxbuf._pickle.rebuild_shared_device("cuda_host:0", handle, "f", 4, (4,), (4,), False)
