@@ -42,17 +42,24 @@ def main(out):
     import distributed
     from distributed import Client, LocalCluster
 
-    times = {"numpy": [], "pyxbuf": [], "rust": []}
+    times = {"numpy": [], "pyxbuf": [], "rust": [], "rust-direct": []}
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address=None, worker_dashboard_address=None) as cluster, \
             Client(cluster) as client:
+        def run(kind):
+            # rust-direct: the same task, gathered straight from the worker
+            # (protocol 5, the items out of band) instead of through the
+            # scheduler (protocol 4)
+            future = client.submit(make, "rust" if kind == "rust-direct" else kind, pure=False)
+            return client.gather(future, direct=True) if kind == "rust-direct" else future.result()
+
         for kind in times:  # warm-up: imports, connections, buffers
-            client.submit(make, kind, pure=False).result()
+            run(kind)
         for r in range(ROUNDS):
-            order = ["numpy", "pyxbuf", "rust"] if r % 2 == 0 else ["rust", "pyxbuf", "numpy"]
+            order = list(times) if r % 2 == 0 else list(reversed(times))
             for kind in order:
                 t0 = time.perf_counter()
-                got = client.submit(make, kind, pure=False).result()
+                got = run(kind)
                 times[kind].append(time.perf_counter() - t0)
                 assert np.asarray(got)[-1] == N - 1
                 del got
@@ -78,8 +85,10 @@ def main(out):
     lines += ["", "numpy: the array itself; pyxbuf: pyxbuf.frombuffer over it (pyxbuf.Exporter, "
               "Dask's own serializer family); rust: the same items from "
               "pyxbuf_sum.ramp_f32 (a Rust crate's Exporter type: pickle family, protocol 4 "
-              "through the scheduler, so the items go in band; informational). "
-              f"rust/numpy: {med['rust'] / med['numpy']:.2f}", "",
+              "through the scheduler, so the items go in band; informational); rust-direct: "
+              "that array gathered with direct=True (protocol 5 from the worker). "
+              f"rust/numpy: {med['rust'] / med['numpy']:.2f}, rust-direct/numpy: "
+              f"{med['rust-direct'] / med['numpy']:.2f}", "",
               f"target dask-256MiB-pyxbuf-vs-numpy ratio={ratio:.3f} goal=<=1.20 {verdict}", ""]
     text = "\n".join(lines)
     print(text)
