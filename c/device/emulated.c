@@ -188,27 +188,6 @@ static void own_pool_stats(int32_t id, pyxbuf_emulated_pool_stats *out) {
     pthread_mutex_unlock(&emu_lock);
 }
 
-static int own_ipc_export(const void *ptr, pyxbuf_emulated_ipc_handle *out, pyxbuf_error *err) {
-    pthread_mutex_lock(&emu_lock);
-    int rc = emu_ipc_export(ptr, out, err);
-    pthread_mutex_unlock(&emu_lock);
-    return rc;
-}
-
-static int own_ipc_open(const pyxbuf_emulated_ipc_handle *h, void **ptr, pyxbuf_error *err) {
-    pthread_mutex_lock(&emu_lock);
-    int rc = emu_ipc_open(h, ptr, err);
-    pthread_mutex_unlock(&emu_lock);
-    return rc;
-}
-
-static int own_ipc_close(void *ptr, pyxbuf_error *err) {
-    pthread_mutex_lock(&emu_lock);
-    int rc = emu_ipc_close(ptr, err);
-    pthread_mutex_unlock(&emu_lock);
-    return rc;
-}
-
 static const emulated_api own_api = {
     .magic = EMULATED_API_MAGIC,
     .size = sizeof(emulated_api),
@@ -222,9 +201,9 @@ static const emulated_api own_api = {
     .pending = emu_pending,
     .peek = own_peek,
     .pool_stats = own_pool_stats,
-    .ipc_export = own_ipc_export,
-    .ipc_open = own_ipc_open,
-    .ipc_close = own_ipc_close,
+    .ipc_export = emu_ipc_export,
+    .ipc_open = emu_ipc_open,
+    .ipc_close = emu_ipc_close,
 };
 
 int64_t pyxbuf_emulated_live_allocations(void) { return serving()->live_allocations(); }

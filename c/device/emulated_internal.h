@@ -190,12 +190,12 @@ typedef struct emulated_api {
     int (*ipc_close)(void *ptr, pyxbuf_error *err);
 } emulated_api;
 
-/* emulated_ipc.c, under the lock as the rest (the serving copy's). */
+/* emulated_ipc.c; these take the lock themselves (the serving copy's). */
 EMU_HIDDEN int emu_ipc_export(const void *ptr, pyxbuf_emulated_ipc_handle *out,
                               pyxbuf_error *err);
 EMU_HIDDEN int emu_ipc_open(const pyxbuf_emulated_ipc_handle *h, void **ptr, pyxbuf_error *err);
 EMU_HIDDEN int emu_ipc_close(void *ptr, pyxbuf_error *err);
-/* The backend's ipc_* (they take the lock). */
+/* The backend's ipc_*, over the three above. */
 EMU_HIDDEN int emu_backend_ipc_export(void *ctx, int32_t id, const void *ptr, void *handle,
                                       size_t *handle_len, pyxbuf_error *err);
 EMU_HIDDEN int emu_backend_ipc_open(void *ctx, int32_t id, const void *handle, size_t handle_len,

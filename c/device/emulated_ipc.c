@@ -46,7 +46,7 @@ static block *own_block_holding(int32_t id, const char *p) {
     return NULL;
 }
 
-int emu_ipc_export(const void *ptr, pyxbuf_emulated_ipc_handle *out, pyxbuf_error *err) {
+static int export_locked(const void *ptr, pyxbuf_emulated_ipc_handle *out, pyxbuf_error *err) {
     for (int32_t id = 0; id < PYXBUF_EMULATED_MAX_DEVICES; id++) {
         block *b = own_block_holding(id, ptr);
         if (b == NULL) continue;
@@ -82,7 +82,7 @@ static int open_memfd(const pyxbuf_emulated_ipc_handle *h, pyxbuf_error *err) {
     return fd;
 }
 
-int emu_ipc_open(const pyxbuf_emulated_ipc_handle *h, void **ptr, pyxbuf_error *err) {
+static int open_locked(const pyxbuf_emulated_ipc_handle *h, void **ptr, pyxbuf_error *err) {
     if (h->pid == (int64_t)getpid())
         return emu_error(err, PYXBUF_EINVAL,
                          "emulated: the handle was exported by this process (%lld): its "
@@ -122,7 +122,7 @@ int emu_ipc_open(const pyxbuf_emulated_ipc_handle *h, void **ptr, pyxbuf_error *
     return 0;
 }
 
-int emu_ipc_close(void *ptr, pyxbuf_error *err) {
+static int close_locked(void *ptr, pyxbuf_error *err) {
     for (emu_import **at = &emu_imports; *at != NULL; at = &(*at)->next) {
         emu_import *im = *at;
         if ((char *)ptr < im->start || (char *)ptr >= im->start + im->size) continue;
@@ -135,17 +135,38 @@ int emu_ipc_close(void *ptr, pyxbuf_error *err) {
     return emu_error(err, PYXBUF_EINVAL,
                      "emulated: %p is not memory that pyxbuf_emulated_ipc_open mapped", ptr);
 }
+
+/* The helpers of emulated.h and the backend's functions call these, which
+ * take the lock around the work above. */
+int emu_ipc_export(const void *ptr, pyxbuf_emulated_ipc_handle *out, pyxbuf_error *err) {
+    pthread_mutex_lock(&emu_lock);
+    int rc = export_locked(ptr, out, err);
+    pthread_mutex_unlock(&emu_lock);
+    return rc;
+}
+
+int emu_ipc_open(const pyxbuf_emulated_ipc_handle *h, void **ptr, pyxbuf_error *err) {
+    pthread_mutex_lock(&emu_lock);
+    int rc = open_locked(h, ptr, err);
+    pthread_mutex_unlock(&emu_lock);
+    return rc;
+}
+
+int emu_ipc_close(void *ptr, pyxbuf_error *err) {
+    pthread_mutex_lock(&emu_lock);
+    int rc = close_locked(ptr, err);
+    pthread_mutex_unlock(&emu_lock);
+    return rc;
+}
 #endif
 
-/* The backend's functions (pyxbuf_backend's ipc_*), taking the lock: the
- * handle travels as the bytes of a pyxbuf_emulated_ipc_handle. */
+/* The backend's functions (pyxbuf_backend's ipc_*): the handle travels as
+ * the bytes of a pyxbuf_emulated_ipc_handle. */
 int emu_backend_ipc_export(void *ctx, int32_t id, const void *ptr, void *handle,
                            size_t *handle_len, pyxbuf_error *err) {
     (void)ctx;
     pyxbuf_emulated_ipc_handle h;
-    pthread_mutex_lock(&emu_lock);
     int rc = emu_ipc_export(ptr, &h, err);
-    pthread_mutex_unlock(&emu_lock);
     if (rc == 0 && h.device_id != id)
         rc = emu_error(err, PYXBUF_EINVAL, "emulated: %p is memory of emulated device %d, not %d",
                        ptr, (int)h.device_id, (int)id);
@@ -167,16 +188,10 @@ int emu_backend_ipc_open(void *ctx, int32_t id, const void *handle, size_t handl
     if (h.device_id != id)
         return emu_error(err, PYXBUF_EINVAL, "emulated: the handle names emulated device %d, "
                          "not %d", (int)h.device_id, (int)id);
-    pthread_mutex_lock(&emu_lock);
-    int rc = emu_ipc_open(&h, ptr, err);
-    pthread_mutex_unlock(&emu_lock);
-    return rc;
+    return emu_ipc_open(&h, ptr, err);
 }
 
 int emu_backend_ipc_close(void *ctx, int32_t id, void *ptr, pyxbuf_error *err) {
     (void)ctx, (void)id;
-    pthread_mutex_lock(&emu_lock);
-    int rc = emu_ipc_close(ptr, err);
-    pthread_mutex_unlock(&emu_lock);
-    return rc;
+    return emu_ipc_close(ptr, err);
 }

@@ -86,22 +86,13 @@ static PyObject *payload(PyObject *items, long protocol, int readonly) {
     return out;
 }
 
-static PyObject *dims_tuple(int32_t ndim, const Py_ssize_t *dims) {
-    PyObject *t = PyTuple_New(ndim);
-    for (int32_t i = 0; t != NULL && i < ndim; i++) {
-        PyObject *n = PyLong_FromSsize_t(dims[i]);
-        if (n == NULL || PyTuple_SetItem(t, i, n) < 0) Py_CLEAR(t);
-    }
-    return t;
-}
-
 /* An exporter over a SharedMemory block: its name, where the items start,
  * and the layout, so that the receiver maps the same block (no copy). */
 static PyObject *reduce_shared(pyxbuf__exporter *e) {
     PyObject *f = pickle_function("rebuild_shared");
     PyObject *name = f ? PyObject_GetAttrString(e->shared_memory, "name") : NULL;
-    PyObject *shape = name ? dims_tuple(e->desc.ndim, e->desc.shape) : NULL;
-    PyObject *strides = shape ? dims_tuple(e->desc.ndim, e->desc.strides) : NULL;
+    PyObject *shape = name ? pyxbuf__exporter_get_shape((PyObject *)e, NULL) : NULL;
+    PyObject *strides = shape ? pyxbuf__exporter_get_strides((PyObject *)e, NULL) : NULL;
     PyObject *out = strides ? Py_BuildValue("O(OnsnOOi)", f, name, e->shared_memory_offset,
                                             e->desc.format, e->itemsize, shape, strides,
                                             (int)e->desc.readonly)
@@ -122,8 +113,8 @@ PyObject *pyxbuf__exporter_reduce_ex(PyObject *self, PyObject *arg) {
     PyObject *items = items_buffer(self, &order);
     PyObject *data = items ? payload(items, protocol, e->desc.readonly) : NULL;
     PyObject *f = data ? pickle_function("rebuild") : NULL;
-    PyObject *shape = f ? dims_tuple(e->desc.ndim, e->desc.shape) : NULL;
-    PyObject *strides = order == 'F' && shape ? dims_tuple(e->desc.ndim, e->desc.strides)
+    PyObject *shape = f ? pyxbuf__exporter_get_shape(self, NULL) : NULL;
+    PyObject *strides = order == 'F' && shape ? pyxbuf__exporter_get_strides(self, NULL)
                                               : Py_NewRef(Py_None);
     char device[64] = "";
     if (e->device.device_type != PYXBUF_DL_CPU)

@@ -94,8 +94,9 @@ def _serialize(x):
 
     rebuild, args = x.__reduce_ex__(5)
     if rebuild is _pickle.rebuild_shared:
-        return {"shared": list(args[:2]) + [args[2], args[3], list(args[4]), list(args[5]),
-                                            bool(args[6])]}, []
+        name, offset, fmt, itemsize, shape, strides, readonly = args
+        return {"shared": [name, offset, fmt, itemsize, list(shape), list(strides),
+                           bool(readonly)]}, []
     data, fmt, itemsize, shape, strides, readonly, device = args
     header = {"format": fmt, "itemsize": itemsize, "shape": list(shape),
               "strides": None if strides is None else list(strides),
