@@ -55,10 +55,18 @@ for version in "$@"; do
     done
     (
         export RUSTFLAGS="${RUSTFLAGS:-} $cfg"
-        cd "$work" &&
+        cd "$work" || exit 1
+        # The lock moves need the registry's index: a network error there
+        # is retried (twice, 10 s apart) rather than failing the version.
+        for try in 1 2 3; do
             cargo update --quiet numpy --precise "0.$minor.0" &&
-            cargo update --quiet pyo3 --precise "$version" &&
-            cargo tree --quiet --prefix none -i pyo3 -e normal --depth 0 &&
+                cargo update --quiet pyo3 --precise "$version" &&
+                cargo fetch --quiet && break
+            [ $try = 3 ] && exit 1
+            echo "(registry step failed, try $try of 3: retrying in 10 s)"
+            sleep 10
+        done
+        cargo tree --quiet --prefix none -i pyo3 -e normal --depth 0 &&
             cargo test --no-fail-fast -p pyxbuf-sys -p pyxbuf --all-features
     ) >"$log" 2>&1
     rc=$?
@@ -69,6 +77,11 @@ for version in "$@"; do
         LINES+=("pyo3 $version: ok ($passed tests)")
     else
         LINES+=("pyo3 $version: FAILED ($passed passed, $failed failed; ${log#"$ROOT"/})")
+        # CI keeps no files: the log's errors (or its end) go to the output.
+        while IFS= read -r line; do
+            LINES+=("  | $line")
+        done < <({ grep -E '^(error|test .* FAILED|failures:|thread .* panicked)' "$log" ||
+            tail -n 15 "$log"; } | head -n 30)
         status=1
     fi
     while IFS=$'\t' read -r name reason; do
