@@ -620,18 +620,23 @@ typedef struct pyxbuf_backend {
     /* Optional, all three or none (a registrant whose `size` predates them
      * has none): device memory shared with another process on this machine,
      * as CUDA's IPC shares it (cuIpcGetMemHandle, cuIpcOpenMemHandle,
-     * cuIpcCloseMemHandle). ipc_export: at most PYXBUF_IPC_HANDLE_MAX bytes
-     * into `handle` (*handle_len their number) naming the live allocation
-     * holding `ptr` and ptr's place in it; ipc_open, in another process: map
-     * it there, *ptr where `ptr` was; ipc_close: unmap what ipc_open mapped.
-     * The exporter keeps the allocation alive while others use it. */
+     * cuIpcCloseMemHandle). ipc_export: at most *handle_len bytes (on entry
+     * PYXBUF_IPC_BACKEND_HANDLE_MAX) into `handle`, *handle_len their number,
+     * naming the live allocation holding `ptr` and ptr's place in it;
+     * ipc_open, in another process: map it there, *ptr where `ptr` was (the
+     * exporting process's own opens never reach it: pyxbuf serves them with
+     * the memory it has); ipc_close: unmap what ipc_open mapped. The
+     * exporter keeps the allocation alive while others use it. */
     int (*ipc_export)(void *ctx, int32_t device_id, const void *ptr, void *handle,
                       size_t *handle_len, pyxbuf_error *err);
     int (*ipc_open)(void *ctx, int32_t device_id, const void *handle, size_t handle_len,
                     void **ptr, pyxbuf_error *err);
     int (*ipc_close)(void *ctx, int32_t device_id, void *ptr, pyxbuf_error *err);
 } pyxbuf_backend;
-#define PYXBUF_IPC_HANDLE_MAX 128
+/* pyxbuf_device_share's handle: pyxbuf's 32 bytes (the exporting process,
+ * and the address there), then the backend's. */
+#define PYXBUF_IPC_HANDLE_MAX 256
+#define PYXBUF_IPC_BACKEND_HANDLE_MAX 224
 
 /* Register (or replace) the backend of backend->device_type; the struct is
  * copied. libpyxbuf registers its CPU and CUDA backends itself. The registry
@@ -935,7 +940,9 @@ PYXBUF_API PyObject *pyxbuf_exporter_over(PyObject *base, Py_ssize_t offset, con
  * pyxbuf_exporter_open_shared, in another process: an exporter over the
  * memory the handle names, laid out as given (strides in bytes, required
  * from 2 dimensions); it closes the handle when it dies and grants no borrow
- * (other processes write the memory too). The exporting process keeps its
+ * (other processes write the memory too). Opened in the process that made
+ * it (a multiprocessing.Queue between two threads), the exporter is over
+ * that process's own memory, mapped nowhere else: the same address. The exporting process keeps its
  * array alive until every process that opened it is done with it: nothing
  * counts the openers across processes (as with CUDA's IPC). New reference,
  * or NULL with an exception. */

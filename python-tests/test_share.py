@@ -104,15 +104,35 @@ def test_host_arrays_go_through_pickle_and_plain_pickle_stays_a_copy():
     assert std_mp.reduction.ForkingPickler.dumps(d)  # the registered reduction
 
 
+def test_a_handle_opened_by_the_process_that_made_it_is_its_own_memory():
+    # CUDA refuses a handle in the process that made it; pyxbuf serves it
+    # (a multiprocessing.Queue between two threads of one process).
+    d = pyxbuf.to_device(np.arange(4, dtype=np.float32), "ext_dev:0")
+    device, handle = pyxbuf.pyxbuf._share_device(d)
+    e = pyxbuf._pickle.rebuild_shared_device(device, handle, "f", 4, (4,), (4,), False)
+    assert pyxbuf.inspect(e)["data"] == pyxbuf.inspect(d)["data"]
+    assert np.asarray(e.to_device("cpu")).tolist() == [0, 1, 2, 3]
+    del e  # closes nothing: d's memory stays
+    assert np.asarray(d.to_device("cpu")).tolist() == [0, 1, 2, 3]
+    q = mp.get_context("spawn").Queue()
+    q.put(d)
+    got = q.get(timeout=TIMEOUT)
+    assert pyxbuf.inspect(got)["data"] == pyxbuf.inspect(d)["data"]
+
+
 def test_sharing_refusals_name_their_cause():
     with pytest.raises(ValueError, match="holds host memory"):
         pyxbuf.pyxbuf._share_device(pyxbuf.exporter([4], "f"))
     d = pyxbuf.to_device(np.arange(4, dtype=np.float32), "ext_dev:0")
     device, handle = pyxbuf.pyxbuf._share_device(d)
-    # The handle is opened in another process, as CUDA's are.
-    with pytest.raises(Exception, match="exported by this process"):
-        pyxbuf._pickle.rebuild_shared_device(device, handle, "f", 4, (4,), (4,), False)
-    with pytest.raises(Exception, match="IPC handle of 3 bytes"):
+    with pytest.raises(ValueError, match="a handle of 3 bytes is not one pyxbuf_device_share made"):
         pyxbuf._pickle.rebuild_shared_device(device, b"abc", "f", 4, (4,), (4,), False)
-    with pytest.raises(BufferError, match="cannot share device memory"):
+    # pyxbuf's header, then a backend handle that is not the emulated one.
+    with pytest.raises(ValueError, match="an IPC handle of 3 bytes, not"):
+        pyxbuf._pickle.rebuild_shared_device(device, b"\0" * 8 + handle[8:32] + b"abc", "f", 4,
+                                             (4,), (4,), False)
+    with pytest.raises(ValueError, match="the handle names memory of 'ext_dev:0', not of "
+                                         "'cuda_host:0'"):
         pyxbuf._pickle.rebuild_shared_device("cuda_host:0", handle, "f", 4, (4,), (4,), False)
+    with pytest.raises(BufferError, match=r"the backend of 'cpu' \(cpu\) cannot share device memory"):
+        pyxbuf._pickle.rebuild_shared_device("cpu:0", handle, "f", 4, (4,), (4,), False)

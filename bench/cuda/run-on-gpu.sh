@@ -3,7 +3,9 @@
 # (CUDA 13, PyTorch, CuPy and Python 3.12 there; no Rust toolchain, no network):
 # build with CMake in build-gpu/, CTest (every cuda.* case), the CUDA peers'
 # Python tests, the rest of python-tests/ with real PyTorch and CuPy present,
-# the copy-bandwidth benchmark and the acquisition benchmark. Each step has
+# the copy-bandwidth benchmark, device arrays between two processes against
+# torch.multiprocessing (with the pyxbuf wheel in .gpu/wheels) and the
+# acquisition benchmark. Each step has
 # its own time limit, so one hang costs one step; logs land in OUTDIR.
 # `quick` skips the acquisition benchmark and the rest of python-tests (a
 # short device lease: build, CUDA tests, staging tests, copy benchmarks);
@@ -53,7 +55,24 @@ grep -E "tests passed|tests failed|\(Failed\)|\(SEGFAULT\)|\(Timeout\)|\(Skipped
 timeout 120 ctest --test-dir build-gpu -R '^(cuda|bench)\.' -V >"$out/ctest-cuda.log" 2>&1
 grep -E "^[0-9]+/[0-9]+ Test|SKIPPED|skipped" "$out/ctest-cuda.log" | head -60
 
-export PYTHONPATH=$PWD/build-gpu/python:$PWD/python-tests${PYTHONPATH:+:$PYTHONPATH}
+# The Rust pyxbuf module: a cp312 wheel built on a machine with cargo and
+# carried in .gpu/wheels/ (`maturin build --release --features emulated-device
+# -m rust/pyxbuf-python/Cargo.toml -i python3.12 -o .gpu/wheels`).
+site=
+for whl in .gpu/wheels/pyxbuf-*-cp312-*.whl; do
+    [ -f "$whl" ] || continue
+    site=$PWD/.gpu/site
+    rm -rf "$site" && "$py" -m zipfile -e "$whl" "$site"
+done
+export PYTHONPATH=$PWD/build-gpu/python:$PWD/python-tests${site:+:$site}${PYTHONPATH:+:$PYTHONPATH}
+
+step "device arrays between two processes (issue 48: CUDA IPC against torch.multiprocessing)"
+if [ -n "$site" ]; then
+    timeout 300 "$py" bench/cuda/ipc_share.py >"$out/ipc.md" 2>&1
+    cat "$out/ipc.md"
+else
+    echo "SKIPPED: no pyxbuf cp312 wheel in .gpu/wheels (pyxbuf.multiprocessing is in it)"
+fi
 
 step "copy bandwidth"
 timeout 200 build-gpu/bench_cuda_copy >"$out/copy.md" 2>&1

@@ -11,6 +11,7 @@
 #include <windows.h>
 #else
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #if PYXBUF_HAVE_MADVISE_HUGEPAGE
 #include <sys/mman.h>
@@ -58,6 +59,10 @@ uint64_t pyxbuf__physical_memory(void) {
     status.dwLength = sizeof status;
     return GlobalMemoryStatusEx(&status) ? (uint64_t)status.ullTotalPhys : 0;
 }
+
+int64_t pyxbuf__process_id(void) { return (int64_t)GetCurrentProcessId(); }
+
+uint64_t pyxbuf__pid_namespace(void) { return 0; }
 
 void *pyxbuf__aligned_alloc(size_t alignment, size_t size) {
     return _aligned_malloc(size, alignment);
@@ -108,6 +113,13 @@ void *pyxbuf__aligned_alloc(size_t alignment, size_t size) {
 }
 
 void pyxbuf__aligned_free(void *p) { free(p); }
+
+int64_t pyxbuf__process_id(void) { return (int64_t)getpid(); }
+
+uint64_t pyxbuf__pid_namespace(void) {
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
 
 #endif
 

@@ -59,6 +59,12 @@ uint64_t pyxbuf__physical_memory(void);
 void *pyxbuf__aligned_alloc(size_t alignment, size_t size);
 void pyxbuf__aligned_free(void *p);
 
+/* This process, as another process on the machine names it: its id, and
+ * (Linux) the inode of its pid namespace, so that equal ids seen from two
+ * containers are not taken for one process (0 where there is none). */
+int64_t pyxbuf__process_id(void);
+uint64_t pyxbuf__pid_namespace(void);
+
 /* madvise(MADV_HUGEPAGE) of [p, p + n) where the system has it; else nothing. */
 void pyxbuf__advise_huge_pages(void *p, size_t n);
 

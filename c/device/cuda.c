@@ -11,7 +11,8 @@
  * operation, so pointers, streams and events from those libraries are valid
  * here. Streams follow DLPack's integer convention (see pyxbuf.h). The
  * stream-ordered allocations (alloc_async) come from each device's default
- * memory pool, kept by cuda_pool.c. */
+ * memory pool, kept by cuda_pool.c; memory shared with other processes goes
+ * through cuda_ipc.c. */
 
 #include "device/cuda_driver.h" /* device.h, and the driver's types */
 #include "base/platform.h"
@@ -118,6 +119,7 @@ static struct {
     event_pool *pools;  /* device_count entries */
     pthread_mutex_t lock; /* guards primary[] and pools[] */
     pyxbuf__cuda_pool_api pool_api; /* all resolved, or none (no pools) */
+    pyxbuf__cuda_ipc_api ipc_api;   /* all resolved (the UUID call aside), or none */
 } drv = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
@@ -171,6 +173,34 @@ static int resolve_pool_symbols(void *lib) {
     return 1;
 }
 
+/* Interprocess memory handles (CUDA 4.1; cuIpcOpenMemHandle_v2 is CUDA 11's
+ * name for it), all or none; cuDeviceGetUuid on its own. */
+static const struct {
+    const char *name;
+    size_t offset;
+} ipc_symbols[] = {
+    {"cuDeviceGet", offsetof(pyxbuf__cuda_ipc_api, device_get)},
+    {"cuMemGetAddressRange_v2", offsetof(pyxbuf__cuda_ipc_api, mem_get_address_range)},
+    {"cuPointerGetAttributes", offsetof(pyxbuf__cuda_ipc_api, pointer_get_attributes)},
+    {"cuIpcGetMemHandle", offsetof(pyxbuf__cuda_ipc_api, ipc_get_mem_handle)},
+    {"cuIpcOpenMemHandle_v2", offsetof(pyxbuf__cuda_ipc_api, ipc_open_mem_handle)},
+    {"cuIpcCloseMemHandle", offsetof(pyxbuf__cuda_ipc_api, ipc_close_mem_handle)},
+    {"cuGetErrorName", offsetof(pyxbuf__cuda_ipc_api, get_error_name)},
+    {"cuGetErrorString", offsetof(pyxbuf__cuda_ipc_api, get_error_string)},
+};
+
+static int resolve_ipc_symbols(void *lib) {
+    for (size_t i = 0; i < sizeof ipc_symbols / sizeof *ipc_symbols; i++) {
+        void *sym = pyxbuf__library_symbol(lib, ipc_symbols[i].name);
+        if (sym == NULL) return 0;
+        memcpy((char *)&drv.ipc_api + ipc_symbols[i].offset, &sym, sizeof sym);
+    }
+    void *uuid = pyxbuf__library_symbol(lib, "cuDeviceGetUuid");
+    memcpy((char *)&drv.ipc_api + offsetof(pyxbuf__cuda_ipc_api, device_get_uuid), &uuid,
+           sizeof uuid);
+    return 1;
+}
+
 static int resolve_symbols(void *lib, const char *library) {
     for (size_t i = 0; i < sizeof cuda_symbols / sizeof *cuda_symbols; i++) {
         void *sym = pyxbuf__library_symbol(lib, cuda_symbols[i].name);
@@ -218,6 +248,7 @@ static void load_driver(void) {
         return;
     }
     int have_pools = resolve_pool_symbols(lib);
+    int have_ipc = resolve_ipc_symbols(lib);
     const char *call = "cuInit(0)";
     CUresult r = drv.api.init(0);
     int count = 0;
@@ -247,6 +278,7 @@ static void load_driver(void) {
         return;
     }
     pyxbuf__cuda_pools_init(have_pools ? &drv.pool_api : NULL, count);
+    pyxbuf__cuda_ipc_init(have_ipc ? &drv.ipc_api : NULL);
     drv.device_count = count;
     drv.ready = 1;
 }
@@ -869,6 +901,42 @@ static int cuda_pointer_query(void *ctx, const void *ptr, pyxbuf_device *device,
 }
 
 /* ------------------------------------------------------------------------- */
+/* Memory shared with other processes (cuda_ipc.c)                            */
+/* ------------------------------------------------------------------------- */
+
+static int cuda_ipc_export(void *ctx, int32_t device_id, const void *ptr, void *handle,
+                           size_t *handle_len, pyxbuf_error *err) {
+    (void)ctx;
+    int rc = driver_ready(err);
+    if (rc != 0 || (rc = check_ordinal(device_id, err)) != 0) return rc;
+    if ((rc = enter(device_id, err)) != 0) return rc;
+    rc = pyxbuf__cuda_ipc_export(device_id, ptr, handle, handle_len, err);
+    leave();
+    return rc;
+}
+
+static int cuda_ipc_open(void *ctx, int32_t device_id, const void *handle, size_t handle_len,
+                         void **ptr, pyxbuf_error *err) {
+    (void)ctx;
+    int rc = driver_ready(err);
+    if (rc != 0 || (rc = check_ordinal(device_id, err)) != 0) return rc;
+    if ((rc = enter(device_id, err)) != 0) return rc;
+    rc = pyxbuf__cuda_ipc_open(device_id, handle, handle_len, ptr, err);
+    leave();
+    return rc;
+}
+
+static int cuda_ipc_close(void *ctx, int32_t device_id, void *ptr, pyxbuf_error *err) {
+    (void)ctx;
+    int rc = driver_ready(err);
+    if (rc != 0 || (rc = check_ordinal(device_id, err)) != 0) return rc;
+    if ((rc = enter(device_id, err)) != 0) return rc;
+    rc = pyxbuf__cuda_ipc_close(device_id, ptr, err);
+    leave();
+    return rc;
+}
+
+/* ------------------------------------------------------------------------- */
 /* The backend                                                                */
 /* ------------------------------------------------------------------------- */
 
@@ -894,6 +962,9 @@ static const pyxbuf_backend cuda_backend = {
     .alloc_async = cuda_alloc_async,
     .free_async = cuda_free_async,
     .pool_trim = cuda_pool_trim,
+    .ipc_export = cuda_ipc_export,
+    .ipc_open = cuda_ipc_open,
+    .ipc_close = cuda_ipc_close,
 };
 
 /* Nothing is loaded here: the driver is opened by the first call that needs it. */

@@ -33,10 +33,14 @@ enum {
     CUDA_ERROR_NO_DEVICE = 100,
     CUDA_ERROR_INVALID_DEVICE = 101,
     CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_MAP_FAILED = 205,
+    CUDA_ERROR_ALREADY_MAPPED = 208,
+    CUDA_ERROR_PEER_ACCESS_UNSUPPORTED = 217,
     CUDA_ERROR_INVALID_HANDLE = 400,
     CUDA_ERROR_NOT_READY = 600,
     CUDA_ERROR_ILLEGAL_ADDRESS = 700,
     CUDA_ERROR_ASSERT = 710,
+    CUDA_ERROR_TOO_MANY_PEERS = 711,
     CUDA_ERROR_HARDWARE_STACK_ERROR = 714, /* .. 719 CUDA_ERROR_LAUNCH_FAILED */
     CUDA_ERROR_LAUNCH_FAILED = 719,
     CUDA_ERROR_NOT_SUPPORTED = 801, /* cuda.h 11.6, line 1964 (see below) */
@@ -46,6 +50,8 @@ enum {
     CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
     CU_POINTER_ATTRIBUTE_IS_MANAGED = 8,
     CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
+    CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE = 10, /* cuda.h 11.6, line 719 */
+    CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE = 17,             /* line 726 */
 };
 
 enum {
@@ -120,5 +126,57 @@ CUresult pyxbuf__cuda_pool_alloc(int32_t id, size_t n, CUstream s, CUdeviceptr *
 CUresult pyxbuf__cuda_pool_free(int32_t id, CUdeviceptr ptr, CUstream s, int *pooled,
                                 const char **call);
 CUresult pyxbuf__cuda_pool_trim(int32_t id, uint64_t keep, int *pooled, const char **call);
+
+/* ------------------------------------------------------------------------- */
+/* Interprocess memory handles                                               */
+/* ------------------------------------------------------------------------- */
+
+/* From the same cuda.h: CUuuid (line 275), CU_IPC_HANDLE_SIZE 64 and
+ * CUipcMemHandle (283-298), CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1 (305),
+ * the error codes above (205, 208, 217: lines 1636-1707; 711: 1876),
+ * cuDeviceGetUuid (3797), cuMemGetAddressRange (6383, exported as _v2: line
+ * 96), cuIpcGetMemHandle (6916: "a pointer to the base of an existing device
+ * memory allocation created with cuMemAlloc"), cuIpcOpenMemHandle (6974,
+ * exported as _v2: line 146; a handle opened again in the same context has its
+ * reference count raised, since CUDA 11.1) and cuIpcCloseMemHandle (7008).
+ * The handle is passed by value. */
+typedef struct CUuuid_st {
+    char bytes[16];
+} CUuuid;
+#define CU_IPC_HANDLE_SIZE 64
+typedef struct CUipcMemHandle_st {
+    char reserved[CU_IPC_HANDLE_SIZE];
+} CUipcMemHandle;
+#define CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1u
+
+/* Resolved apart from the rest (cuda.c): a driver without them cannot share
+ * memory between processes, and says so when asked to. device_get_uuid may
+ * be NULL on its own (the handle's device is then not checked). */
+typedef struct pyxbuf__cuda_ipc_api {
+    CUresult (*device_get)(CUdevice *device, int ordinal);
+    CUresult (*device_get_uuid)(CUuuid *uuid, CUdevice device);
+    CUresult (*mem_get_address_range)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
+    CUresult (*pointer_get_attributes)(unsigned int count, CUpointer_attribute *attributes,
+                                       void **data, CUdeviceptr ptr);
+    CUresult (*ipc_get_mem_handle)(CUipcMemHandle *handle, CUdeviceptr ptr);
+    CUresult (*ipc_open_mem_handle)(CUdeviceptr *ptr, CUipcMemHandle handle, unsigned int flags);
+    CUresult (*ipc_close_mem_handle)(CUdeviceptr ptr);
+    CUresult (*get_error_name)(CUresult error, const char **name);
+    CUresult (*get_error_string)(CUresult error, const char **text);
+} pyxbuf__cuda_ipc_api;
+
+/* cuda_ipc.c, for cuda.c, which calls these with device `id`'s primary
+ * context current, after the driver loaded and `id` was checked. `api` NULL:
+ * the driver has no IPC (each call then fails saying so). export: the
+ * handle naming the cuMemAlloc allocation holding `ptr` and ptr's place in
+ * it (pool memory is refused, naming the pool); open, in another process:
+ * map it; close: unmap what open mapped. 0, or the error code with err
+ * filled. */
+void pyxbuf__cuda_ipc_init(const pyxbuf__cuda_ipc_api *api);
+int pyxbuf__cuda_ipc_export(int32_t id, const void *ptr, void *handle, size_t *handle_len,
+                            pyxbuf_error *err);
+int pyxbuf__cuda_ipc_open(int32_t id, const void *handle, size_t handle_len, void **ptr,
+                          pyxbuf_error *err);
+int pyxbuf__cuda_ipc_close(int32_t id, void *ptr, pyxbuf_error *err);
 
 #endif

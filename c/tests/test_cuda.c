@@ -8,6 +8,7 @@
  * because it forks before this process has touched the driver. */
 #include "pyxbuf.h"
 #include "device/device.h" /* the staging entry points (linked statically) */
+#include "device/cuda_driver.h" /* the driver's types; cuda_ipc.c's functions */
 #include "testing.h"
 
 #include <dlfcn.h>
@@ -70,11 +71,6 @@ static pyxbuf_error last;
 /* A few driver calls the backend does not offer (streams, pinned and managed
  * memory, async memset), for the tests' own setup. Types and names as in
  * cuda.h; loaded after require_gpu, so cuInit has run. */
-typedef int CUresult;
-typedef struct CUctx_st *CUcontext;
-typedef struct CUstream_st *CUstream;
-typedef struct CUevent_st *CUevent;
-typedef unsigned long long CUdeviceptr;
 
 #define CU_STREAM_NON_BLOCKING 0x1u
 #define CU_MEM_ATTACH_GLOBAL 0x1u
@@ -182,6 +178,9 @@ static void check_missing_driver(void) {
         b->alloc_async(b->ctx, 0, 16, 0, &p, &err),
         b->free_async(b->ctx, 0, (void *)0x1000, 0, &err),
         b->pool_trim(b->ctx, 0, 0, &err),
+        b->ipc_export(b->ctx, 0, (void *)0x1000, host, &(size_t){sizeof host}, &err),
+        b->ipc_open(b->ctx, 0, host, sizeof host, &p, &err),
+        b->ipc_close(b->ctx, 0, (void *)0x1000, &err),
     };
     for (size_t i = 0; i < sizeof rcs / sizeof *rcs; i++) CHECK_INT_EQ(rcs[i], PYXBUF_EDRIVER);
     CHECK_INT_EQ(err.code, PYXBUF_EDRIVER);
@@ -241,6 +240,193 @@ TEST_CASE(backend_describes_cuda) {
     CHECK(b->host_alloc && b->host_free && b->copy_async && b->event_query);
     /* The stream-ordered pool (cuMemAllocFromPoolAsync where pools exist). */
     CHECK(b->alloc_async && b->free_async && b->pool_trim);
+    /* Memory shared with other processes (CUDA's IPC handles). */
+    CHECK(b->ipc_export && b->ipc_open && b->ipc_close);
+}
+
+/* ------------------------------------------------------------------------- */
+/* IPC handles, over a scripted driver                                        */
+/* ------------------------------------------------------------------------- */
+
+/* cuda_ipc.c's own logic -- the handle's layout, opens in the exporting
+ * process, refusals and their messages -- checked everywhere, over driver
+ * functions that behave as cuda.h documents for the cases below. The real
+ * driver's path (two processes on one GPU) is bench/cuda/run-on-gpu.sh's
+ * ipc step. Runs in a child: pyxbuf__cuda_ipc_init replaces the process's
+ * table. */
+
+static struct {
+    unsigned char uuid_here; /* this process's GPU: 16 bytes of this value */
+    CUdeviceptr opened_base; /* what cuIpcOpenMemHandle maps */
+    int opens, closes;
+    CUdeviceptr closed;
+    CUresult open_result;
+} fake;
+
+#define FAKE_POOL_START 0x900000u /* memory "from a pool": cuIpcGetMemHandle refuses it */
+
+static CUresult fake_device_get(CUdevice *d, int ordinal) {
+    *d = ordinal;
+    return CUDA_SUCCESS;
+}
+static CUresult fake_uuid(CUuuid *u, CUdevice d) {
+    (void)d;
+    memset(u->bytes, fake.uuid_here, sizeof u->bytes);
+    return CUDA_SUCCESS;
+}
+static CUresult fake_range(CUdeviceptr *base, size_t *size, CUdeviceptr p) {
+    if (p == 0) return CUDA_ERROR_INVALID_VALUE;
+    *base = p & ~(CUdeviceptr)0xFFFF; /* 64 KiB allocations */
+    *size = 0x10000;
+    return CUDA_SUCCESS;
+}
+static CUresult fake_attrs(unsigned n, CUpointer_attribute *a, void **data, CUdeviceptr p) {
+    for (unsigned i = 0; i < n; i++) {
+        if (a[i] == CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE)
+            *(void **)data[i] = p >= FAKE_POOL_START ? (void *)0x77 : NULL;
+        else if (a[i] == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE)
+            *(int *)data[i] = p < FAKE_POOL_START;
+    }
+    return CUDA_SUCCESS;
+}
+static CUresult fake_get_handle(CUipcMemHandle *h, CUdeviceptr base) {
+    if (base >= FAKE_POOL_START) return CUDA_ERROR_INVALID_VALUE;
+    memset(h->reserved, 0, sizeof h->reserved);
+    memcpy(h->reserved, &base, sizeof base);
+    return CUDA_SUCCESS;
+}
+static CUresult fake_open(CUdeviceptr *p, CUipcMemHandle h, unsigned flags) {
+    (void)h;
+    CHECK_INT_EQ(flags, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    fake.opens++;
+    if (fake.open_result != CUDA_SUCCESS) return fake.open_result;
+    *p = fake.opened_base;
+    return CUDA_SUCCESS;
+}
+static CUresult fake_close(CUdeviceptr p) {
+    fake.closes++;
+    fake.closed = p;
+    return CUDA_SUCCESS;
+}
+static CUresult fake_error_name(CUresult r, const char **s) {
+    *s = r == CUDA_ERROR_INVALID_HANDLE  ? "CUDA_ERROR_INVALID_HANDLE"
+         : r == CUDA_ERROR_INVALID_VALUE ? "CUDA_ERROR_INVALID_VALUE"
+                                         : "CUDA_ERROR_OTHER";
+    return CUDA_SUCCESS;
+}
+static CUresult fake_error_string(CUresult r, const char **s) {
+    (void)r;
+    *s = "as the driver says";
+    return CUDA_SUCCESS;
+}
+
+static const pyxbuf__cuda_ipc_api fake_api = {
+    .device_get = fake_device_get,
+    .device_get_uuid = fake_uuid,
+    .mem_get_address_range = fake_range,
+    .pointer_get_attributes = fake_attrs,
+    .ipc_get_mem_handle = fake_get_handle,
+    .ipc_open_mem_handle = fake_open,
+    .ipc_close_mem_handle = fake_close,
+    .get_error_name = fake_error_name,
+    .get_error_string = fake_error_string,
+};
+
+static void check_ipc_over_fake_driver(void) {
+    pyxbuf_error err;
+    unsigned char h[PYXBUF_IPC_BACKEND_HANDLE_MAX];
+    size_t n = sizeof h;
+    void *p = NULL;
+    fake.uuid_here = 0xAB;
+    fake.opened_base = 0x7000000;
+    pyxbuf__cuda_ipc_init(&fake_api);
+
+    /* Export: pyxbuf's handle, CUDA's inside it. */
+    CHECK_OK(pyxbuf__cuda_ipc_export(0, (void *)0x12345, h, &n, &last));
+    CHECK(n > 64 && n <= PYXBUF_IPC_BACKEND_HANDLE_MAX);
+    CHECK(memcmp(h, "pyxbcuda", 8) == 0);
+
+    /* Mapped, at the array's offset in the allocation; closed at the
+     * mapping's base. */
+    CHECK_OK(pyxbuf__cuda_ipc_open(0, h, n, &p, &last));
+    CHECK(p == (void *)(0x7000000 + 0x2345));
+    CHECK_INT_EQ(fake.opens, 1);
+    CHECK_OK(pyxbuf__cuda_ipc_close(0, p, &last));
+    CHECK_INT_EQ(fake.closes, 1);
+    CHECK(fake.closed == 0x7000000);
+
+    /* The exporter freed it (or exited): the driver's error, and why. */
+    fake.open_result = CUDA_ERROR_INVALID_HANDLE;
+    CHECK_INT_EQ(pyxbuf__cuda_ipc_open(0, h, n, &p, &err), PYXBUF_EDRIVER);
+    CHECK_INT_EQ(err.code, PYXBUF_EDRIVER);
+    CHECK_CONTAINS(err.message, "cuIpcOpenMemHandle of process ");
+    CHECK_CONTAINS(err.message, "'s memory on CUDA device 0 failed");
+    CHECK_CONTAINS(err.message, "CUDA_ERROR_INVALID_HANDLE");
+    CHECK_CONTAINS(err.message, "may have freed the array or exited");
+    fake.open_result = CUDA_SUCCESS;
+
+    /* Another GPU under the same ordinal (CUDA_VISIBLE_DEVICES differs). */
+    fake.uuid_here = 0xCD;
+    CHECK_INT_EQ(pyxbuf__cuda_ipc_open(0, h, n, &p, &err), PYXBUF_EINVAL);
+    CHECK_INT_EQ(err.code, PYXBUF_EINVAL);
+    CHECK_CONTAINS(err.message, "the memory lies on GPU-abababab-abab-abab-abab-abababababab");
+    CHECK_CONTAINS(err.message, "CUDA device 0 of this process is GPU-cdcdcdcd-cdcd");
+    CHECK_CONTAINS(err.message, "CUDA_VISIBLE_DEVICES");
+    fake.uuid_here = 0xAB;
+
+    /* Handles that ipc_export did not make. */
+    CHECK_INT_EQ(pyxbuf__cuda_ipc_open(0, h, n - 1, &p, &err), PYXBUF_EINVAL);
+    CHECK_INT_EQ(err.code, PYXBUF_EINVAL);
+    CHECK_CONTAINS(err.message, "handle is not one cuda ipc_export made");
+    h[0] ^= 1;
+    CHECK_INT_EQ(pyxbuf__cuda_ipc_open(0, h, n, &p, &err), PYXBUF_EINVAL);
+    CHECK_CONTAINS(err.message, "starting \"pyxbcuda\"");
+
+    /* Too small a buffer for the handle. */
+    size_t small = 64;
+    CHECK_INT_EQ(pyxbuf__cuda_ipc_export(0, (void *)0x12345, h, &small, &err), PYXBUF_EINVAL);
+    CHECK_INT_EQ(err.code, PYXBUF_EINVAL);
+    CHECK_CONTAINS(err.message, "pass PYXBUF_IPC_BACKEND_HANDLE_MAX");
+
+    /* Pool memory: CUDA's IPC handles cannot name it; the way out. */
+    n = sizeof h;
+    CHECK_INT_EQ(pyxbuf__cuda_ipc_export(0, (void *)(FAKE_POOL_START + 0x40), h, &n, &err), PYXBUF_EDRIVER);
+    CHECK_INT_EQ(err.code, PYXBUF_EDRIVER);
+    CHECK_CONTAINS(err.message, "cuIpcGetMemHandle of the allocation holding the array");
+    CHECK_CONTAINS(err.message, "stream-ordered pool");
+    CHECK_CONTAINS(err.message, "PYXBUF_DEVICE_POOL=0");
+
+    /* A driver without IPC. */
+    pyxbuf__cuda_ipc_init(NULL);
+    n = sizeof h;
+    CHECK_INT_EQ(pyxbuf__cuda_ipc_export(0, (void *)0x12345, h, &n, &err), PYXBUF_EUNSUPPORTED);
+    CHECK_INT_EQ(err.code, PYXBUF_EUNSUPPORTED);
+    CHECK_CONTAINS(err.message, "this CUDA driver has no interprocess memory handles");
+}
+
+TEST_CASE(ipc_handles_over_a_scripted_driver) { in_child(check_ipc_over_fake_driver, NULL); }
+
+/* The real driver: cuMemAlloc memory has a handle; the stream-ordered
+ * pool's memory is refused, naming the pool. (Two processes: run-on-gpu.sh.) */
+TEST_CASE(ipc_export_names_cumemalloc_memory_and_refuses_pool_memory) {
+    require_gpu();
+    const pyxbuf_backend *b = cuda();
+    unsigned char h[PYXBUF_IPC_BACKEND_HANDLE_MAX];
+    size_t n = sizeof h;
+    void *d = NULL, *pooled = NULL;
+    pyxbuf_error err;
+    CHECK_OK(b->alloc(b->ctx, 0, 1 << 20, &d, &last));
+    CHECK_OK(b->ipc_export(b->ctx, 0, offset(d, 4096), h, &n, &last));
+    CHECK(n > 64 && memcmp(h, "pyxbcuda", 8) == 0);
+    CHECK_OK(b->free(b->ctx, 0, d, &last));
+    CHECK_OK(b->alloc_async(b->ctx, 0, 1 << 20, 0, &pooled, &last));
+    n = sizeof h;
+    int rc = b->ipc_export(b->ctx, 0, pooled, h, &n, &err);
+    fprintf(stderr, "pool memory: rc %d: %s\n", rc, rc ? err.message : "(shared)");
+    CHECK_INT_EQ(rc, PYXBUF_EDRIVER);
+    CHECK_CONTAINS(err.message, "stream-ordered pool");
+    CHECK_OK(b->free_async(b->ctx, 0, pooled, 0, &last));
+    CHECK_OK(b->synchronize(b->ctx, 0, 0, &last));
 }
 
 /* ------------------------------------------------------------------------- */
@@ -752,6 +938,8 @@ TEST_CASE(a_device_block_is_freed_after_the_streams_it_was_handed_to) {
 }
 
 TEST_MAIN(TEST_ENTRY(missing_driver_is_a_clear_error), TEST_ENTRY(backend_describes_cuda),
+          TEST_ENTRY(ipc_handles_over_a_scripted_driver),
+          TEST_ENTRY(ipc_export_names_cumemalloc_memory_and_refuses_pool_memory),
           TEST_ENTRY(alloc_copy_roundtrip), TEST_ENTRY(staged_copies_round_trip),
           TEST_ENTRY(device_to_device_copy),
           TEST_ENTRY(pointer_query_on_device_and_host_memory), TEST_ENTRY(events_order_a_copy),

@@ -73,7 +73,8 @@ pub const PYXBUF_DL_FLAG_READ_ONLY: u64 = 1;
 pub const PYXBUF_DL_FLAG_IS_COPIED: u64 = 2;
 pub const PYXBUF_STREAM_DEFAULT: i64 = 0;
 pub const PYXBUF_STREAM_NONE: i64 = -1;
-pub const PYXBUF_IPC_HANDLE_MAX: i32 = 128;
+pub const PYXBUF_IPC_HANDLE_MAX: i32 = 256;
+pub const PYXBUF_IPC_BACKEND_HANDLE_MAX: i32 = 224;
 pub const PYXBUF_OVER_READONLY: i32 = 1;
 pub const PYXBUF_OVER_PROCESS_SHARED: i32 = 2;
 pub const PYXBUF_FMT_ROOT: i32 = 0;
@@ -688,11 +689,13 @@ pub struct pyxbuf_backend {
     /** Optional, all three or none (a registrant whose `size` predates them
  has none): device memory shared with another process on this machine,
  as CUDA's IPC shares it (cuIpcGetMemHandle, cuIpcOpenMemHandle,
- cuIpcCloseMemHandle). ipc_export: at most PYXBUF_IPC_HANDLE_MAX bytes
- into `handle` (*handle_len their number) naming the live allocation
- holding `ptr` and ptr's place in it; ipc_open, in another process: map
- it there, *ptr where `ptr` was; ipc_close: unmap what ipc_open mapped.
- The exporter keeps the allocation alive while others use it.*/
+ cuIpcCloseMemHandle). ipc_export: at most *handle_len bytes (on entry
+ PYXBUF_IPC_BACKEND_HANDLE_MAX) into `handle`, *handle_len their number,
+ naming the live allocation holding `ptr` and ptr's place in it;
+ ipc_open, in another process: map it there, *ptr where `ptr` was (the
+ exporting process's own opens never reach it: pyxbuf serves them with
+ the memory it has); ipc_close: unmap what ipc_open mapped. The
+ exporter keeps the allocation alive while others use it.*/
     pub ipc_export: ::std::option::Option<
         unsafe extern "C" fn(
             ctx: *mut ::std::os::raw::c_void,
@@ -1772,7 +1775,9 @@ unsafe extern "C" {
  pyxbuf_exporter_open_shared, in another process: an exporter over the
  memory the handle names, laid out as given (strides in bytes, required
  from 2 dimensions); it closes the handle when it dies and grants no borrow
- (other processes write the memory too). The exporting process keeps its
+ (other processes write the memory too). Opened in the process that made
+ it (a multiprocessing.Queue between two threads), the exporter is over
+ that process's own memory, mapped nowhere else: the same address. The exporting process keeps its
  array alive until every process that opened it is done with it: nothing
  counts the openers across processes (as with CUDA's IPC). New reference,
  or NULL with an exception.*/

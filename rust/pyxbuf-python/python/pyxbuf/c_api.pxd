@@ -252,6 +252,7 @@ cdef extern from "pyxbuf.h":
     enum:
         PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD_DEFAULT
         PYXBUF_IPC_HANDLE_MAX
+        PYXBUF_IPC_BACKEND_HANDLE_MAX
 
     ctypedef struct pyxbuf_transfer_config:
         uint32_t size

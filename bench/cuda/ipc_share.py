@@ -1,0 +1,195 @@
+"""Device arrays shared between two processes on one GPU, without a copy
+(issue 48): pyxbuf.multiprocessing (CUDA's IPC handles through the
+backend's ipc_export/ipc_open) beside torch.multiprocessing sharing a
+PyTorch CUDA tensor, both timed in the same run.
+
+One spawned worker process receives each array through a Queue, opens it,
+reads its first and last items on the device (through DLPack into PyTorch),
+writes item 1 (-1.0) and answers; the parent then checks that it sees the
+write in its own array (the same memory, not a copy). A round trip is the
+time from `put` to the answer, median of ROUNDS after one warm-up, for each
+size. Also checked: an array opened in the process that made it is its own
+memory (same address; CUDA refuses such opens, pyxbuf hands back the
+pointer), and memory of pyxbuf's stream-ordered pool is refused with the way
+out named (CUDA's IPC handles cannot name pool memory; PyTorch's
+cudaMallocAsync backend refuses it too), so pyxbuf's own arrays here come
+from cuMemAlloc (`transfer_config(device_pool=False)`).
+
+Needs the pyxbuf Python package (a cp312 wheel unpacked on PYTHONPATH on the
+GPU machine: bench/cuda/run-on-gpu.sh's `ipc` step). IPC_DEVICE=emulated:
+a dry run on the emulated device (no GPU, no PyTorch: reads through a host
+copy, no write-back check, no peer column).
+"""
+
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import pyxbuf
+import pyxbuf.multiprocessing as pmp
+from pyxbuf import _pickle
+from pyxbuf.pyxbuf import _share_device
+
+EMULATED = os.environ.get("IPC_DEVICE") == "emulated"
+DEVICE = "ext_dev:0" if EMULATED else "cuda:0"
+SIZES = [int(s) << 20 for s in os.environ.get("IPC_MIB", "1,64,256").split(",")]
+ROUNDS = int(os.environ.get("IPC_ROUNDS", "20"))
+TIMEOUT = 120
+
+torch = None
+if not EMULATED:
+    import torch
+    import torch.multiprocessing  # noqa: F401 -- registers PyTorch's reductions
+
+
+def worker(inbox, outbox):
+    """Open what arrives, read its ends on the device, write item 1, answer."""
+    if not EMULATED:
+        import torch as wt  # noqa: F811
+    while True:
+        msg = inbox.get(timeout=TIMEOUT)
+        if msg is None:
+            return
+        x = msg
+        try:
+            if EMULATED:
+                host = np.asarray(x.to_device("cpu"))
+                ends = (float(host[0]), float(host[-1]))
+            else:
+                t = wt.from_dlpack(x) if not isinstance(x, wt.Tensor) else x
+                ends = (t[0].item(), t[-1].item())
+                t[1] = -1.0
+                wt.cuda.synchronize()
+                del t
+            outbox.put(("ok", ends))
+        except BaseException as err:  # reported, not lost in the worker's stderr
+            outbox.put(("failed", repr(err)))
+        del x
+
+
+def data_pointer(x):
+    return pyxbuf.inspect(x)["data"]
+
+
+def make_pyxbuf(n_items):
+    """pyxbuf's own device array (cuMemAlloc memory: the pool is off)."""
+    return pyxbuf.to_device(np.arange(n_items, dtype=np.float32), DEVICE)
+
+
+def round_trips(inbox, outbox, x, expect, sees_write):
+    """Median round trip (ms) of sending `x`, and whether every answer held."""
+    times = []
+    for i in range(ROUNDS + 1):
+        sees_write(reset=True)
+        start = time.perf_counter()
+        inbox.put(x)
+        status, got = outbox.get(timeout=TIMEOUT)
+        elapsed = time.perf_counter() - start
+        if status != "ok":
+            raise SystemExit(f"worker failed: {got}")
+        if got != expect:
+            raise SystemExit(f"worker read {got}, expected {expect}")
+        if not EMULATED and not sees_write():
+            raise SystemExit("the worker's write is not in the sender's array: not shared")
+        if i > 0:
+            times.append(elapsed * 1e3)
+    return statistics.median(times)
+
+
+def torch_item_one(t):
+    def sees_write(reset=False):
+        if reset:
+            t[1] = 1.0
+            torch.cuda.synchronize()
+            return True
+        return t[1].item() == -1.0
+
+    return sees_write
+
+
+def pyxbuf_item_one(x):
+    if EMULATED:
+        return lambda reset=False: True
+    return torch_item_one(torch.from_dlpack(x))
+
+
+def check_same_process():
+    x = make_pyxbuf(1 << 10)
+    device, handle = _share_device(x)
+    y = _pickle.rebuild_shared_device(device, handle, x.format, x.itemsize, x.shape, x.strides,
+                                      x.readonly)
+    same = data_pointer(y) == data_pointer(x)
+    del y
+    print(f"- opened in the process that made it: {'same address' if same else 'ANOTHER ADDRESS'}")
+    return same
+
+
+def check_pool_refused():
+    if EMULATED:
+        return True
+    pyxbuf.transfer_config(device_pool=True)
+    x = make_pyxbuf(1 << 10)
+    try:
+        _share_device(x)
+    except Exception as err:  # the backend's error, raised as its class
+        ok = "stream-ordered pool" in str(err) and "PYXBUF_DEVICE_POOL=0" in str(err)
+        print(f"- pool memory refused ({type(err).__name__}): {'names the pool and the way out' if ok else 'MESSAGE LACKS THE CAUSE'}")
+        print(f"  > {err}")
+        return ok
+    finally:
+        pyxbuf.transfer_config(device_pool=False)
+    print("- pool memory: SHARED (CUDA was expected to refuse it)")
+    return False
+
+
+def main():
+    pyxbuf.transfer_config(device_pool=False)
+    ctx = pmp.get_context("spawn")
+    inbox, outbox = ctx.Queue(), ctx.Queue()
+    proc = ctx.Process(target=worker, args=(inbox, outbox))
+    proc.start()
+    print(f"# Device arrays between two processes ({DEVICE}; median of {ROUNDS} round trips)\n")
+    peer = "torch.multiprocessing (ms)" if torch is not None else "peer"
+    print(f"| float32 array | pyxbuf.multiprocessing (ms) | {peer} | ratio |")
+    print("|---|---|---|---|")
+    ok = True
+    ratios = []
+    try:
+        for size in SIZES:
+            n = size // 4
+            x = make_pyxbuf(n)
+            expect = (0.0, float(np.float32(n - 1)))
+            ours = round_trips(inbox, outbox, x, expect, pyxbuf_item_one(x))
+            theirs = ratio = None
+            if torch is not None:
+                t = torch.arange(n, dtype=torch.float32, device="cuda:0")
+                texpect = (t[0].item(), t[-1].item())
+                theirs = round_trips(inbox, outbox, t, texpect, torch_item_one(t))
+                ratio = ours / theirs
+                ratios.append(ratio)
+                del t
+            print(f"| {size >> 20} MiB | {ours:.3f} | "
+                  f"{'-' if theirs is None else f'{theirs:.3f}'} | "
+                  f"{'-' if ratio is None else f'{ratio:.2f}'} |")
+            del x
+        print()
+        ok &= check_same_process()
+        ok &= check_pool_refused()
+    finally:
+        inbox.put(None)
+        proc.join(TIMEOUT)
+    ok &= proc.exitcode == 0
+    print(f"- worker exit code {proc.exitcode}; every read bit-exact"
+          f"{'' if EMULATED else ' and every write seen by the sender'}")
+    if ratios:
+        print(f"target: round trip within 1.5x torch.multiprocessing at every size: "
+              f"{'met' if max(ratios) <= 1.5 else 'missed'} (worst {max(ratios):.2f})")
+    print(f"ipc: {'ok' if ok else 'FAILED'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
