@@ -120,6 +120,17 @@ def test_a_handle_opened_by_the_process_that_made_it_is_its_own_memory():
     assert pyxbuf.inspect(got)["data"] == pyxbuf.inspect(d)["data"]
 
 
+def test_host_arrays_travel_through_the_queues_as_plain_pickle_does():
+    # ForkingPickler's protocol is 4 before Python 3.14: no PickleBuffer there.
+    q = mp.get_context("spawn").Queue()
+    for x in (pyxbuf.frombuffer(bytearray(np.arange(4, dtype=np.float32).tobytes()), "f"),
+              pyxbuf.exporter([3], "[ml_dtypes$bfloat16]")):
+        q.put(x)
+        got = q.get(timeout=TIMEOUT)
+        assert (got.format, got.shape, got.device) == (x.format, x.shape, "cpu")
+        assert np.asarray(got).tobytes() == np.asarray(x).tobytes()
+
+
 def test_sharing_refusals_name_their_cause():
     with pytest.raises(ValueError, match="holds host memory"):
         pyxbuf.pyxbuf._share_device(pyxbuf.exporter([4], "f"))

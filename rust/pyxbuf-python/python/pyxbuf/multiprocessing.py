@@ -6,7 +6,8 @@ without a copy, as ``torch.multiprocessing`` shares CUDA tensors.
 arguments) then sends a pyxbuf array on a device as an IPC handle of its
 memory (CUDA's ``cuIpcGetMemHandle``; the emulated device's memfd): the
 receiving process maps the same memory. Host arrays travel as plain pickle
-does (protocol 5, their items out of band), and ``pickle.dumps`` itself is
+does through a queue (in band: the queues pickle without a buffer
+callback, with protocol 4 before Python 3.14), and ``pickle.dumps`` itself is
 unchanged (device arrays through a host copy).
 
 Lifetime and order, as with CUDA's IPC:
@@ -36,9 +37,11 @@ from .pyxbuf import Exporter, _share_device
 
 def reduce_exporter(x):
     """ForkingPickler's reduction of an exporter: an IPC handle for device
-    memory, pickle's own (protocol 5) for host memory."""
+    memory, pickle's own, in band, for host memory."""
     if x.device == "cpu":
-        return x.__reduce_ex__(5)
+        # Its items in band: ForkingPickler pickles with no buffer callback,
+        # and before Python 3.14 with protocol 4, which refuses a PickleBuffer.
+        return x.__reduce_ex__(4)
     device, handle = _share_device(x)
     return _pickle.rebuild_shared_device, (device, handle, x.format, x.itemsize, x.shape,
                                            x.strides, x.readonly)
