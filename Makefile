@@ -19,7 +19,7 @@ MAKEFLAGS += --no-print-directory
 	distclean venv libclang bindings asan-build test-asan test-asan-c test-asan-python \
 	clang fuzz fuzz-build fuzz-borrows \
 	valgrind-build test-valgrind tsan-build test-tsan aarch64-tools aarch64-build test-aarch64-c test-aarch64 \
-	check-windows check-portable dist
+	check-windows check-portable dist docs
 
 all: build
 
@@ -53,7 +53,8 @@ help:
 	@echo '  test-packaged-crates  the crates as cargo package makes them, tested unpacked'
 	@echo '  test-wheel            the release (abi3) wheel in a fresh venv; C, Cython, nanobind, pybind11 extensions on it'
 	@echo '  test-abi3-wheel       that abi3 wheel on CPython 3.12 to 3.15, C extensions built on each (CI)'
-	@echo '  test-readme           every code block of README.md run as written'
+	@echo '  test-readme           every code block of README.md and docs/ run as written'
+	@echo '  docs                  the documentation site, built and checked (target/docs/html)'
 	@echo '  bench-smoke           every benchmark once, untimed'
 	@echo 'Hardening:'
 	@echo '  asan-build            build-asan/: everything C with ASan + UBSan'
@@ -204,7 +205,7 @@ test-packaged-crates: venv libclang
 	    RUSTDOCFLAGS="-D warnings" $(RUST_ENV) cargo doc --quiet --no-deps -p pyxbuf-sys -p pyxbuf $$f \
 	    || exit 1; done
 
-# pyxbuf supports PyO3 0.28 to 0.30 (README, Quick start: Rust): `cargo
+# pyxbuf supports PyO3 0.28 to 0.30 (docs/guides/rust.md): `cargo
 # test` of pyxbuf-sys and pyxbuf against the oldest release of each minor but
 # 0.30, whose 0.30.1 Cargo.lock pins for make test-rust
 # (tools/test-pyo3-versions.sh: copies in target/pyo3-versions/, each with
@@ -247,7 +248,7 @@ test-abi3-wheel: venv
 	PYXBUF_PYTHONS=$(PYTHONS) JOBS=$(JOBS) tools/pythons.sh 3.12 3.13
 	PYXBUF_PYTHONS=$(PYTHONS) JOBS=$(JOBS) tools/test-abi3-wheel.sh
 
-# The release wheel a user installs (README, Quick start: Python): the abi3
+# The release wheel a user installs (docs/guides/python.md): the abi3
 # `pyxbuf` module (CPython 3.11 and later) with pyxbuf.h, pyxbuf.hpp, libpyxbuf.a, the Cython
 # declarations and the CMake package, into dist/.
 wheel: venv
@@ -312,6 +313,13 @@ torch: venv
 
 test: check-layers test-c test-rust test-python test-pymodules test-torch test-packaged-crates test-wheel test-readme bench-smoke
 
+# The documentation site, built and checked (tools/docs/build.sh says how): Sphinx
+# over docs/ with the API reference generated from the sources' comments (a public
+# symbol without one fails), rustdoc beside it, no warning, every internal link and
+# code block checked, the index rendered in headless Chromium. Into target/docs/html.
+docs: venv
+	$(RUST_ENV) tools/docs/build.sh
+
 # Every fenced block of README.md run as it is written
 # (python-tests/readme/readme_blocks.py says how): doctests, the shell
 # commands, and the quick starts' C (setuptools), Rust (maturin), Cython
@@ -320,11 +328,25 @@ test: check-layers test-c test-rust test-python test-pymodules test-torch test-p
 # python-tests/readme/check_examples.py on what they do. `make test` runs
 # test-wheel first; alone, this rebuilds the wheel (make test-wheel) when it
 # is missing or older than a tracked source. Cargo's work is kept in
-# target/readme-cargo. docs/recipes.md runs the same way after it, in its own
-# scratch folder (inside target/readme, which the workspace excludes, so that
-# its crate recipes-rs builds as a crate of its own), sharing that cargo
-# target; python-tests/readme/check_recipes.py checks what its crate does.
+# target/readme-cargo. The README shows each binding's example and the guide
+# docs/guides/<binding>.md runs it (the harness checks the README's blocks are
+# the guide's, character for character). The guides, docs/recipes.md and every
+# other page of docs/ run the same way after it, each in its own scratch folder
+# (inside target/readme, which the workspace excludes, so that their crates
+# build as crates of their own), sharing that cargo target;
+# python-tests/readme/check_examples.py checks what the guides' extensions do,
+# check_recipes.py what the recipes' crate does.
 README_SCRATCH = $(abspath target/readme)
+# The documentation's pages, run the same way, each in its own scratch folder: the
+# guides in the order a reader builds them (cpp.md last: check_examples.py then
+# checks every guide's extension), the recipes, then every other page (doctests).
+# The API reference pages make docs generates (tools/docs/reference.py): linked, not committed.
+DOCS_GENERATED = docs/reference/c.md docs/reference/cpp.md docs/reference/python.md \
+	docs/reference/cython.md
+DOCS_GUIDES = docs/guides/python.md docs/guides/rust.md docs/guides/c.md docs/guides/cython.md \
+	docs/guides/cpp.md
+DOCS_RUN = $(DOCS_GUIDES) docs/recipes.md \
+	$(filter-out $(DOCS_GUIDES) docs/recipes.md docs/index.md,$(sort $(wildcard docs/*.md docs/*/*.md)))
 test-readme: venv
 	@whl=$$(ls $(WHEEL_TEST)/dist/pyxbuf-*.whl 2>/dev/null | head -1); \
 	if [ -z "$$whl" ] || [ ! -x $(WHEEL_TEST)/venv/bin/python ] || \
@@ -333,11 +355,16 @@ test-readme: venv
 	$(VPY) -m pytest -q -p no:cacheprovider --noconftest python-tests/readme
 	$(VPY) python-tests/readme/readme_blocks.py README.md --scratch $(README_SCRATCH) \
 	    --venv $(WHEEL_TEST)/venv --dist $(WHEEL_TEST)/dist --cargo-target $(abspath target/readme-cargo) \
-	    --lockfile Cargo.lock --check python-tests/readme/check_examples.py
-	$(VPY) python-tests/readme/readme_blocks.py docs/recipes.md --root $(CURDIR) \
-	    --scratch $(README_SCRATCH)/recipes --venv $(WHEEL_TEST)/venv --dist $(WHEEL_TEST)/dist \
-	    --cargo-target $(abspath target/readme-cargo) --lockfile Cargo.lock \
-	    --check python-tests/readme/check_recipes.py
+	    --lockfile Cargo.lock
+	@set -e; for page in $(DOCS_RUN); do \
+	    check=; [ $$page = docs/guides/cpp.md ] && check="--check python-tests/readme/check_examples.py"; \
+	    [ $$page = docs/recipes.md ] && check="--check python-tests/readme/check_recipes.py"; \
+	    echo "readme-test: $$page"; \
+	    $(VPY) python-tests/readme/readme_blocks.py $$page --root $(CURDIR) \
+	        --scratch $(README_SCRATCH)/$$(basename $$page .md) --venv $(WHEEL_TEST)/venv \
+	        --dist $(WHEEL_TEST)/dist --cargo-target $(abspath target/readme-cargo) \
+	        --lockfile Cargo.lock $$check $(DOCS_GENERATED:%=--allow-missing %); \
+	done
 
 # Every arrow of the C core points down (c/LAYERS, tools/check_layers.py):
 # the library's objects' symbols (nm) and its private includes.

@@ -68,6 +68,7 @@ extern "C" {
 #define PYXBUF_API __attribute__((visibility("default")))
 #endif
 
+/* The version of this header (pyxbuf_version_string: the library's). */
 #define PYXBUF_VERSION_MAJOR 0
 #define PYXBUF_VERSION_MINOR 1
 #define PYXBUF_VERSION_PATCH 0
@@ -103,6 +104,7 @@ PYXBUF_API int pyxbuf_native_protocol(void);
 #define PYXBUF_ENOSPACE (-10)    /* an output buffer is too small */
 #define PYXBUF_EDRIVER (-11)     /* a device driver is missing or failed */
 
+/* The bytes of pyxbuf_error.message, its terminating NUL included. */
 #define PYXBUF_ERROR_MESSAGE_SIZE 480
 
 /* Filled by functions that take an optional `pyxbuf_error *` (NULL = no detail
@@ -439,6 +441,8 @@ typedef struct pyxbuf_borrow_key {
     uint64_t itemsize;
 } pyxbuf_borrow_key;
 
+/* The shared table's layout (see above): its version and size, then the
+ * registry's functions, each field commented with the version that added it. */
 typedef struct pyxbuf_shared_api {
     uint32_t version;              /* PYXBUF_SHARED_API_VERSION of the installer */
     uint32_t size;                 /* sizeof(pyxbuf_shared_api) as the installer knew it */
@@ -505,6 +509,9 @@ PYXBUF_API const char *pyxbuf_path_name(int32_t path);
 #define PYXBUF_DL_FLAG_READ_ONLY 0x1
 #define PYXBUF_DL_FLAG_IS_COPIED 0x2
 
+/* Where a view's memory lives and how to order work on it: what a producer
+ * writes for PYXBUF_DEVICE_DLPACK (pyxbuf_export_desc.device_info) and what
+ * pyxbuf_view_device reads; every field below says its part. */
 typedef struct pyxbuf_device_info {
     uint32_t size;        /* sizeof as the writer knew it */
     int32_t device_type;  /* DLPack DLDeviceType (PYXBUF_DL_*) */
@@ -1124,7 +1131,9 @@ PYXBUF_API int pyxbuf_format_finish(pyxbuf_format *f, pyxbuf_error *err);
 
 /* Custom-type registry. A key "id$payload" matches that type exactly; a key
  * ending in '$' ("mylib$") matches every payload of the id and, when
- * `size_fn` is set, asks it for the size. Entries are process-wide. */
+ * `size_fn` is set, asks it for the size. Entries belong to this copy of
+ * libpyxbuf (each statically linked extension has its own registry):
+ * register a type in the extension that reads it. */
 typedef struct pyxbuf_dtype_spec {
     uint32_t size;       /* sizeof(pyxbuf_dtype_spec) */
     int32_t reserved0;

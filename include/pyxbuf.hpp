@@ -440,6 +440,8 @@ public:
     using size_type = std::size_t;
     using iterator = T *;
 
+    // Empty, or `size` items from `data`; then the first item, the length,
+    // whether it is empty, and iteration over the items.
     constexpr span() noexcept = default;
     constexpr span(T *data, std::size_t size) noexcept : data_(data), size_(size) {}
     constexpr T *data() const noexcept { return data_; }
@@ -559,10 +561,14 @@ template <class T> argument_status load_argument(PyObject *obj, view<T> &out) no
 
 } // namespace detail
 
+// A typed view of a Python array's items (this header's introduction says
+// it all): acquired by get()/try_get() or a binding's argument caster,
+// released once by its destructor, moved but never copied.
 template <class T> class view {
     static_assert(!std::is_volatile<T>::value, "pyxbuf::view<volatile T> is not supported");
 
 public:
+    // T as given, T without const, and whether the view writes (T not const).
     using element_type = T;
     using value_type = std::remove_const_t<T>;
     static constexpr bool writable = !std::is_const<T>::value;
@@ -721,6 +727,7 @@ public:
     const pyxbuf_view *c_view() const noexcept { return s_ ? &s_->v : nullptr; }
     PyObject *object() const noexcept { return s_->v.base.obj; }
 
+    // Dimensions (0 for a scalar).
     int ndim() const noexcept { return s_->v.base.ndim; }
     // Items per dimension; always present (computed when the producer gave none).
     const Py_ssize_t *shape() const noexcept { return s_->shape; }
@@ -859,6 +866,7 @@ public:
         std::size_t pos_ = 0;
     };
 
+    // Every item in C order, whatever the strides (host memory only).
     iterator begin() const {
         require_host();
         return iterator(base_ptr(), shape(), strides(), ndim(), 0);

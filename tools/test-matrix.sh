@@ -137,11 +137,16 @@ sys.exit(1 if sys._is_gil_enabled() else 0)'
         >"$work/pytest.log" 2>&1
     local t
     t=$(pytest_counts "$work/pytest.log")
-    # The test binaries embed the interpreter: its shared libpython.
+    # The test binaries embed the interpreter: its shared libpython. The NumPy 1
+    # line tests the crates NumPy's version reaches (pyxbuf-sys, pyxbuf: the
+    # array struct route, rust-numpy's borrow table); the module crates and the
+    # argument benchmark's do not change with it (their Python suites ran above).
+    local crates=(--workspace --exclude pyxbuf-bench)
+    [ $np1 = 1 ] && crates=(-p pyxbuf-sys -p pyxbuf)
     (cd "$ROOT" && env "${env_gil[@]}" PYO3_PYTHON="$vpy" PYTHONPATH="$site" \
         LD_LIBRARY_PATH="$PYTHONS/$spec/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
         CARGO_TARGET_DIR="$work/cargo" CARGO_BUILD_JOBS="$JOBS" \
-        cargo test --no-fail-fast --workspace --all-features --exclude pyxbuf-bench) \
+        cargo test --no-fail-fast --all-features "${crates[@]}") \
         >"$work/cargo.log" 2>&1
     local r
     r=$(cargo_counts "$work/cargo.log")

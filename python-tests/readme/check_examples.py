@@ -1,16 +1,17 @@
-"""What the README's quick-start extensions do, checked after
+"""What the guides' first extensions do (docs/guides/*.md; the README shows
+them), checked after
 readme_blocks.py has built them as written (make test-readme runs it in the
 scratch venv, in the scratch folder). An example that builds but silently
 does nothing (a scale that skips strided arrays, a total that reads
 garbage) fails here, whatever its own doctest says.
 
-- myext: README's C extension, installed by setuptools (pip install
+- myext: the C guide's extension, installed by setuptools (pip install
   --no-build-isolation ./myext). (A CMake consumer is make test-wheel's.)
-- myext_rs: README's PyO3 extension (maturin develop), taking
+- myext_rs: the Rust guide's PyO3 extension (maturin develop), taking
   PyXBuffer<f32> and PyXBuffer1<f32, Exclusive> arguments.
-- cyext: README's Cython extension (setuptools + cythonize), a typed
+- cyext: the Cython guide's extension (setuptools + cythonize), a typed
   memoryview through XView.
-- myext_cpp: README's nanobind extension (scikit-build-core), taking
+- myext_cpp: the C++ guide's nanobind extension (scikit-build-core), taking
   pyxbuf::view<const float> and pyxbuf::view<float> arguments.
 - myext_pb: the same functions through pybind11 (scikit-build-core).
 """

@@ -6,6 +6,11 @@ on GitHub):
 
   <!-- readme-test: file PATH -->     write the block, as it is, to SCRATCH/PATH
   <!-- readme-test: skip (REASON) --> not run; the reason is required
+  <!-- readme-test: shown-in PATH -->  not run here: PATH (a Markdown file,
+                                      relative to this one) runs the same
+                                      block, character for character, which
+                                      the harness checks (a README shows the
+                                      code its guide builds and runs)
 
 Without a directive:
 
@@ -32,7 +37,7 @@ line numbers, so a failure names the README line.
 
 After the blocks: every `make TARGET` the README names must be a target that
 `make help` lists, every relative link must resolve (--allow-missing for a
-file another branch adds), and each --check file runs under pytest in the
+file a build generates or another branch adds), and each --check file runs under pytest in the
 scratch venv (checks of what the README's examples do, so that an example
 that silently does nothing fails).
 """
@@ -78,9 +83,9 @@ class Block:
 
 @dataclasses.dataclass
 class Action:
-    kind: str  # "file", "skip", "doctest", "shell"
+    kind: str  # "file", "skip", "doctest", "shell", "shown"
     block: Block
-    path: str | None = None  # for "file"
+    path: str | None = None  # for "file" and "shown"
     reason: str | None = None  # for "skip"
 
 
@@ -158,11 +163,14 @@ def plan(block: Block) -> Action:
             if path.startswith("/") or ".." in parts or not parts:
                 raise ReadmeError(f"line {block.directive_line}: file path {path!r} must stay in the scratch folder")
             return Action("file", block, path=path)
+        m = re.fullmatch(r"shown-in\s+(?P<path>\S+\.md)", d)
+        if m:
+            return Action("shown", block, path=m.group("path"))
         if re.fullmatch(r"skip\b.*", d):
             raise ReadmeError(f"line {block.directive_line}: 'skip' needs a reason: <!-- readme-test: skip (why) -->")
         raise ReadmeError(
             f"line {block.directive_line}: unknown readme-test directive {d!r} "
-            "(known: 'file PATH', 'skip (reason)')"
+            "(known: 'file PATH', 'skip (reason)', 'shown-in PATH.md')"
         )
     if block.lang in PYTHON and any(line.lstrip().startswith(">>>") for line in block.text.splitlines()):
         return Action("doctest", block)
@@ -173,6 +181,24 @@ def plan(block: Block) -> Action:
         "<!-- readme-test: file PATH --> (part of an example built later) or "
         "<!-- readme-test: skip (reason) --> (illustrative only)"
     )
+
+
+def check_shown(markdown_path: pathlib.Path, actions: list[Action]) -> None:
+    """Every `shown-in PATH` block is, character for character, a block PATH
+    runs (a doctest, a script, or a file it builds), not one it skips or
+    shows from elsewhere."""
+    for a in actions:
+        if a.kind != "shown":
+            continue
+        other = (markdown_path.parent / a.path).resolve()
+        if not other.exists():
+            raise ReadmeError(f"{a.block.where}: shown-in {a.path}: no such file")
+        ran = [plan(b) for b in parse(other.read_text())]
+        if not any(x.block.text == a.block.text and x.kind in ("doctest", "shell", "file")
+                   for x in ran):
+            raise ReadmeError(
+                f"{a.block.where}: shown-in {a.path}, but no block there that runs is this "
+                "block character for character: copy it from there (or run it here)")
 
 
 def make_targets_named(markdown: str) -> dict[str, int]:
@@ -303,6 +329,8 @@ class Runner:
         name = f"line {b.line}"
         if action.kind == "skip":
             print(f"readme-test: {name} ```{b.lang}: skipped ({action.reason})")
+        elif action.kind == "shown":
+            print(f"readme-test: {name} ```{b.lang}: run by {action.path} (the same block)")
         elif action.kind == "file":
             target = self.scratch / action.path
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -337,20 +365,23 @@ class Runner:
         print(f"readme-test: every `make TARGET` named is in `make help` ({len(make_targets_named(markdown))})")
 
     def check_links(self, markdown: str) -> None:
+        # Relative to the Markdown file's folder, as a reader's viewer resolves
+        # them; --allow-missing names files (relative to the root) that a build
+        # generates (the docs' API reference) or another branch adds.
+        allowed = {(self.root / t).resolve() for t in self.allow_missing}
         bad = {t: n for t, n in local_links(markdown).items()
-               if t not in self.allow_missing and not (self.root / t).exists()}
+               if (self.readme.parent / t).resolve() not in allowed
+               and not (self.readme.parent / t).exists()}
         if bad:
             listed = ", ".join(f"{t} (line {n})" for t, n in bad.items())
             raise ReadmeError(f"links to files that do not exist: {listed}")
-        for t in sorted(self.allow_missing):
-            if (self.root / t).exists():
-                print(f"readme-test: {t} exists now: drop its --allow-missing")
 
     def main(self) -> int:
         start = time.monotonic()
         markdown = self.readme.read_text()
         blocks = parse(markdown)
         actions = [plan(b) for b in blocks]  # every block judged before anything runs
+        check_shown(self.readme, actions)
         self.sessions = {a.block.line: g for g in doctest_groups(actions) for a in g}
         self.check_make_targets(markdown)
         self.check_links(markdown)
@@ -360,10 +391,12 @@ class Runner:
         for check in self.checks:
             self.run([str(self.venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
                       "--noconftest", str(check)], self.logs / f"{check.stem}.log", f"check {check.name}")
-        counts = {k: sum(a.kind == k for a in actions) for k in ("shell", "doctest", "file", "skip")}
+        counts = {k: sum(a.kind == k for a in actions)
+                  for k in ("shell", "doctest", "file", "skip", "shown")}
         print(
             f"readme-test: {len(blocks)} blocks: {counts['shell']} shell, {counts['doctest']} doctest, "
-            f"{counts['file']} files built, {counts['skip']} skipped (marked); "
+            f"{counts['file']} files built, {counts['shown']} run by another page, "
+            f"{counts['skip']} skipped (marked); "
             f"{len(self.checks)} checks; {time.monotonic() - start:.0f} s"
         )
         return 0

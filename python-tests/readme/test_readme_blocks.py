@@ -121,11 +121,16 @@ def test_doctests_in_a_row_under_one_heading_share_a_session():
 
 
 def test_the_readme_plans_every_block():
-    """README.md as committed: every block runs or says why not."""
+    """README.md as committed: every block runs, is run by its guide, or says
+    why not; the guides build what the README shows."""
     blocks = rb.parse((ROOT / "README.md").read_text())
     actions = [rb.plan(b) for b in blocks]
-    assert {a.kind for a in actions} >= {"shell", "doctest", "file"}
+    assert {a.kind for a in actions} >= {"shell", "doctest", "shown"}
     assert all(a.reason for a in actions if a.kind == "skip")
+    rb.check_shown(ROOT / "README.md", actions)
+    guides = [rb.plan(b) for g in sorted((ROOT / "docs" / "guides").glob("*.md"))
+              for b in rb.parse(g.read_text())]
+    assert {a.kind for a in guides} >= {"shell", "doctest", "file"}
 
 
 def runner_args(tmp_path, readme_text, checks=()):
@@ -203,3 +208,22 @@ def test_list_runs_nothing(tmp_path, capsys):
     assert rb.main([str(readme), "--list"]) == 0
     assert "shell" in capsys.readouterr().out
     assert not (tmp_path / "ran").exists()
+
+
+def test_a_block_shown_in_another_page_must_be_one_that_page_runs(tmp_path):
+    guide = tmp_path / "docs" / "guide.md"
+    guide.parent.mkdir()
+    guide.write_text("<!-- readme-test: file ext/lib.rs -->\n```rust\nfn f() {}\n```\n"
+                     "<!-- readme-test: skip (a diagram) -->\n```\na -> b\n```\n")
+    readme = tmp_path / "README.md"
+    md = "<!-- readme-test: shown-in docs/guide.md -->\n```rust\nfn f() {}\n```\n"
+    actions = [rb.plan(b) for b in rb.parse(md)]
+    assert [(a.kind, a.path) for a in actions] == [("shown", "docs/guide.md")]
+    rb.check_shown(readme, actions)  # the same text, built there
+    for text, why in [("fn g() {}", "no block there that runs"), ("a -> b", "no block there that runs")]:
+        md = f"<!-- readme-test: shown-in docs/guide.md -->\n```rust\n{text}\n```\n"
+        with pytest.raises(rb.ReadmeError, match=why):
+            rb.check_shown(readme, [rb.plan(b) for b in rb.parse(md)])
+    md = "<!-- readme-test: shown-in docs/none.md -->\n```rust\nfn f() {}\n```\n"
+    with pytest.raises(rb.ReadmeError, match="shown-in docs/none.md: no such file"):
+        rb.check_shown(readme, [rb.plan(b) for b in rb.parse(md)])

@@ -306,6 +306,8 @@ const _: () = {
         "Offset of field: pyxbuf_borrow_key::itemsize",
     ][::std::mem::offset_of!(pyxbuf_borrow_key, itemsize) - 40usize];
 };
+/** The shared table's layout (see above): its version and size, then the
+ registry's functions, each field commented with the version that added it.*/
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pyxbuf_shared_api {
@@ -391,6 +393,9 @@ impl Default for pyxbuf_shared_api {
         }
     }
 }
+/** Where a view's memory lives and how to order work on it: what a producer
+ writes for PYXBUF_DEVICE_DLPACK (pyxbuf_export_desc.device_info) and what
+ pyxbuf_view_device reads; every field below says its part.*/
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pyxbuf_device_info {
@@ -1316,7 +1321,9 @@ impl Default for pyxbuf_format {
 }
 /** Custom-type registry. A key "id$payload" matches that type exactly; a key
  ending in '$' ("mylib$") matches every payload of the id and, when
- `size_fn` is set, asks it for the size. Entries are process-wide.*/
+ `size_fn` is set, asks it for the size. Entries belong to this copy of
+ libpyxbuf (each statically linked extension has its own registry):
+ register a type in the extension that reads it.*/
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pyxbuf_dtype_spec {

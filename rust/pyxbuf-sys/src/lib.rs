@@ -28,6 +28,8 @@
 //! header's contract: most need the GIL (an attached thread state) and return
 //! `0`/`-1` with a Python exception set, or a negative `PYXBUF_E*` code.
 
+#![deny(missing_docs)]
+
 pub use pyo3_ffi::{PyObject, PyTypeObject, Py_buffer, Py_ssize_t};
 
 #[allow(

@@ -300,7 +300,8 @@
 //!   and `pyxbuf::f16`: no `half` dependency of your own is needed.
 
 #![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
+#![deny(missing_docs)]
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 mod buffer;
 mod device;

@@ -30,9 +30,10 @@
 //! The configuration starts from the environment (`PYXBUF_STAGING=0` turns
 //! staging off; `PYXBUF_STAGING_THRESHOLD`, `PYXBUF_STAGING_CHUNK`,
 //! `PYXBUF_PINNED_POOL_CAP` in bytes with K/M/G suffixes;
-//! `PYXBUF_STAGING_THREADS`). It belongs to the copy of libpyxbuf this crate
-//! links (each extension module that links pyxbuf statically has its own pool
-//! and threads; the environment reaches them all).
+//! `PYXBUF_STAGING_THREADS`). It is the process's: every copy of libpyxbuf
+//! (each extension module links its own) uses the one transfer engine the
+//! first copy that needed it published -- one configuration, one pinned pool,
+//! one set of fill threads (pyxbuf.h, "one transfer engine").
 //!
 //! ```
 //! use pyxbuf::TransferConfig;

@@ -1,5 +1,5 @@
 //! Issue 27: one code path for any layout. `total` and `scale` are the two
-//! functions the README shows, exactly; they are called here on NumPy arrays
+//! functions the README and the Rust guide (docs/guides/rust.md) show, exactly; they are called here on NumPy arrays
 //! of every layout: contiguous, strided, reversed, transposed, broadcast,
 //! the wrong number of dimensions, device memory.
 

@@ -44,15 +44,20 @@ class Exporter:
     type: use ``exporter()``, ``from_dlpack()`` or ``to_device()``."""
 
     @property
-    def shape(self) -> tuple[int, ...]: ...
+    def shape(self) -> tuple[int, ...]:
+        """Shape of the exported array."""
     @property
-    def strides(self) -> tuple[int, ...]: ...
+    def strides(self) -> tuple[int, ...]:
+        """Strides in bytes."""
     @property
-    def format(self) -> str: ...
+    def format(self) -> str:
+        """Buffer format string of one item."""
     @property
-    def device(self) -> str: ...
+    def device(self) -> str:
+        """Where the memory lives: 'cpu', 'cuda:0', ..."""
     @property
-    def borrows(self) -> dict[str, int]: ...
+    def borrows(self) -> dict[str, int]:
+        """Live views and borrow grants, by kind."""
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
         """CUDA Array Interface v3 of CUDA memory (for ``cupy.asarray``);

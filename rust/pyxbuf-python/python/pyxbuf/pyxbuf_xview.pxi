@@ -203,30 +203,36 @@ cdef class XView:
 
     @property
     def ndim(self):
+        """Dimensions of the view."""
         return self.view.base.ndim
 
     @property
     def shape(self):
+        """Items per dimension (an empty tuple without shape)."""
         if self.view.base.shape == NULL:
             return ()
         return tuple([self.view.base.shape[i] for i in range(self.view.base.ndim)])
 
     @property
     def strides(self):
+        """Byte strides per dimension (an empty tuple without strides)."""
         if self.view.base.strides == NULL:
             return ()
         return tuple([self.view.base.strides[i] for i in range(self.view.base.ndim)])
 
     @property
     def itemsize(self):
+        """Bytes per item."""
         return self.view.base.itemsize
 
     @property
     def format(self):
+        """The items' format string ("B" when the producer gave none)."""
         return pyxbuf_view_format(&self.view)
 
     @property
     def readonly(self):
+        """Whether the memory is read-only."""
         return bool(self.view.base.readonly)
 
     @property
