@@ -340,9 +340,9 @@ README_SCRATCH = $(abspath target/readme)
 # The documentation's pages, run the same way, each in its own scratch folder: the
 # guides in the order a reader builds them (cpp.md last: check_examples.py then
 # checks every guide's extension), the recipes, then every other page (doctests).
-# The API reference pages make docs generates (tools/docs/reference.py): linked, not committed.
+# What make docs generates or copies in (tools/docs/build.sh): linked, not committed.
 DOCS_GENERATED = docs/reference/c.md docs/reference/cpp.md docs/reference/python.md \
-	docs/reference/cython.md
+	docs/reference/cython.md docs/_static/ir-chart.svg
 DOCS_GUIDES = docs/guides/python.md docs/guides/rust.md docs/guides/c.md docs/guides/cython.md \
 	docs/guides/cpp.md
 DOCS_RUN = $(DOCS_GUIDES) docs/recipes.md \

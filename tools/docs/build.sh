@@ -41,6 +41,8 @@ step "sources and the API reference"
 rm -rf "$OUT/src" "$OUT/html"
 mkdir -p "$OUT/src"
 cp -a docs/. "$OUT/src/"
+# bench/'s chart of the latest `make bench-ir`, not a copy kept in docs/.
+cp bench/results/ir-chart.svg "$OUT/src/_static/ir-chart.svg"
 "$VENV/bin/python" tools/docs/reference.py --root "$ROOT" --out "$OUT/src/reference"
 
 # 3. rustdoc.
