@@ -57,10 +57,13 @@ typedef struct cuda_api {
     CUresult (*event_synchronize)(CUevent event);
 } cuda_api;
 
-static const struct {
+/* One entry point: its exported name and its slot in a table of pointers. */
+typedef struct symbol_slot {
     const char *name;
     size_t offset;
-} cuda_symbols[] = {
+} symbol_slot;
+
+static const symbol_slot cuda_symbols[] = {
     {"cuInit", offsetof(cuda_api, init)},
     {"cuDeviceGetCount", offsetof(cuda_api, device_get_count)},
     {"cuDeviceGet", offsetof(cuda_api, device_get)},
@@ -150,10 +153,7 @@ static const char *error_string(CUresult r) {
 }
 
 /* The stream-ordered allocator's entry points (CUDA 11.2), all or none. */
-static const struct {
-    const char *name;
-    size_t offset;
-} pool_symbols[] = {
+static const symbol_slot pool_symbols[] = {
     {"cuDeviceGet", offsetof(pyxbuf__cuda_pool_api, device_get)},
     {"cuDeviceGetAttribute", offsetof(pyxbuf__cuda_pool_api, device_get_attribute)},
     {"cuDeviceGetDefaultMemPool", offsetof(pyxbuf__cuda_pool_api, device_get_default_mem_pool)},
@@ -164,21 +164,24 @@ static const struct {
     {"cuMemFreeAsync", offsetof(pyxbuf__cuda_pool_api, mem_free_async)},
 };
 
-static int resolve_pool_symbols(void *lib) {
-    for (size_t i = 0; i < sizeof pool_symbols / sizeof *pool_symbols; i++) {
-        void *sym = pyxbuf__library_symbol(lib, pool_symbols[i].name);
+/* Fill `table` from `slots`: 1, or 0 at the first name the library lacks. */
+static int resolve_slots(void *lib, const symbol_slot *slots, size_t n, void *table) {
+    for (size_t i = 0; i < n; i++) {
+        void *sym = pyxbuf__library_symbol(lib, slots[i].name);
         if (sym == NULL) return 0;
-        memcpy((char *)&drv.pool_api + pool_symbols[i].offset, &sym, sizeof sym);
+        memcpy((char *)table + slots[i].offset, &sym, sizeof sym);
     }
     return 1;
 }
 
+static int resolve_pool_symbols(void *lib) {
+    return resolve_slots(lib, pool_symbols, sizeof pool_symbols / sizeof *pool_symbols,
+                         &drv.pool_api);
+}
+
 /* Interprocess memory handles (CUDA 4.1; cuIpcOpenMemHandle_v2 is CUDA 11's
  * name for it), all or none; cuDeviceGetUuid on its own. */
-static const struct {
-    const char *name;
-    size_t offset;
-} ipc_symbols[] = {
+static const symbol_slot ipc_symbols[] = {
     {"cuDeviceGet", offsetof(pyxbuf__cuda_ipc_api, device_get)},
     {"cuMemGetAddressRange_v2", offsetof(pyxbuf__cuda_ipc_api, mem_get_address_range)},
     {"cuPointerGetAttributes", offsetof(pyxbuf__cuda_ipc_api, pointer_get_attributes)},
@@ -190,11 +193,8 @@ static const struct {
 };
 
 static int resolve_ipc_symbols(void *lib) {
-    for (size_t i = 0; i < sizeof ipc_symbols / sizeof *ipc_symbols; i++) {
-        void *sym = pyxbuf__library_symbol(lib, ipc_symbols[i].name);
-        if (sym == NULL) return 0;
-        memcpy((char *)&drv.ipc_api + ipc_symbols[i].offset, &sym, sizeof sym);
-    }
+    if (!resolve_slots(lib, ipc_symbols, sizeof ipc_symbols / sizeof *ipc_symbols, &drv.ipc_api))
+        return 0;
     void *uuid = pyxbuf__library_symbol(lib, "cuDeviceGetUuid");
     memcpy((char *)&drv.ipc_api + offsetof(pyxbuf__cuda_ipc_api, device_get_uuid), &uuid,
            sizeof uuid);
