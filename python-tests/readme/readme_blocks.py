@@ -11,6 +11,24 @@ on GitHub):
                                       block, character for character, which
                                       the harness checks (a README shows the
                                       code its guide builds and runs)
+  <!-- readme-test: compile -->       compiled, not run (a migration guide's
+                                      code, pyxbuf's and the peer's): ```rust
+                                      blocks are the modules of one crate per
+                                      page (pyo3, pyxbuf, numpy and dlpark at
+                                      the workspace's versions), `cargo check`ed;
+                                      ```cpp blocks each `c++ -fsyntax-only`
+                                      against pyxbuf's, Python's, nanobind's and
+                                      pybind11's headers (as the venv has them);
+                                      ```cython blocks each translated by the
+                                      venv's Cython, pyxbuf's .pxd files found
+                                      as the guides' builds find them
+  <!-- readme-test: uses-rust LINE --> a doctest run after the compile step,
+                                      its session starting with the
+                                      #[pyfunction]s of the ```rust block at
+                                      LINE (a `compile` block) imported: the
+                                      page's crate is then built as an
+                                      extension module (a migration guide's
+                                      "what a caller sees change")
 
 Without a directive:
 
@@ -58,6 +76,52 @@ DIRECTIVE = re.compile(r"^\s*<!--\s*readme-test:\s*(?P<body>.*?)\s*-->\s*$")
 OPENING = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`]*?)\s*$")
 SHELL = {"sh", "bash", "shell"}
 PYTHON = {"python", "py", "pycon"}
+COMPILED = {"rust", "cpp", "cython"}
+# The check crate of a page's ```rust blocks: what a migration guide's code,
+# pyxbuf's or a peer's, depends on (versions from --lockfile).
+CHECK_CRATE = """[package]
+name = "docs-compile-check"
+version = "0.0.0"
+edition = "2021"
+publish = false
+
+[lib]
+name = "docs_compiled"
+path = "src/lib.rs"
+crate-type = ["cdylib"]
+
+[dependencies]
+pyo3 = "0.30"
+pyxbuf = {{ path = "{root}/rust/pyxbuf" }}
+numpy = "0.30"
+dlpark = {{ version = "0.10", features = ["pyo3"] }}
+"""
+# A `#[pyfunction]`'s name, past any attributes and doc comments after it.
+PYFUNCTION = re.compile(r"#\[pyfunction[^\]]*\]\s*(?:(?:#\[[^\]]*\]|///[^\n]*)\s*)*"
+                        r"(?:pub(?:\([^)]*\))?\s+)?fn\s+(?P<name>\w+)")
+# What a `uses-rust` block's module gets appended: its functions into a
+# submodule of the page's extension module.
+REGISTER = """
+pub(crate) fn docs_register(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {{
+    use pyo3::types::PyModuleMethods;
+{adds}    Ok(())
+}}
+"""
+# The include folders of the ```cpp blocks, from the venv's packages.
+CXX_INCLUDES = """import sysconfig
+print(sysconfig.get_paths()["include"])
+try:
+    import nanobind, os
+    print(nanobind.include_dir())
+    print(os.path.join(os.path.dirname(nanobind.include_dir()), "ext", "robin_map", "include"))
+except ImportError:
+    pass
+try:
+    import pybind11
+    print(pybind11.get_include())
+except ImportError:
+    pass
+"""
 # `make help`, `make test-c`, ...: inline code and commands alike.
 MAKE_TARGET = re.compile(r"\bmake\s+(?:-[-\w=]+\s+)*(?P<target>[a-z][\w-]*)")
 LINK = re.compile(r"\]\((?P<target>[^)\s]+)(?:\s+\"[^\"]*\")?\)")
@@ -83,9 +147,9 @@ class Block:
 
 @dataclasses.dataclass
 class Action:
-    kind: str  # "file", "skip", "doctest", "shell", "shown"
+    kind: str  # "file", "skip", "doctest", "shell", "shown", "compile", "uses-rust"
     block: Block
-    path: str | None = None  # for "file" and "shown"
+    path: str | None = None  # for "file" and "shown"; for "uses-rust", the rust block's line
     reason: str | None = None  # for "skip"
 
 
@@ -166,11 +230,23 @@ def plan(block: Block) -> Action:
         m = re.fullmatch(r"shown-in\s+(?P<path>\S+\.md)", d)
         if m:
             return Action("shown", block, path=m.group("path"))
+        m = re.fullmatch(r"uses-rust\s+(?P<line>[1-9][0-9]*)", d)
+        if m:
+            if not (block.lang in PYTHON and ">>>" in block.text):
+                raise ReadmeError(f"line {block.directive_line}: 'uses-rust' takes a doctest "
+                                  "(```pycon with >>> lines)")
+            return Action("uses-rust", block, path=m.group("line"))
+        if d == "compile":
+            if block.lang not in COMPILED:
+                raise ReadmeError(f"line {block.directive_line}: 'compile' takes a block in one of "
+                                  f"{', '.join(sorted(COMPILED))}, not ```{block.lang}")
+            return Action("compile", block)
         if re.fullmatch(r"skip\b.*", d):
             raise ReadmeError(f"line {block.directive_line}: 'skip' needs a reason: <!-- readme-test: skip (why) -->")
         raise ReadmeError(
             f"line {block.directive_line}: unknown readme-test directive {d!r} "
-            "(known: 'file PATH', 'skip (reason)', 'shown-in PATH.md')"
+            "(known: 'file PATH', 'skip (reason)', 'shown-in PATH.md', 'compile', "
+            "'uses-rust LINE')"
         )
     if block.lang in PYTHON and any(line.lstrip().startswith(">>>") for line in block.text.splitlines()):
         return Action("doctest", block)
@@ -199,6 +275,16 @@ def check_shown(markdown_path: pathlib.Path, actions: list[Action]) -> None:
             raise ReadmeError(
                 f"{a.block.where}: shown-in {a.path}, but no block there that runs is this "
                 "block character for character: copy it from there (or run it here)")
+
+
+def check_uses_rust(actions: list[Action]) -> None:
+    """Every `uses-rust LINE` names a ```rust block marked `compile`."""
+    compiled = {a.block.line for a in actions if a.kind == "compile" and a.block.lang == "rust"}
+    for a in actions:
+        if a.kind == "uses-rust" and int(a.path) not in compiled:
+            raise ReadmeError(f"{a.block.where}: uses-rust {a.path}, but the block at line "
+                              f"{a.path} is not a ```rust block marked compile (those: "
+                              f"{sorted(compiled) or 'none'})")
 
 
 def make_targets_named(markdown: str) -> dict[str, int]:
@@ -343,6 +429,10 @@ class Runner:
             script.write_text(b.text)
             self.run(["bash", "-euxo", "pipefail", str(script)], self.logs / f"line{b.line}.log",
                      f"{name} ```{b.lang} (run in {self.scratch.name}/)")
+        elif action.kind == "compile":
+            print(f"readme-test: {name} ```{b.lang}: compiled after the page's blocks")
+        elif action.kind == "uses-rust":
+            print(f"readme-test: {name} ```{b.lang}: run after line {action.path} is built")
         elif action.kind == "doctest":
             group = self.sessions[b.line]
             if b is not group[-1].block:
@@ -353,6 +443,95 @@ class Runner:
             argv = [str(self.venv / "bin" / "python"), "-m", "doctest", "-o", "ELLIPSIS",
                     "-o", "NORMALIZE_WHITESPACE", str(src)]
             self.run(argv, self.logs / f"line{b.line}.log", f"{name} ```{b.lang} (doctest)")
+
+    def compile_blocks(self, blocks: list[Block], imported: set[int]) -> None:
+        """The `compile` blocks: Rust as one crate (each block a module of
+        its own, named by its line), checked, or built as the extension
+        module docs_compiled when a doctest imports the blocks at `imported`
+        (each a submodule with its #[pyfunction]s); C++ and Cython one file
+        each."""
+        rust = [b for b in blocks if b.lang == "rust"]
+        if rust:
+            crate = self.scratch / "compile-rust"
+            (crate / "src").mkdir(parents=True)
+            (crate / "Cargo.toml").write_text(CHECK_CRATE.format(root=self.root))
+            if self.lockfile is not None:
+                shutil.copyfile(self.lockfile, crate / "Cargo.lock")
+            lib = ["// The page's ```rust blocks, each a module (make test-readme).",
+                   "#![allow(dead_code, unused_imports)]", "use pyo3::prelude::*;"]
+            init = []
+            for b in rust:
+                text = b.text
+                if b.line in imported:
+                    names = PYFUNCTION.findall(text)
+                    if not names:
+                        raise ReadmeError(f"{b.where}: a doctest uses its functions, and it has "
+                                          "no #[pyfunction]")
+                    adds = "".join(f"    m.add_function(pyo3::wrap_pyfunction!({n}, m)?)?;\n"
+                                   for n in names)
+                    text += REGISTER.format(adds=adds)
+                    init.append(f'    let sub = PyModule::new(m.py(), "line{b.line}")?;\n'
+                                f"    line{b.line}::docs_register(&sub)?;\n"
+                                f"    m.add_submodule(&sub)?;\n")
+                (crate / "src" / f"line{b.line}.rs").write_text(text)
+                lib.append(f"mod line{b.line};")
+            lib += ["#[pymodule]", "fn docs_compiled(m: &Bound<'_, PyModule>) -> PyResult<()> {",
+                    *init, "    Ok(())", "}"]
+            (crate / "src" / "lib.rs").write_text("\n".join(lib) + "\n")
+            lines = ", ".join(str(b.line) for b in rust)
+            manifest = ["--manifest-path", str(crate / "Cargo.toml")]
+            if not imported:
+                self.run(["cargo", "check", "--quiet", *manifest], self.logs / "compile-rust.log",
+                         f"lines {lines} ```rust (cargo check)")
+            else:
+                # An extension module: libpython left to the interpreter that loads it.
+                self.run(["env", "PYO3_BUILD_EXTENSION_MODULE=1",
+                          f"PYO3_PYTHON={self.venv / 'bin' / 'python'}", "cargo", "build",
+                          "--quiet", *manifest], self.logs / "compile-rust.log",
+                         f"lines {lines} ```rust (cargo build, the extension docs_compiled)")
+                (crate / "python").mkdir()
+                shutil.copyfile(self.cargo_target / "debug" / "libdocs_compiled.so",
+                                crate / "python" / "docs_compiled.so")
+        cpp = [b for b in blocks if b.lang == "cpp"]
+        if cpp:
+            python = str(self.venv / "bin" / "python")
+            found = subprocess.run([python, "-c", CXX_INCLUDES], capture_output=True, text=True,
+                                   check=True, env=self.env()).stdout.split()
+            includes = [f"-I{d}" for d in [str(self.root / "include"), *found]]
+            for b in cpp:
+                src = self.logs / f"line{b.line}.cpp"
+                src.write_text(b.text)
+                self.run([os.environ.get("CXX", "c++"), "-std=c++17", "-fsyntax-only", "-Wall",
+                          *includes, str(src)], self.logs / f"line{b.line}.log",
+                         f"line {b.line} ```cpp (c++ -fsyntax-only)")
+        for b in (b for b in blocks if b.lang == "cython"):
+            src = self.logs / f"line{b.line}.pyx"
+            src.write_text(b.text)
+            # pyxbuf_xview.pxi where the Cython guide's build finds it
+            # (pyxbuf.get_cython_include()); the .pxd files on the venv's path.
+            self.run([str(self.venv / "bin" / "python"), "-c",
+                      "import sys, pyxbuf; from Cython.Compiler.Main import main; "
+                      "sys.argv = ['cython', '-3', '-I', pyxbuf.get_cython_include(), "
+                      "'-o', sys.argv[2], sys.argv[1]]; main(command_line=1)",
+                      str(src), str(src.with_suffix(".c"))], self.logs / f"line{b.line}.log",
+                     f"line {b.line} ```cython (cython -3)")
+
+    def run_uses_rust(self, action: Action) -> None:
+        """A doctest whose session starts with the functions of the rust
+        block at action.path in its namespace (imported on the doctest
+        file's first line, which a page's heading leaves blank, so that the
+        page's line numbers stay)."""
+        b = action.block
+        src = self.logs / f"line{b.line}.doctest"
+        text = doctest_source([b]).split("\n")
+        text[0] = (f">>> from docs_compiled import line{action.path} as _m; "
+                   "globals().update({k: getattr(_m, k) for k in dir(_m) if not k.startswith('_')})")
+        src.write_text("\n".join(text))
+        argv = ["env", f"PYTHONPATH={self.scratch / 'compile-rust' / 'python'}",
+                str(self.venv / "bin" / "python"), "-m", "doctest", "-o", "ELLIPSIS",
+                "-o", "NORMALIZE_WHITESPACE", str(src)]
+        self.run(argv, self.logs / f"line{b.line}.log",
+                 f"line {b.line} ```{b.lang} (doctest, the functions of line {action.path})")
 
     def check_make_targets(self, markdown: str) -> None:
         out = subprocess.run(["make", "--no-print-directory", "-s", "-C", str(self.root), "help"],
@@ -382,20 +561,28 @@ class Runner:
         blocks = parse(markdown)
         actions = [plan(b) for b in blocks]  # every block judged before anything runs
         check_shown(self.readme, actions)
+        check_uses_rust(actions)
         self.sessions = {a.block.line: g for g in doctest_groups(actions) for a in g}
         self.check_make_targets(markdown)
         self.check_links(markdown)
         self.setup()
         for action in actions:
             self.run_action(action)
+        uses = [a for a in actions if a.kind == "uses-rust"]
+        self.compile_blocks([a.block for a in actions if a.kind == "compile"],
+                            {int(a.path) for a in uses})
+        for a in uses:
+            self.run_uses_rust(a)
         for check in self.checks:
             self.run([str(self.venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
                       "--noconftest", str(check)], self.logs / f"{check.stem}.log", f"check {check.name}")
         counts = {k: sum(a.kind == k for a in actions)
-                  for k in ("shell", "doctest", "file", "skip", "shown")}
+                  for k in ("shell", "doctest", "file", "skip", "shown", "compile", "uses-rust")}
         print(
             f"readme-test: {len(blocks)} blocks: {counts['shell']} shell, {counts['doctest']} doctest, "
-            f"{counts['file']} files built, {counts['shown']} run by another page, "
+            f"{counts['file']} files built, {counts['compile']} compiled, "
+            f"{counts['uses-rust']} doctests of compiled functions, "
+            f"{counts['shown']} run by another page, "
             f"{counts['skip']} skipped (marked); "
             f"{len(self.checks)} checks; {time.monotonic() - start:.0f} s"
         )

@@ -227,3 +227,55 @@ def test_a_block_shown_in_another_page_must_be_one_that_page_runs(tmp_path):
     md = "<!-- readme-test: shown-in docs/none.md -->\n```rust\nfn f() {}\n```\n"
     with pytest.raises(rb.ReadmeError, match="shown-in docs/none.md: no such file"):
         rb.check_shown(readme, [rb.plan(b) for b in rb.parse(md)])
+
+
+@pytest.mark.parametrize("lang", ["rust", "cpp", "cython"])
+def test_compile_takes_rust_cpp_and_cython_blocks(lang):
+    [b] = rb.parse(f"<!-- readme-test: compile -->\n```{lang}\nx\n```\n")
+    assert rb.plan(b).kind == "compile"
+
+
+@pytest.mark.parametrize("lang", ["c", "toml", "python", ""])
+def test_compile_refuses_a_language_it_has_no_compiler_for(lang):
+    [b] = rb.parse(f"<!-- readme-test: compile -->\n```{lang}\nx\n```\n")
+    with pytest.raises(rb.ReadmeError, match=r"line 1: 'compile' takes a block in one of cpp, "
+                                             r"cython, rust, not ```" + lang):
+        rb.plan(b)
+
+
+def test_a_cpp_block_that_does_not_compile_fails_the_run(tmp_path, capsys, monkeypatch):
+    """What make test-readme does with a migration guide's C++: c++
+    -fsyntax-only, with pyxbuf's headers on the path (the venv here is this
+    interpreter, which may have neither nanobind nor pybind11: neither is
+    needed)."""
+    monkeypatch.setattr(rb.Runner, "check_make_targets", lambda self, md: None)
+    good = "<!-- readme-test: compile -->\n```cpp\n#include <pyxbuf.hpp>\nint f() { return 1; }\n```\n"
+    argv = runner_args(tmp_path, good) + ["--root", str(ROOT)]
+    assert rb.main(argv) == 0
+    assert "line 2 ```cpp (c++ -fsyntax-only): ok" in capsys.readouterr().out
+    bad = good.replace("return 1;", "return undeclared_name;")
+    assert rb.main(runner_args(tmp_path, bad) + ["--root", str(ROOT)]) == 1
+    err = capsys.readouterr().err
+    assert "line 2 ```cpp (c++ -fsyntax-only) failed" in err and "undeclared_name" in err
+
+
+def test_uses_rust_takes_a_doctest_naming_a_compiled_rust_block():
+    md = ("<!-- readme-test: compile -->\n```rust\n#[pyfunction]\nfn f() {}\n```\n"
+          "<!-- readme-test: uses-rust 2 -->\n```pycon\n>>> f()\n```\n")
+    actions = [rb.plan(b) for b in rb.parse(md)]
+    assert [(a.kind, a.path) for a in actions] == [("compile", None), ("uses-rust", "2")]
+    rb.check_uses_rust(actions)
+    wrong = md.replace("uses-rust 2", "uses-rust 7")
+    with pytest.raises(rb.ReadmeError, match=r"uses-rust 7, but the block at line 7 is not a "
+                                             r"```rust block marked compile \(those: \[2\]\)"):
+        rb.check_uses_rust([rb.plan(b) for b in rb.parse(wrong)])
+    [b] = rb.parse("<!-- readme-test: uses-rust 2 -->\n```sh\ntrue\n```\n")
+    with pytest.raises(rb.ReadmeError, match="'uses-rust' takes a doctest"):
+        rb.plan(b)
+
+
+def test_the_pyfunctions_of_a_block_are_found_past_attributes_and_doc_comments():
+    text = ("/// Doc.\n#[pyfunction]\nfn a() {}\n"
+            "#[pyfunction]\n#[pyo3(signature = (x, y = 1))]\n/// More.\npub fn b(x: i32, y: i32) {}\n"
+            "#[pyfunction(name = \"c2\")]\npub(crate) fn c() {}\nfn not_exported() {}\n")
+    assert rb.PYFUNCTION.findall(text) == ["a", "b", "c"]
