@@ -633,11 +633,18 @@ typedef struct pyxbuf_backend {
      * ipc_open, in another process: map it there, *ptr where `ptr` was (the
      * exporting process's own opens never reach it: pyxbuf serves them with
      * the memory it has); ipc_close: unmap what ipc_open mapped. The
-     * exporter keeps the allocation alive while others use it. */
+     * exporter keeps the allocation alive while others use it.
+     * A handle may need a file descriptor beside its bytes (a CUDA pool's
+     * shareable handle, the emulated device's memfd): ipc_export sets *fd
+     * (-1 on entry) to one the backend keeps open for the process's life,
+     * and the caller sends a duplicate with the handle (SCM_RIGHTS:
+     * multiprocessing.reduction.DupFd); ipc_open gets the descriptor that
+     * arrived (-1: none), which it does not keep past the call (it
+     * duplicates what it needs). */
     int (*ipc_export)(void *ctx, int32_t device_id, const void *ptr, void *handle,
-                      size_t *handle_len, pyxbuf_error *err);
+                      size_t *handle_len, int *fd, pyxbuf_error *err);
     int (*ipc_open)(void *ctx, int32_t device_id, const void *handle, size_t handle_len,
-                    void **ptr, pyxbuf_error *err);
+                    int fd, void **ptr, pyxbuf_error *err);
     int (*ipc_close)(void *ctx, int32_t device_id, void *ptr, pyxbuf_error *err);
 } pyxbuf_backend;
 /* pyxbuf_device_share's handle: pyxbuf's 32 bytes (the exporting process,
@@ -942,21 +949,26 @@ PYXBUF_API PyObject *pyxbuf_exporter_over(PyObject *base, Py_ssize_t offset, con
  * memfd). pyxbuf_device_share: the handle (at most PYXBUF_IPC_HANDLE_MAX
  * bytes into `handle`, *handle_len their number) of `obj`'s device memory,
  * and its device, after the host has waited for the producer's event (its
- * writes happen before the handle leaves). 0, or -1 with an exception
+ * writes happen before the handle leaves); *fd: a file descriptor that must
+ * travel with the handle (sent as a duplicate: SCM_RIGHTS, which
+ * multiprocessing.reduction.DupFd does; pyxbuf keeps this one open), or -1
+ * when the handle's bytes suffice. 0, or -1 with an exception
  * (ValueError for host memory, BufferError for a backend that cannot share).
  * pyxbuf_exporter_open_shared, in another process: an exporter over the
  * memory the handle names, laid out as given (strides in bytes, required
- * from 2 dimensions); it closes the handle when it dies and grants no borrow
- * (other processes write the memory too). Opened in the process that made
+ * from 2 dimensions); `fd` is the descriptor that arrived with the handle
+ * (-1: none; pyxbuf does not keep or close it); the exporter closes the
+ * handle when it dies and grants no borrow (other processes write the
+ * memory too). Opened in the process that made
  * it (a multiprocessing.Queue between two threads), the exporter is over
  * that process's own memory, mapped nowhere else: the same address. The exporting process keeps its
  * array alive until every process that opened it is done with it: nothing
  * counts the openers across processes (as with CUDA's IPC). New reference,
  * or NULL with an exception. */
 PYXBUF_API int pyxbuf_device_share(PyObject *obj, pyxbuf_device *device, void *handle,
-                                   size_t *handle_len);
+                                   size_t *handle_len, int *fd);
 PYXBUF_API PyObject *pyxbuf_exporter_open_shared(const pyxbuf_device *device, const void *handle,
-                                                 size_t handle_len, const char *format,
+                                                 size_t handle_len, int fd, const char *format,
                                                  Py_ssize_t itemsize, int32_t ndim,
                                                  const Py_ssize_t *shape,
                                                  const Py_ssize_t *strides, int32_t readonly);

@@ -5,7 +5,9 @@ process maps the same memory, the producer's writes happen before the
 receiver reads, and the receiver is granted no borrow."""
 
 import multiprocessing as std_mp
+import os
 import pickle
+import struct
 
 import numpy as np
 import pytest
@@ -108,8 +110,8 @@ def test_a_handle_opened_by_the_process_that_made_it_is_its_own_memory():
     # CUDA refuses a handle in the process that made it; pyxbuf serves it
     # (a multiprocessing.Queue between two threads of one process).
     d = pyxbuf.to_device(np.arange(4, dtype=np.float32), "ext_dev:0")
-    device, handle = pyxbuf.pyxbuf._share_device(d)
-    e = pyxbuf._pickle.rebuild_shared_device(device, handle, "f", 4, (4,), (4,), False)
+    device, handle, _ = pyxbuf.pyxbuf._share_device(d)
+    e = pyxbuf._pickle.rebuild_shared_device(device, handle, None, "f", 4, (4,), (4,), False)
     assert pyxbuf.inspect(e)["data"] == pyxbuf.inspect(d)["data"]
     assert np.asarray(e.to_device("cpu")).tolist() == [0, 1, 2, 3]
     del e  # closes nothing: d's memory stays
@@ -135,15 +137,58 @@ def test_sharing_refusals_name_their_cause():
     with pytest.raises(ValueError, match="holds host memory"):
         pyxbuf.pyxbuf._share_device(pyxbuf.exporter([4], "f"))
     d = pyxbuf.to_device(np.arange(4, dtype=np.float32), "ext_dev:0")
-    device, handle = pyxbuf.pyxbuf._share_device(d)
+    device, handle, _ = pyxbuf.pyxbuf._share_device(d)
     with pytest.raises(ValueError, match="a handle of 3 bytes is not one pyxbuf_device_share made"):
-        pyxbuf._pickle.rebuild_shared_device(device, b"abc", "f", 4, (4,), (4,), False)
+        pyxbuf._pickle.rebuild_shared_device(device, b"abc", None, "f", 4, (4,), (4,), False)
     # pyxbuf's header, then a backend handle that is not the emulated one.
     with pytest.raises(ValueError, match="an IPC handle of 3 bytes, not"):
-        pyxbuf._pickle.rebuild_shared_device(device, b"\0" * 8 + handle[8:32] + b"abc", "f", 4,
-                                             (4,), (4,), False)
+        pyxbuf._pickle.rebuild_shared_device(device, b"\0" * 8 + handle[8:32] + b"abc", None,
+                                             "f", 4, (4,), (4,), False)
     with pytest.raises(ValueError, match="the handle names memory of 'ext_dev:0', not of "
                                          "'cuda_host:0'"):
-        pyxbuf._pickle.rebuild_shared_device("cuda_host:0", handle, "f", 4, (4,), (4,), False)
+        pyxbuf._pickle.rebuild_shared_device("cuda_host:0", handle, None, "f", 4, (4,), (4,),
+                                             False)
     with pytest.raises(BufferError, match=r"the backend of 'cpu' \(cpu\) cannot share device memory"):
-        pyxbuf._pickle.rebuild_shared_device("cpu:0", handle, "f", 4, (4,), (4,), False)
+        pyxbuf._pickle.rebuild_shared_device("cpu:0", handle, None, "f", 4, (4,), (4,), False)
+
+
+class Received:
+    """What multiprocessing's DupFd gives the receiving process: detach()
+    hands over a descriptor of its own (here a duplicate made in-process)."""
+
+    def __init__(self, fd):
+        self.fd = os.dup(fd)
+
+    def detach(self):
+        return self.fd
+
+
+def as_if_from(handle, pid):
+    """`handle` as another process `pid` would have made it: pyxbuf's header
+    and the emulated device's handle name that pid (neither is this one, so
+    the open goes to the backend and cannot use this process's memory)."""
+    other = struct.pack("<q", pid)
+    return other + handle[8:32] + other + handle[40:]
+
+
+def test_the_memfd_travels_beside_the_handle():
+    d = pyxbuf.to_device(np.arange(8, dtype=np.float32), "ext_dev:0")
+    device, handle, fd = pyxbuf.pyxbuf._share_device(d)
+    # The device's memfd, which multiprocessing sends by SCM_RIGHTS
+    # (pyxbuf.multiprocessing wraps it in a DupFd).
+    assert fd >= 0 and "pyxbuf-emulated" in os.readlink(f"/proc/self/fd/{fd}")
+    rebuild, args = mp.reduce_exporter(d)
+    assert args[2] is not None and hasattr(args[2], "detach")
+    args[2].detach()  # nobody unpickles this one: let the resource sharer go
+    # A process that no longer exists (no /proc/<pid>/fd to open): the
+    # descriptor that arrived is what maps the memory.
+    gone = as_if_from(handle, 2**22 + 12345)
+    e = pyxbuf._pickle.rebuild_shared_device(device, gone, Received(fd), "f", 4, (8,), (4,),
+                                             False)
+    assert pyxbuf.inspect(e)["data"] != pyxbuf.inspect(d)["data"]  # mapped again, here
+    assert np.asarray(e.to_device("cpu")).tolist() == list(range(8))
+    del e
+    with pytest.raises(BufferError, match=r"cannot open /proc/4206649/fd/\d+, the device memory "
+                                          r"of process 4206649 \(it has exited"):
+        pyxbuf._pickle.rebuild_shared_device(device, gone, None, "f", 4, (8,), (4,), False)
+    assert os.fstat(fd)  # pyxbuf's own descriptor stays open

@@ -118,9 +118,9 @@ def pyxbuf_item_one(x):
 
 def check_same_process():
     x = make_pyxbuf(1 << 10)
-    device, handle = _share_device(x)
-    y = _pickle.rebuild_shared_device(device, handle, x.format, x.itemsize, x.shape, x.strides,
-                                      x.readonly)
+    device, handle, _ = _share_device(x)
+    y = _pickle.rebuild_shared_device(device, handle, None, x.format, x.itemsize, x.shape,
+                                      x.strides, x.readonly)
     same = data_pointer(y) == data_pointer(x)
     del y
     print(f"- opened in the process that made it: {'same address' if same else 'ANOTHER ADDRESS'}")

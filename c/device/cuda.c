@@ -905,23 +905,23 @@ static int cuda_pointer_query(void *ctx, const void *ptr, pyxbuf_device *device,
 /* ------------------------------------------------------------------------- */
 
 static int cuda_ipc_export(void *ctx, int32_t device_id, const void *ptr, void *handle,
-                           size_t *handle_len, pyxbuf_error *err) {
+                           size_t *handle_len, int *fd, pyxbuf_error *err) {
     (void)ctx;
     int rc = driver_ready(err);
     if (rc != 0 || (rc = check_ordinal(device_id, err)) != 0) return rc;
     if ((rc = enter(device_id, err)) != 0) return rc;
-    rc = pyxbuf__cuda_ipc_export(device_id, ptr, handle, handle_len, err);
+    rc = pyxbuf__cuda_ipc_export(device_id, ptr, handle, handle_len, fd, err);
     leave();
     return rc;
 }
 
 static int cuda_ipc_open(void *ctx, int32_t device_id, const void *handle, size_t handle_len,
-                         void **ptr, pyxbuf_error *err) {
+                         int fd, void **ptr, pyxbuf_error *err) {
     (void)ctx;
     int rc = driver_ready(err);
     if (rc != 0 || (rc = check_ordinal(device_id, err)) != 0) return rc;
     if ((rc = enter(device_id, err)) != 0) return rc;
-    rc = pyxbuf__cuda_ipc_open(device_id, handle, handle_len, ptr, err);
+    rc = pyxbuf__cuda_ipc_open(device_id, handle, handle_len, fd, ptr, err);
     leave();
     return rc;
 }

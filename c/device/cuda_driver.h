@@ -174,8 +174,8 @@ typedef struct pyxbuf__cuda_ipc_api {
  * filled. */
 void pyxbuf__cuda_ipc_init(const pyxbuf__cuda_ipc_api *api);
 int pyxbuf__cuda_ipc_export(int32_t id, const void *ptr, void *handle, size_t *handle_len,
-                            pyxbuf_error *err);
-int pyxbuf__cuda_ipc_open(int32_t id, const void *handle, size_t handle_len, void **ptr,
+                            int *fd, pyxbuf_error *err);
+int pyxbuf__cuda_ipc_open(int32_t id, const void *handle, size_t handle_len, int fd, void **ptr,
                           pyxbuf_error *err);
 int pyxbuf__cuda_ipc_close(int32_t id, void *ptr, pyxbuf_error *err);
 

@@ -111,7 +111,8 @@ static const char *export_refusal(CUdeviceptr ptr) {
 }
 
 int pyxbuf__cuda_ipc_export(int32_t id, const void *ptr, void *handle, size_t *handle_len,
-                            pyxbuf_error *err) {
+                            int *fd, pyxbuf_error *err) {
+    *fd = -1; /* CUDA's IPC handles are bytes */
     if (api == NULL) return no_ipc("ipc_export", err);
     if (*handle_len < sizeof(cuda_ipc_handle))
         return pyxbuf__error(err, PYXBUF_EINVAL, -1,
@@ -190,8 +191,9 @@ static const char *open_hint(CUresult r) {
     }
 }
 
-int pyxbuf__cuda_ipc_open(int32_t id, const void *handle, size_t handle_len, void **ptr,
+int pyxbuf__cuda_ipc_open(int32_t id, const void *handle, size_t handle_len, int fd, void **ptr,
                           pyxbuf_error *err) {
+    (void)fd;
     if (api == NULL) return no_ipc("ipc_open", err);
     cuda_ipc_handle h;
     if (handle == NULL || handle_len != sizeof h) return bad_handle(err, handle_len);

@@ -33,6 +33,12 @@ static int td_pointer_query(void *ctx, const void *ptr, pyxbuf_device *out, pyxb
 /* One emulated device per process (emulated_internal.h says how)            */
 /* ------------------------------------------------------------------------- */
 
+
+/* The table's ipc_open (its signature predates descriptors that travel):
+ * the memfd through /proc. */
+static int api_ipc_open(const pyxbuf_emulated_ipc_handle *h, void **ptr, pyxbuf_error *err) {
+    return emu_ipc_open(h, -1, ptr, err);
+}
 static const emulated_api own_api;
 
 /* The helpers of the copy whose backend is registered, or this copy's. */
@@ -202,7 +208,7 @@ static const emulated_api own_api = {
     .peek = own_peek,
     .pool_stats = own_pool_stats,
     .ipc_export = emu_ipc_export,
-    .ipc_open = emu_ipc_open,
+    .ipc_open = api_ipc_open,
     .ipc_close = emu_ipc_close,
 };
 

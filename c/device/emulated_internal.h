@@ -193,13 +193,16 @@ typedef struct emulated_api {
 /* emulated_ipc.c; these take the lock themselves (the serving copy's). */
 EMU_HIDDEN int emu_ipc_export(const void *ptr, pyxbuf_emulated_ipc_handle *out,
                               pyxbuf_error *err);
-EMU_HIDDEN int emu_ipc_open(const pyxbuf_emulated_ipc_handle *h, void **ptr, pyxbuf_error *err);
+/* fd: the exporter's memfd as it arrived here (SCM_RIGHTS), or -1 to open
+ * it through /proc/<pid>/fd. */
+EMU_HIDDEN int emu_ipc_open(const pyxbuf_emulated_ipc_handle *h, int fd, void **ptr,
+                            pyxbuf_error *err);
 EMU_HIDDEN int emu_ipc_close(void *ptr, pyxbuf_error *err);
 /* The backend's ipc_*, over the three above. */
 EMU_HIDDEN int emu_backend_ipc_export(void *ctx, int32_t id, const void *ptr, void *handle,
-                                      size_t *handle_len, pyxbuf_error *err);
+                                      size_t *handle_len, int *fd, pyxbuf_error *err);
 EMU_HIDDEN int emu_backend_ipc_open(void *ctx, int32_t id, const void *handle, size_t handle_len,
-                                    void **ptr, pyxbuf_error *err);
+                                    int fd, void **ptr, pyxbuf_error *err);
 EMU_HIDDEN int emu_backend_ipc_close(void *ctx, int32_t id, void *ptr, pyxbuf_error *err);
 
 /* The copies register one at a time, under the lock at this attribute of

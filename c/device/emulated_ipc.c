@@ -2,13 +2,16 @@
  * (emulated.h: pyxbuf_emulated_ipc_*), as CUDA's IPC handles share a GPU
  * allocation: the exporter names the allocation's range of its memfd, the
  * opener maps that range of the same memfd twice (guarded, and read-write
- * for the backend) and serves it as memory of the same device id. Above
+ * for the backend) and serves it as memory of the same device id. The memfd
+ * travels beside the handle (SCM_RIGHTS) where the caller passes it, as a
+ * CUDA pool's descriptor must; without it, it is opened through /proc. Above
  * emulated_memory.c (the imports' lookups live there), below emulated.c. */
 #include "device/emulated_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 #if PYXBUF_HAVE_MEMFD
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/mman.h>
@@ -25,8 +28,8 @@ int emu_ipc_export(const void *ptr, pyxbuf_emulated_ipc_handle *out, pyxbuf_erro
     (void)ptr, (void)out;
     return no_ipc(err);
 }
-int emu_ipc_open(const pyxbuf_emulated_ipc_handle *h, void **ptr, pyxbuf_error *err) {
-    (void)h, (void)ptr;
+int emu_ipc_open(const pyxbuf_emulated_ipc_handle *h, int fd, void **ptr, pyxbuf_error *err) {
+    (void)h, (void)fd, (void)ptr;
     return no_ipc(err);
 }
 int emu_ipc_close(void *ptr, pyxbuf_error *err) {
@@ -68,8 +71,19 @@ static int export_locked(const void *ptr, pyxbuf_emulated_ipc_handle *out, pyxbu
                      ptr);
 }
 
-/* The producer's memfd, through /proc: the same file, no copy. */
-static int open_memfd(const pyxbuf_emulated_ipc_handle *h, pyxbuf_error *err) {
+/* The producer's memfd: a duplicate of the one that arrived (`given`), or
+ * the file itself through /proc: the same file either way, no copy. */
+static int open_memfd(const pyxbuf_emulated_ipc_handle *h, int given, pyxbuf_error *err) {
+    if (given >= 0) {
+        int fd = fcntl(given, F_DUPFD_CLOEXEC, 0);
+        if (fd < 0)
+            emu_error(err, PYXBUF_EDEVICE,
+                      "emulated: cannot duplicate descriptor %d, the memfd that arrived with "
+                      "process %lld's handle (%s): pass the descriptor that travelled with it, "
+                      "still open",
+                      given, (long long)h->pid, strerror(errno));
+        return fd;
+    }
     char path[64];
     snprintf(path, sizeof path, "/proc/%lld/fd/%d", (long long)h->pid, (int)h->fd);
     int fd = open(path, O_RDWR | O_CLOEXEC);
@@ -82,7 +96,8 @@ static int open_memfd(const pyxbuf_emulated_ipc_handle *h, pyxbuf_error *err) {
     return fd;
 }
 
-static int open_locked(const pyxbuf_emulated_ipc_handle *h, void **ptr, pyxbuf_error *err) {
+static int open_locked(const pyxbuf_emulated_ipc_handle *h, int given, void **ptr,
+                       pyxbuf_error *err) {
     if (h->pid == (int64_t)getpid())
         return emu_error(err, PYXBUF_EINVAL,
                          "emulated: the handle was exported by this process (%lld): its "
@@ -98,7 +113,7 @@ static int open_locked(const pyxbuf_emulated_ipc_handle *h, void **ptr, pyxbuf_e
                          (unsigned long long)h->size, (unsigned long long)h->delta);
     int rc = emu_check_id(h->device_id, err); /* the device exists here too */
     if (rc != 0) return rc;
-    int fd = open_memfd(h, err);
+    int fd = open_memfd(h, given, err);
     if (fd < 0) return PYXBUF_EDEVICE;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t first = (size_t)h->offset / page * page;
@@ -145,9 +160,9 @@ int emu_ipc_export(const void *ptr, pyxbuf_emulated_ipc_handle *out, pyxbuf_erro
     return rc;
 }
 
-int emu_ipc_open(const pyxbuf_emulated_ipc_handle *h, void **ptr, pyxbuf_error *err) {
+int emu_ipc_open(const pyxbuf_emulated_ipc_handle *h, int fd, void **ptr, pyxbuf_error *err) {
     pthread_mutex_lock(&emu_lock);
-    int rc = open_locked(h, ptr, err);
+    int rc = open_locked(h, fd, ptr, err);
     pthread_mutex_unlock(&emu_lock);
     return rc;
 }
@@ -163,7 +178,7 @@ int emu_ipc_close(void *ptr, pyxbuf_error *err) {
 /* The backend's functions (pyxbuf_backend's ipc_*): the handle travels as
  * the bytes of a pyxbuf_emulated_ipc_handle. */
 int emu_backend_ipc_export(void *ctx, int32_t id, const void *ptr, void *handle,
-                           size_t *handle_len, pyxbuf_error *err) {
+                           size_t *handle_len, int *fd, pyxbuf_error *err) {
     (void)ctx;
     pyxbuf_emulated_ipc_handle h;
     int rc = emu_ipc_export(ptr, &h, err);
@@ -173,12 +188,13 @@ int emu_backend_ipc_export(void *ctx, int32_t id, const void *ptr, void *handle,
     if (rc == 0) {
         memcpy(handle, &h, sizeof h);
         *handle_len = sizeof h;
+        *fd = h.fd; /* the device's memfd, open for the process's life */
     }
     return rc;
 }
 
 int emu_backend_ipc_open(void *ctx, int32_t id, const void *handle, size_t handle_len,
-                         void **ptr, pyxbuf_error *err) {
+                         int fd, void **ptr, pyxbuf_error *err) {
     (void)ctx;
     pyxbuf_emulated_ipc_handle h;
     if (handle_len != sizeof h)
@@ -188,7 +204,7 @@ int emu_backend_ipc_open(void *ctx, int32_t id, const void *handle, size_t handl
     if (h.device_id != id)
         return emu_error(err, PYXBUF_EINVAL, "emulated: the handle names emulated device %d, "
                          "not %d", (int)h.device_id, (int)id);
-    return emu_ipc_open(&h, ptr, err);
+    return emu_ipc_open(&h, fd, ptr, err);
 }
 
 int emu_backend_ipc_close(void *ctx, int32_t id, void *ptr, pyxbuf_error *err) {

@@ -39,8 +39,9 @@ static int ipc_backend(const pyxbuf_device *device, pyxbuf_backend *b, const cha
 }
 
 int pyxbuf_device_share(PyObject *obj, pyxbuf_device *device, void *handle,
-                        size_t *handle_len) {
+                        size_t *handle_len, int *fd) {
     pyxbuf_view v;
+    *fd = -1;
     pyxbuf_error err;
     pyxbuf_backend b;
     if (pyxbuf_get(obj, &v, PyBUF_RECORDS_RO | PYXBUF_DEVICE | PYXBUF_EXTENDED_FORMAT) < 0)
@@ -71,7 +72,7 @@ int pyxbuf_device_share(PyObject *obj, pyxbuf_device *device, void *handle,
                            : 0;
         if (rc == 0)
             rc = b.ipc_export(b.ctx, device->device_id, v.base.buf, (char *)handle + sizeof h,
-                              &n, &err);
+                              &n, fd, &err);
         Py_END_ALLOW_THREADS
         if (rc != 0) rc = pyxbuf_error_raise(&err);
         memcpy(handle, &h, sizeof h);
@@ -97,8 +98,10 @@ static void close_opened(void *ctx) {
     free(o);
 }
 
-/* Map the memory `handle` names, or find it here when this process made it. */
-static int open_handle(const pyxbuf_backend *b, opened *o, const void *handle, size_t len) {
+/* Map the memory `handle` names (with `fd`, the descriptor that travelled
+ * with it, or -1), or find it here when this process made it. */
+static int open_handle(const pyxbuf_backend *b, opened *o, const void *handle, size_t len,
+                       int fd) {
     share_header h;
     if (handle == NULL || len <= sizeof h) {
         PyErr_Format(PyExc_ValueError,
@@ -128,13 +131,14 @@ static int open_handle(const pyxbuf_backend *b, opened *o, const void *handle, s
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = b->ipc_open(b->ctx, o->device.device_id, (const char *)handle + sizeof h,
-                     len - sizeof h, &o->ptr, &err);
+                     len - sizeof h, fd, &o->ptr, &err);
     Py_END_ALLOW_THREADS
     return rc != 0 ? pyxbuf_error_raise(&err) : 0;
 }
 
 PyObject *pyxbuf_exporter_open_shared(const pyxbuf_device *device, const void *handle,
-                                      size_t handle_len, const char *format, Py_ssize_t itemsize,
+                                      size_t handle_len, int fd, const char *format,
+                                      Py_ssize_t itemsize,
                                       int32_t ndim, const Py_ssize_t *shape,
                                       const Py_ssize_t *strides, int32_t readonly) {
     pyxbuf_backend b;
@@ -142,7 +146,7 @@ PyObject *pyxbuf_exporter_open_shared(const pyxbuf_device *device, const void *h
     opened *o = calloc(1, sizeof *o);
     if (o == NULL) return PyErr_NoMemory();
     o->device = *device;
-    if (open_handle(&b, o, handle, handle_len) < 0) {
+    if (open_handle(&b, o, handle, handle_len, fd) < 0) {
         free(o);
         return NULL;
     }

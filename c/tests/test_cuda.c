@@ -178,8 +178,8 @@ static void check_missing_driver(void) {
         b->alloc_async(b->ctx, 0, 16, 0, &p, &err),
         b->free_async(b->ctx, 0, (void *)0x1000, 0, &err),
         b->pool_trim(b->ctx, 0, 0, &err),
-        b->ipc_export(b->ctx, 0, (void *)0x1000, host, &(size_t){sizeof host}, &err),
-        b->ipc_open(b->ctx, 0, host, sizeof host, &p, &err),
+        b->ipc_export(b->ctx, 0, (void *)0x1000, host, &(size_t){sizeof host}, &(int){-1}, &err),
+        b->ipc_open(b->ctx, 0, host, sizeof host, -1, &p, &err),
         b->ipc_close(b->ctx, 0, (void *)0x1000, &err),
     };
     for (size_t i = 0; i < sizeof rcs / sizeof *rcs; i++) CHECK_INT_EQ(rcs[i], PYXBUF_EDRIVER);
@@ -337,18 +337,20 @@ static void check_ipc_over_fake_driver(void) {
     unsigned char h[PYXBUF_IPC_BACKEND_HANDLE_MAX];
     size_t n = sizeof h;
     void *p = NULL;
+    int fd = 0;
     fake.uuid_here = 0xAB;
     fake.opened_base = 0x7000000;
     pyxbuf__cuda_ipc_init(&fake_api);
 
     /* Export: pyxbuf's handle, CUDA's inside it. */
-    CHECK_OK(pyxbuf__cuda_ipc_export(0, (void *)0x12345, h, &n, &last));
+    CHECK_OK(pyxbuf__cuda_ipc_export(0, (void *)0x12345, h, &n, &fd, &last));
+    CHECK_INT_EQ(fd, -1); /* legacy handles are bytes alone */
     CHECK(n > 64 && n <= PYXBUF_IPC_BACKEND_HANDLE_MAX);
     CHECK(memcmp(h, "pyxbcuda", 8) == 0);
 
     /* Mapped, at the array's offset in the allocation; closed at the
      * mapping's base. */
-    CHECK_OK(pyxbuf__cuda_ipc_open(0, h, n, &p, &last));
+    CHECK_OK(pyxbuf__cuda_ipc_open(0, h, n, -1, &p, &last));
     CHECK(p == (void *)(0x7000000 + 0x2345));
     CHECK_INT_EQ(fake.opens, 1);
     CHECK_OK(pyxbuf__cuda_ipc_close(0, p, &last));
@@ -357,7 +359,7 @@ static void check_ipc_over_fake_driver(void) {
 
     /* The exporter freed it (or exited): the driver's error, and why. */
     fake.open_result = CUDA_ERROR_INVALID_HANDLE;
-    CHECK_INT_EQ(pyxbuf__cuda_ipc_open(0, h, n, &p, &err), PYXBUF_EDRIVER);
+    CHECK_INT_EQ(pyxbuf__cuda_ipc_open(0, h, n, -1, &p, &err), PYXBUF_EDRIVER);
     CHECK_INT_EQ(err.code, PYXBUF_EDRIVER);
     CHECK_CONTAINS(err.message, "cuIpcOpenMemHandle of process ");
     CHECK_CONTAINS(err.message, "'s memory on CUDA device 0 failed");
@@ -367,7 +369,7 @@ static void check_ipc_over_fake_driver(void) {
 
     /* Another GPU under the same ordinal (CUDA_VISIBLE_DEVICES differs). */
     fake.uuid_here = 0xCD;
-    CHECK_INT_EQ(pyxbuf__cuda_ipc_open(0, h, n, &p, &err), PYXBUF_EINVAL);
+    CHECK_INT_EQ(pyxbuf__cuda_ipc_open(0, h, n, -1, &p, &err), PYXBUF_EINVAL);
     CHECK_INT_EQ(err.code, PYXBUF_EINVAL);
     CHECK_CONTAINS(err.message, "the memory lies on GPU-abababab-abab-abab-abab-abababababab");
     CHECK_CONTAINS(err.message, "CUDA device 0 of this process is GPU-cdcdcdcd-cdcd");
@@ -375,22 +377,22 @@ static void check_ipc_over_fake_driver(void) {
     fake.uuid_here = 0xAB;
 
     /* Handles that ipc_export did not make. */
-    CHECK_INT_EQ(pyxbuf__cuda_ipc_open(0, h, n - 1, &p, &err), PYXBUF_EINVAL);
+    CHECK_INT_EQ(pyxbuf__cuda_ipc_open(0, h, n - 1, -1, &p, &err), PYXBUF_EINVAL);
     CHECK_INT_EQ(err.code, PYXBUF_EINVAL);
     CHECK_CONTAINS(err.message, "handle is not one cuda ipc_export made");
     h[0] ^= 1;
-    CHECK_INT_EQ(pyxbuf__cuda_ipc_open(0, h, n, &p, &err), PYXBUF_EINVAL);
+    CHECK_INT_EQ(pyxbuf__cuda_ipc_open(0, h, n, -1, &p, &err), PYXBUF_EINVAL);
     CHECK_CONTAINS(err.message, "starting \"pyxbcuda\"");
 
     /* Too small a buffer for the handle. */
     size_t small = 64;
-    CHECK_INT_EQ(pyxbuf__cuda_ipc_export(0, (void *)0x12345, h, &small, &err), PYXBUF_EINVAL);
+    CHECK_INT_EQ(pyxbuf__cuda_ipc_export(0, (void *)0x12345, h, &small, &fd, &err), PYXBUF_EINVAL);
     CHECK_INT_EQ(err.code, PYXBUF_EINVAL);
     CHECK_CONTAINS(err.message, "pass PYXBUF_IPC_BACKEND_HANDLE_MAX");
 
     /* Pool memory: CUDA's IPC handles cannot name it; the way out. */
     n = sizeof h;
-    CHECK_INT_EQ(pyxbuf__cuda_ipc_export(0, (void *)(FAKE_POOL_START + 0x40), h, &n, &err), PYXBUF_EDRIVER);
+    CHECK_INT_EQ(pyxbuf__cuda_ipc_export(0, (void *)(FAKE_POOL_START + 0x40), h, &n, &fd, &err), PYXBUF_EDRIVER);
     CHECK_INT_EQ(err.code, PYXBUF_EDRIVER);
     CHECK_CONTAINS(err.message, "cuIpcGetMemHandle of the allocation holding the array");
     CHECK_CONTAINS(err.message, "stream-ordered pool");
@@ -399,7 +401,7 @@ static void check_ipc_over_fake_driver(void) {
     /* A driver without IPC. */
     pyxbuf__cuda_ipc_init(NULL);
     n = sizeof h;
-    CHECK_INT_EQ(pyxbuf__cuda_ipc_export(0, (void *)0x12345, h, &n, &err), PYXBUF_EUNSUPPORTED);
+    CHECK_INT_EQ(pyxbuf__cuda_ipc_export(0, (void *)0x12345, h, &n, &fd, &err), PYXBUF_EUNSUPPORTED);
     CHECK_INT_EQ(err.code, PYXBUF_EUNSUPPORTED);
     CHECK_CONTAINS(err.message, "this CUDA driver has no interprocess memory handles");
 }
@@ -414,14 +416,15 @@ TEST_CASE(ipc_export_names_cumemalloc_memory_and_refuses_pool_memory) {
     unsigned char h[PYXBUF_IPC_BACKEND_HANDLE_MAX];
     size_t n = sizeof h;
     void *d = NULL, *pooled = NULL;
+    int fd = 0;
     pyxbuf_error err;
     CHECK_OK(b->alloc(b->ctx, 0, 1 << 20, &d, &last));
-    CHECK_OK(b->ipc_export(b->ctx, 0, offset(d, 4096), h, &n, &last));
+    CHECK_OK(b->ipc_export(b->ctx, 0, offset(d, 4096), h, &n, &fd, &last));
     CHECK(n > 64 && memcmp(h, "pyxbcuda", 8) == 0);
     CHECK_OK(b->free(b->ctx, 0, d, &last));
     CHECK_OK(b->alloc_async(b->ctx, 0, 1 << 20, 0, &pooled, &last));
     n = sizeof h;
-    int rc = b->ipc_export(b->ctx, 0, pooled, h, &n, &err);
+    int rc = b->ipc_export(b->ctx, 0, pooled, h, &n, &fd, &err);
     fprintf(stderr, "pool memory: rc %d: %s\n", rc, rc ? err.message : "(shared)");
     CHECK_INT_EQ(rc, PYXBUF_EDRIVER);
     CHECK_CONTAINS(err.message, "stream-ordered pool");

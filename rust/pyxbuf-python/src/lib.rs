@@ -453,13 +453,15 @@ fn frombuffer<'py>(
 }
 
 /// `obj`'s device memory shared with another process on this machine, no
-/// copy: `(device, handle)`, the handle's bytes naming the allocation (the
-/// backend's IPC: CUDA's handles, the emulated device's memfd). The host first
-/// waits for the producer's event, so its writes happen before the handle
-/// leaves. What `pyxbuf.multiprocessing` sends for a device array; the
-/// exporting process keeps `obj` alive while the other process uses it.
+/// copy: `(device, handle, fd)`, the handle's bytes naming the allocation
+/// (the backend's IPC: CUDA's handles, the emulated device's memfd) and `fd`
+/// a descriptor that must travel with them (a duplicate, sent by SCM_RIGHTS;
+/// pyxbuf keeps this one open), or -1. The host first waits for the
+/// producer's event, so its writes happen before the handle leaves. What
+/// `pyxbuf.multiprocessing` sends for a device array; the exporting process
+/// keeps `obj` alive while the other process uses it.
 #[pyfunction]
-fn _share_device<'py>(obj: &Bound<'py, PyAny>) -> PyResult<(String, Bound<'py, PyBytes>)> {
+fn _share_device<'py>(obj: &Bound<'py, PyAny>) -> PyResult<(String, Bound<'py, PyBytes>, i32)> {
     let py = obj.py();
     let mut device = sys::pyxbuf_device {
         device_type: 0,
@@ -467,6 +469,7 @@ fn _share_device<'py>(obj: &Bound<'py, PyAny>) -> PyResult<(String, Bound<'py, P
     };
     let mut handle = [0u8; sys::PYXBUF_IPC_HANDLE_MAX as usize];
     let mut len: usize = 0;
+    let mut fd: i32 = -1;
     // SAFETY: a live object; out-pointers valid for the call, `handle` holds
     // PYXBUF_IPC_HANDLE_MAX bytes; -1 means an exception is set.
     let rc = unsafe {
@@ -475,6 +478,7 @@ fn _share_device<'py>(obj: &Bound<'py, PyAny>) -> PyResult<(String, Bound<'py, P
             &mut device,
             handle.as_mut_ptr().cast(),
             &mut len,
+            &mut fd,
         )
     };
     if rc != 0 {
@@ -487,18 +491,20 @@ fn _share_device<'py>(obj: &Bound<'py, PyAny>) -> PyResult<(String, Bound<'py, P
     let name = unsafe { CStr::from_ptr(name.as_ptr()) }
         .to_string_lossy()
         .into_owned();
-    Ok((name, PyBytes::new(py, &handle[..len.min(handle.len())])))
+    Ok((name, PyBytes::new(py, &handle[..len.min(handle.len())]), fd))
 }
 
 /// A `pyxbuf.Exporter` over the device memory another process shared
-/// (`_share_device`'s `handle`), laid out as given; it closes the handle
-/// when it dies and grants no borrow (the other process writes it too).
+/// (`_share_device`'s `handle`, with `fd` the descriptor that arrived with
+/// it or -1; not kept or closed here), laid out as given; it closes the
+/// handle when it dies and grants no borrow (the other process writes it too).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 fn _open_shared_device<'py>(
     py: Python<'py>,
     device: &Bound<'py, PyAny>,
     handle: &[u8],
+    fd: i32,
     format: &str,
     itemsize: isize,
     shape: Vec<isize>,
@@ -523,6 +529,7 @@ fn _open_shared_device<'py>(
             &device,
             handle.as_ptr().cast(),
             handle.len(),
+            fd,
             format.as_ptr(),
             itemsize,
             shape.len() as i32,

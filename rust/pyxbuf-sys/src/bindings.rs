@@ -700,7 +700,14 @@ pub struct pyxbuf_backend {
  ipc_open, in another process: map it there, *ptr where `ptr` was (the
  exporting process's own opens never reach it: pyxbuf serves them with
  the memory it has); ipc_close: unmap what ipc_open mapped. The
- exporter keeps the allocation alive while others use it.*/
+ exporter keeps the allocation alive while others use it.
+ A handle may need a file descriptor beside its bytes (a CUDA pool's
+ shareable handle, the emulated device's memfd): ipc_export sets *fd
+ (-1 on entry) to one the backend keeps open for the process's life,
+ and the caller sends a duplicate with the handle (SCM_RIGHTS:
+ multiprocessing.reduction.DupFd); ipc_open gets the descriptor that
+ arrived (-1: none), which it does not keep past the call (it
+ duplicates what it needs).*/
     pub ipc_export: ::std::option::Option<
         unsafe extern "C" fn(
             ctx: *mut ::std::os::raw::c_void,
@@ -708,6 +715,7 @@ pub struct pyxbuf_backend {
             ptr: *const ::std::os::raw::c_void,
             handle: *mut ::std::os::raw::c_void,
             handle_len: *mut usize,
+            fd: *mut ::std::os::raw::c_int,
             err: *mut pyxbuf_error,
         ) -> ::std::os::raw::c_int,
     >,
@@ -717,6 +725,7 @@ pub struct pyxbuf_backend {
             device_id: i32,
             handle: *const ::std::os::raw::c_void,
             handle_len: usize,
+            fd: ::std::os::raw::c_int,
             ptr: *mut *mut ::std::os::raw::c_void,
             err: *mut pyxbuf_error,
         ) -> ::std::os::raw::c_int,
@@ -1777,12 +1786,17 @@ unsafe extern "C" {
  memfd). pyxbuf_device_share: the handle (at most PYXBUF_IPC_HANDLE_MAX
  bytes into `handle`, *handle_len their number) of `obj`'s device memory,
  and its device, after the host has waited for the producer's event (its
- writes happen before the handle leaves). 0, or -1 with an exception
+ writes happen before the handle leaves); *fd: a file descriptor that must
+ travel with the handle (sent as a duplicate: SCM_RIGHTS, which
+ multiprocessing.reduction.DupFd does; pyxbuf keeps this one open), or -1
+ when the handle's bytes suffice. 0, or -1 with an exception
  (ValueError for host memory, BufferError for a backend that cannot share).
  pyxbuf_exporter_open_shared, in another process: an exporter over the
  memory the handle names, laid out as given (strides in bytes, required
- from 2 dimensions); it closes the handle when it dies and grants no borrow
- (other processes write the memory too). Opened in the process that made
+ from 2 dimensions); `fd` is the descriptor that arrived with the handle
+ (-1: none; pyxbuf does not keep or close it); the exporter closes the
+ handle when it dies and grants no borrow (other processes write the
+ memory too). Opened in the process that made
  it (a multiprocessing.Queue between two threads), the exporter is over
  that process's own memory, mapped nowhere else: the same address. The exporting process keeps its
  array alive until every process that opened it is done with it: nothing
@@ -1793,11 +1807,13 @@ unsafe extern "C" {
         device: *mut pyxbuf_device,
         handle: *mut ::std::os::raw::c_void,
         handle_len: *mut usize,
+        fd: *mut ::std::os::raw::c_int,
     ) -> ::std::os::raw::c_int;
     pub fn pyxbuf_exporter_open_shared(
         device: *const pyxbuf_device,
         handle: *const ::std::os::raw::c_void,
         handle_len: usize,
+        fd: ::std::os::raw::c_int,
         format: *const ::std::os::raw::c_char,
         itemsize: Py_ssize_t,
         ndim: i32,

@@ -104,10 +104,20 @@ def rebuild_shared(name, offset, format, itemsize, shape, strides, readonly):
                       itemsize=itemsize, readonly=bool(readonly))
 
 
-def rebuild_shared_device(device, handle, format, itemsize, shape, strides, readonly):
+def rebuild_shared_device(device, handle, fd, format, itemsize, shape, strides, readonly):
     """An exporter over another process's device memory (pyxbuf.multiprocessing
-    sent its IPC handle): mapped here, no copy; no borrow granted."""
+    sent its IPC handle, and `fd`, multiprocessing's DupFd of a descriptor the
+    handle needs, or None): mapped here, no copy; no borrow granted. The
+    descriptor is received (which also frees the sender's copy of it) and
+    closed once the memory is open: the backend keeps what it needs."""
+    import os
+
     from .pyxbuf import _open_shared_device
 
-    return _open_shared_device(device, handle, format, itemsize, list(shape), list(strides),
-                               bool(readonly))
+    received = fd.detach() if fd is not None else -1
+    try:
+        return _open_shared_device(device, handle, received, format, itemsize, list(shape),
+                                   list(strides), bool(readonly))
+    finally:
+        if received >= 0:
+            os.close(received)

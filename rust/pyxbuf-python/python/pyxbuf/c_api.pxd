@@ -243,9 +243,9 @@ cdef extern from "pyxbuf.h":
         int (*pool_trim)(void *ctx, int32_t device_id, uint64_t keep_bytes,
                          pyxbuf_error *err) noexcept nogil
         int (*ipc_export)(void *ctx, int32_t device_id, const void *ptr, void *handle,
-                          size_t *handle_len, pyxbuf_error *err) noexcept nogil
+                          size_t *handle_len, int *fd, pyxbuf_error *err) noexcept nogil
         int (*ipc_open)(void *ctx, int32_t device_id, const void *handle, size_t handle_len,
-                        void **ptr, pyxbuf_error *err) noexcept nogil
+                        int fd, void **ptr, pyxbuf_error *err) noexcept nogil
         int (*ipc_close)(void *ctx, int32_t device_id, void *ptr,
                          pyxbuf_error *err) noexcept nogil
 
@@ -345,9 +345,9 @@ cdef extern from "pyxbuf.h":
                                 Py_ssize_t itemsize, int32_t ndim, const Py_ssize_t *shape,
                                 const Py_ssize_t *strides, int32_t options)
     int pyxbuf_device_share(object obj, pyxbuf_device *device, void *handle,
-                            size_t *handle_len) except -1
+                            size_t *handle_len, int *fd) except -1
     object pyxbuf_exporter_open_shared(const pyxbuf_device *device, const void *handle,
-                                       size_t handle_len, const char *format,
+                                       size_t handle_len, int fd, const char *format,
                                        Py_ssize_t itemsize, int32_t ndim,
                                        const Py_ssize_t *shape, const Py_ssize_t *strides,
                                        int32_t readonly)

@@ -22,14 +22,18 @@ Lifetime and order, as with CUDA's IPC:
 - the sender's writes made before sending happen before the receiver reads:
   the host waits for the producer's event when the handle is made. Writes
   after sending are the program's to order;
-- no borrow is granted on received memory: another process writes it.
+- no borrow is granted on received memory: another process writes it;
+- a handle that needs a file descriptor (a CUDA pool's shareable handle; the
+  emulated device's memfd) sends it beside the handle as multiprocessing
+  sends sockets (``multiprocessing.reduction.DupFd``: SCM_RIGHTS), so no
+  process needs the right to read another's descriptors.
 
 Exporters of another copy of libpyxbuf (a Rust crate's, a C extension's: a
 type of their own) are shared once ``register(type(x))`` names their type.
 """
 
 from multiprocessing import *  # noqa: F401,F403 -- this module stands in for it
-from multiprocessing.reduction import ForkingPickler
+from multiprocessing.reduction import DupFd, ForkingPickler
 
 from . import _pickle
 from .pyxbuf import Exporter, _share_device
@@ -42,8 +46,11 @@ def reduce_exporter(x):
         # Its items in band: ForkingPickler pickles with no buffer callback,
         # and before Python 3.14 with protocol 4, which refuses a PickleBuffer.
         return x.__reduce_ex__(4)
-    device, handle = _share_device(x)
-    return _pickle.rebuild_shared_device, (device, handle, x.format, x.itemsize, x.shape,
+    device, handle, fd = _share_device(x)
+    # A descriptor the handle needs (a CUDA pool's, the emulated device's
+    # memfd) travels as multiprocessing sends sockets: SCM_RIGHTS.
+    sent = DupFd(fd) if fd >= 0 else None
+    return _pickle.rebuild_shared_device, (device, handle, sent, x.format, x.itemsize, x.shape,
                                            x.strides, x.readonly)
 
 
