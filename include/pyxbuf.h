@@ -690,8 +690,9 @@ PYXBUF_API int pyxbuf_backend_get(int32_t device_type, pyxbuf_backend *out, pyxb
  * (bytes, suffixes K, M, G) and PYXBUF_STAGING_THREADS set the fields;
  * PYXBUF_STAGING_HUGE_PAGES=1 asks the kernel for transparent huge pages on
  * large destinations before draining into them (faster on some hosts);
- * PYXBUF_DEVICE_POOL=0 sets device_pool_off, and
- * PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD (bytes) device_pool_release_threshold.
+ * PYXBUF_DEVICE_POOL=0 sets device_pool_off, PYXBUF_DEVICE_POOL=shareable
+ * device_pool_shareable, and PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD (bytes)
+ * device_pool_release_threshold.
  * Every variable is checked as pyxbuf_transfer_config_set checks its field:
  * one out of range or malformed leaves the defaults in force and makes every
  * copy fail naming it (pyxbuf_transfer_config_check) until the
@@ -715,7 +716,18 @@ PYXBUF_API int pyxbuf_backend_get(int32_t device_type, pyxbuf_backend *out, pyxb
  * is 0.2% of an H200, 3% of an 8 GiB card). To keep next to nothing, set 1;
  * at most 2^63 - 1. A CUDA default pool that another library has set higher
  * (PyTorch's cudaMallocAsync backend sets it to keep everything) is left as
- * it is. */
+ * it is.
+ * device_pool_shareable = 1: pyxbuf's device memory comes from pools other
+ * processes can open (pyxbuf_device_share; pyxbuf.multiprocessing): on CUDA
+ * a pool of pyxbuf's own per device, created with POSIX file-descriptor
+ * handles, instead of the device's default pool, whose memory CUDA cannot
+ * share. CUDA gives such a pool's memory back to the device only when the
+ * process exits: the release threshold and pool_trim do nothing there (the
+ * CUDA programming guide, "IPC Export Pool Limitations"), which is why it is
+ * not the default. A device whose pools cannot have such handles
+ * (CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES) keeps the default
+ * pool, and sharing its memory is refused naming that. Memory allocated
+ * before a change stays in the pool it came from. */
 typedef struct pyxbuf_transfer_config {
     uint32_t size;          /* sizeof(pyxbuf_transfer_config) */
     int32_t enabled;        /* 0: every copy is the backend's direct call */
@@ -726,7 +738,8 @@ typedef struct pyxbuf_transfer_config {
     uint64_t pool_cap;      /* bytes of page-locked memory the pool may hold */
     int32_t device_pool_off; /* 1: device allocations skip the stream-ordered pool;
                                 0 (default): from it where the backend has one */
-    int32_t reserved0;      /* zero */
+    int32_t device_pool_shareable; /* 1: from pools other processes can open;
+                                      0 (default): the device's default pool */
     uint64_t device_pool_release_threshold; /* bytes cached across a sync; 0: default */
     int64_t reserved[2];
 } pyxbuf_transfer_config;

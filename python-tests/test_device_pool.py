@@ -101,11 +101,13 @@ def test_with_the_pool_off_device_memory_is_the_backends_own():
 def test_the_pool_knobs_are_value_errors_naming_the_field():
     with pytest.raises(ValueError, match=r"device_pool_off is 2; it must be 0 or 1"):
         t.transfer_config(device_pool_off=2)
+    with pytest.raises(ValueError, match=r"device_pool_shareable is 2; it must be 0 or 1"):
+        t.transfer_config(device_pool_shareable=2)
     with pytest.raises(ValueError, match=r"device_pool_release_threshold is 9223372036854775808; "
                                          r"it must be at most 2\^63 - 1 bytes"):
         t.transfer_config(device_pool_release_threshold=1 << 63)
     now = t.transfer_config()
-    assert now["device_pool_off"] == 0
+    assert now["device_pool_off"] == 0 and now["device_pool_shareable"] == 0
     assert now["device_pool_release_threshold"] == 256 << 20  # the default
 
 

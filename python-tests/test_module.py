@@ -131,7 +131,8 @@ def test_transfer_config_and_staged_copies_through_the_module():
     on the emulated device with 64 KiB chunks so a small array is staged."""
     before = pyxbuf.transfer_config()
     assert set(before) == {"enabled", "threads", "buffers", "threshold", "chunk", "pool_cap",
-                           "device_pool", "device_pool_release_threshold"}
+                           "device_pool", "device_pool_shareable",
+                           "device_pool_release_threshold"}
     assert pyxbuf.transfer_config() == before  # no arguments: nothing changes
     try:
         now = pyxbuf.transfer_config(threshold=1, chunk=64 << 10, buffers=3, threads=2)
@@ -170,6 +171,7 @@ def test_the_device_pool_knobs_through_the_module():
     default with a 256 MiB release threshold; device memory works either way."""
     before = pyxbuf.transfer_config()
     assert (before["device_pool"], before["device_pool_release_threshold"]) == (True, 256 << 20)
+    assert before["device_pool_shareable"] is False
     a = np.arange(1000, dtype=np.float32)
     try:
         for pool in (False, True):
@@ -185,5 +187,11 @@ def test_the_device_pool_knobs_through_the_module():
                                              r"9223372036854775808; it must be at most 2\^63 - 1"):
             pyxbuf.transfer_config(device_pool_release_threshold=1 << 63)
         assert pyxbuf.transfer_config()["device_pool_release_threshold"] == 1 << 20
+        # Shareable pools: the emulated device shares any of its memory, so
+        # device arrays work as before (CUDA's switch is test_cuda.c's).
+        assert pyxbuf.transfer_config(device_pool_shareable=True)["device_pool_shareable"]
+        d = pyxbuf.to_device(a, "ext_dev:0")
+        np.testing.assert_array_equal(np.frombuffer(pyxbuf.to_device(d, "cpu"), np.float32), a)
+        assert pyxbuf.pyxbuf._share_device(d)[2] >= 0
     finally:
         pyxbuf.transfer_config(**before)

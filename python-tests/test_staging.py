@@ -357,6 +357,8 @@ def test_a_forked_child_stages_with_workers_of_its_own():
           "threads": 5}),
         ({"PYXBUF_DEVICE_POOL": "0", "PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD": "1G"},
          {"device_pool_off": 1, "device_pool_release_threshold": 1 << 30}),
+        ({"PYXBUF_DEVICE_POOL": "shareable"}, {"device_pool_off": 0, "device_pool_shareable": 1}),
+        ({"PYXBUF_DEVICE_POOL": "on"}, {"device_pool_off": 0, "device_pool_shareable": 0}),
     ],
 )
 def test_the_environment_sets_the_first_configuration(env, expect):
@@ -379,7 +381,7 @@ BAD_ENVIRONMENT = [
     ("PYXBUF_STAGING_THREADS", "999", "it must be a whole number in 1..64"),
     ("PYXBUF_PINNED_POOL_CAP", "16777216G", "it must be at most"),
     ("PYXBUF_STAGING", "maybe", "it must be 1, on, 0 or off"),
-    ("PYXBUF_DEVICE_POOL", "yes", "it must be 1, on, 0 or off"),
+    ("PYXBUF_DEVICE_POOL", "yes", "it must be 1, on, 0, off or shareable"),
     ("PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD", "9223372036854775808",
      "it must be at most 2^63 - 1 bytes"),
 ]

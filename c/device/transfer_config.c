@@ -96,7 +96,8 @@ static int check_config(const pyxbuf_transfer_config *c, const char *who, pyxbuf
         return bad_field(err, who, "device_pool_release_threshold",
                          c->device_pool_release_threshold,
                          "at most 2^63 - 1 bytes (0: the default, 256 MiB)");
-    if (c->reserved0 != 0) return bad_signed(err, who, "reserved0", c->reserved0, "0");
+    if (c->device_pool_shareable != 0 && c->device_pool_shareable != 1)
+        return bad_signed(err, who, "device_pool_shareable", c->device_pool_shareable, "0 or 1");
     return 0;
 }
 
@@ -162,6 +163,22 @@ static void env_switch(const char *name, int *field) {
     else env_refused(name, v, "it must be 1, on, 0 or off");
 }
 
+/* PYXBUF_DEVICE_POOL: a switch, or "shareable" (the pool on, and shareable). */
+static void env_device_pool(pyxbuf_transfer_config *c) {
+    const char *v = getenv("PYXBUF_DEVICE_POOL");
+    if (v != NULL && strcmp(v, "shareable") == 0) {
+        c->device_pool_shareable = 1;
+        return;
+    }
+    int device_pool = 1;
+    if (v != NULL && strcmp(v, "1") && strcmp(v, "on") && strcmp(v, "0") && strcmp(v, "off")) {
+        env_refused("PYXBUF_DEVICE_POOL", v, "it must be 1, on, 0, off or shareable");
+        return;
+    }
+    env_switch("PYXBUF_DEVICE_POOL", &device_pool);
+    c->device_pool_off = !device_pool;
+}
+
 /* Which variable set a field, for the message of a value out of range. */
 static const char *env_name_of(const char *message) {
     static const char *const names[][2] = {
@@ -204,9 +221,7 @@ static void load_config(void) {
     env_bytes("PYXBUF_PINNED_POOL_CAP", &c.pool_cap);
     env_threads(&c.threads);
     env_switch("PYXBUF_STAGING_HUGE_PAGES", &huge_pages);
-    int device_pool = 1;
-    env_switch("PYXBUF_DEVICE_POOL", &device_pool);
-    c.device_pool_off = !device_pool;
+    env_device_pool(&c);
     env_bytes("PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD", &c.device_pool_release_threshold);
     pyxbuf_error why;
     if (!env_bad && check_config(&c, "pyxbuf", &why) < 0) {

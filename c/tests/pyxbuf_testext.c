@@ -599,6 +599,7 @@ static PyObject *config_dict(const pyxbuf_transfer_config *c) {
         put_u64(d, "threshold", c->threshold) < 0 || put_u64(d, "chunk", c->chunk) < 0 ||
         put_u64(d, "pool_cap", c->pool_cap) < 0 ||
         put_u64(d, "device_pool_off", (unsigned long long)c->device_pool_off) < 0 ||
+        put_u64(d, "device_pool_shareable", (unsigned long long)c->device_pool_shareable) < 0 ||
         put_u64(d, "device_pool_release_threshold", c->device_pool_release_threshold) < 0)
         Py_CLEAR(d);
     return d;
@@ -609,16 +610,19 @@ static PyObject *config_dict(const pyxbuf_transfer_config *c) {
 static PyObject *transfer_config(PyObject *mod, PyObject *args, PyObject *kwargs) {
     (void)mod;
     static char *names[] = {"enabled", "threads", "buffers", "threshold", "chunk", "pool_cap",
-                            "device_pool_off", "device_pool_release_threshold", NULL};
+                            "device_pool_off", "device_pool_release_threshold",
+                            "device_pool_shareable", NULL};
     pyxbuf_transfer_config c = {.size = sizeof c};
     pyxbuf_transfer_config_get(&c);
     PyObject *before = config_dict(&c);
     int enabled = c.enabled, threads = c.threads, buffers = c.buffers, off = c.device_pool_off;
     unsigned long long threshold = c.threshold, chunk = c.chunk, cap = c.pool_cap;
     unsigned long long keep = c.device_pool_release_threshold;
+    int shareable = c.device_pool_shareable;
     if (before == NULL ||
-        !PyArg_ParseTupleAndKeywords(args, kwargs, "|iiiKKKiK", names, &enabled, &threads,
-                                     &buffers, &threshold, &chunk, &cap, &off, &keep)) {
+        !PyArg_ParseTupleAndKeywords(args, kwargs, "|iiiKKKiKi", names, &enabled, &threads,
+                                     &buffers, &threshold, &chunk, &cap, &off, &keep,
+                                     &shareable)) {
         Py_XDECREF(before);
         return NULL;
     }
@@ -637,6 +641,7 @@ static PyObject *transfer_config(PyObject *mod, PyObject *args, PyObject *kwargs
     c.pool_cap = cap;
     c.device_pool_off = off;
     c.device_pool_release_threshold = keep;
+    c.device_pool_shareable = shareable;
     if (pyxbuf_transfer_config_set(&c, &err) < 0) {
         Py_DECREF(before);
         PyErr_SetString(PyExc_ValueError, err.message);

@@ -382,9 +382,9 @@ TEST_CASE(the_pool_knobs_are_checked_and_zero_means_the_defaults) {
     CHECK_INT_EQ(pyxbuf_transfer_config_set(&bad, &err), PYXBUF_EINVAL);
     CHECK_CONTAINS(err.message, "device_pool_release_threshold is 18446744073709551615; it must "
                                 "be at most 2^63 - 1 bytes");
-    bad = c, bad.reserved0 = 1;
+    bad = c, bad.device_pool_shareable = 2;
     CHECK_INT_EQ(pyxbuf_transfer_config_set(&bad, &err), PYXBUF_EINVAL);
-    CHECK_CONTAINS(err.message, "reserved0 is 1; it must be 0");
+    CHECK_CONTAINS(err.message, "device_pool_shareable is 2; it must be 0 or 1");
     /* A caller that zeroes what it does not know gets the pool, on. */
     pyxbuf_transfer_config zeroed = c;
     memset(&zeroed.device_pool_off, 0,

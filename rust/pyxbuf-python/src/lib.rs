@@ -585,6 +585,7 @@ fn config_dict<'py>(py: Python<'py>, c: &pyxbuf::TransferConfig) -> PyResult<Bou
     d.set_item("chunk", c.chunk)?;
     d.set_item("pool_cap", c.pool_cap)?;
     d.set_item("device_pool", c.device_pool)?;
+    d.set_item("device_pool_shareable", c.device_pool_shareable)?;
     d.set_item(
         "device_pool_release_threshold",
         c.device_pool_release_threshold,
@@ -602,13 +603,15 @@ fn config_dict<'py>(py: Python<'py>, c: &pyxbuf::TransferConfig) -> PyResult<Bou
 /// thread fills one buffer); `chunk`: bytes per staging buffer; `pool_cap`: bytes of
 /// page-locked memory the pool may hold; `device_pool`: False makes every
 /// device allocation (to_device results, device exporters) the backend's
-/// own instead of its stream-ordered pool; `device_pool_release_threshold`:
-/// bytes a device's pool keeps cached across a synchronisation (0: the
-/// default, 256 MiB). Without arguments, a ValueError
+/// own instead of its stream-ordered pool; `device_pool_shareable`: True
+/// takes it from pools other processes can open (pyxbuf.multiprocessing; on
+/// CUDA a pool of pyxbuf's own, never trimmed before exit);
+/// `device_pool_release_threshold`: bytes a device's pool keeps cached across
+/// a synchronisation (0: the default, 256 MiB). Without arguments, a ValueError
 /// naming the environment variable (PYXBUF_STAGING_CHUNK, ...) that set a
 /// value out of range; setting the configuration replaces the environment's.
 #[pyfunction]
-#[pyo3(signature = (*, enabled=None, threads=None, buffers=None, threshold=None, chunk=None, pool_cap=None, device_pool=None, device_pool_release_threshold=None))]
+#[pyo3(signature = (*, enabled=None, threads=None, buffers=None, threshold=None, chunk=None, pool_cap=None, device_pool=None, device_pool_shareable=None, device_pool_release_threshold=None))]
 #[allow(clippy::too_many_arguments)]
 fn transfer_config<'py>(
     py: Python<'py>,
@@ -619,6 +622,7 @@ fn transfer_config<'py>(
     chunk: Option<u64>,
     pool_cap: Option<u64>,
     device_pool: Option<bool>,
+    device_pool_shareable: Option<bool>,
     device_pool_release_threshold: Option<u64>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let c = pyxbuf::TransferConfig::current();
@@ -626,8 +630,9 @@ fn transfer_config<'py>(
         || [threshold, chunk, pool_cap, device_pool_release_threshold]
             .iter()
             .any(Option::is_some)
-        || enabled.is_some()
-        || device_pool.is_some();
+        || [enabled, device_pool, device_pool_shareable]
+            .iter()
+            .any(Option::is_some);
     if !asked {
         pyxbuf::TransferConfig::check()?; // a bad environment variable, named
     }
@@ -639,6 +644,7 @@ fn transfer_config<'py>(
         chunk: chunk.unwrap_or(c.chunk),
         pool_cap: pool_cap.unwrap_or(c.pool_cap),
         device_pool: device_pool.unwrap_or(c.device_pool),
+        device_pool_shareable: device_pool_shareable.unwrap_or(c.device_pool_shareable),
         device_pool_release_threshold: device_pool_release_threshold
             .unwrap_or(c.device_pool_release_threshold),
     };

@@ -846,8 +846,9 @@ impl Default for pyxbuf_backend {
  (bytes, suffixes K, M, G) and PYXBUF_STAGING_THREADS set the fields;
  PYXBUF_STAGING_HUGE_PAGES=1 asks the kernel for transparent huge pages on
  large destinations before draining into them (faster on some hosts);
- PYXBUF_DEVICE_POOL=0 sets device_pool_off, and
- PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD (bytes) device_pool_release_threshold.
+ PYXBUF_DEVICE_POOL=0 sets device_pool_off, PYXBUF_DEVICE_POOL=shareable
+ device_pool_shareable, and PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD (bytes)
+ device_pool_release_threshold.
  Every variable is checked as pyxbuf_transfer_config_set checks its field:
  one out of range or malformed leaves the defaults in force and makes every
  copy fail naming it (pyxbuf_transfer_config_check) until the
@@ -871,7 +872,18 @@ impl Default for pyxbuf_backend {
  is 0.2% of an H200, 3% of an 8 GiB card). To keep next to nothing, set 1;
  at most 2^63 - 1. A CUDA default pool that another library has set higher
  (PyTorch's cudaMallocAsync backend sets it to keep everything) is left as
- it is.*/
+ it is.
+ device_pool_shareable = 1: pyxbuf's device memory comes from pools other
+ processes can open (pyxbuf_device_share; pyxbuf.multiprocessing): on CUDA
+ a pool of pyxbuf's own per device, created with POSIX file-descriptor
+ handles, instead of the device's default pool, whose memory CUDA cannot
+ share. CUDA gives such a pool's memory back to the device only when the
+ process exits: the release threshold and pool_trim do nothing there (the
+ CUDA programming guide, "IPC Export Pool Limitations"), which is why it is
+ not the default. A device whose pools cannot have such handles
+ (CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES) keeps the default
+ pool, and sharing its memory is refused naming that. Memory allocated
+ before a change stays in the pool it came from.*/
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
 pub struct pyxbuf_transfer_config {
@@ -892,8 +904,9 @@ pub struct pyxbuf_transfer_config {
     /** 1: device allocations skip the stream-ordered pool;
 0 (default): from it where the backend has one*/
     pub device_pool_off: i32,
-    /// zero
-    pub reserved0: i32,
+    /** 1: from pools other processes can open;
+0 (default): the device's default pool*/
+    pub device_pool_shareable: i32,
     /// bytes cached across a sync; 0: default
     pub device_pool_release_threshold: u64,
     pub reserved: [i64; 2usize],
@@ -931,8 +944,8 @@ const _: () = {
         "Offset of field: pyxbuf_transfer_config::device_pool_off",
     ][::std::mem::offset_of!(pyxbuf_transfer_config, device_pool_off) - 40usize];
     [
-        "Offset of field: pyxbuf_transfer_config::reserved0",
-    ][::std::mem::offset_of!(pyxbuf_transfer_config, reserved0) - 44usize];
+        "Offset of field: pyxbuf_transfer_config::device_pool_shareable",
+    ][::std::mem::offset_of!(pyxbuf_transfer_config, device_pool_shareable) - 44usize];
     [
         "Offset of field: pyxbuf_transfer_config::device_pool_release_threshold",
     ][::std::mem::offset_of!(pyxbuf_transfer_config, device_pool_release_threshold)

@@ -75,6 +75,13 @@ pub struct TransferConfig {
     /// (`cuMemAlloc`, `cuMemFree`) instead of its stream-ordered pool
     /// (default `true`).
     pub device_pool: bool,
+    /// `true`: pyxbuf's device memory comes from pools other processes can
+    /// open (`pyxbuf.multiprocessing`; on CUDA a pool of pyxbuf's own, with
+    /// POSIX file-descriptor handles, instead of the device's default pool,
+    /// which cannot be shared). CUDA gives such a pool's memory back only at
+    /// exit: the release threshold and trimming do nothing there, which is
+    /// why it is off by default.
+    pub device_pool_shareable: bool,
     /// Bytes a device's pool keeps cached across a stream or event
     /// synchronisation; more goes back to the device then. 0 means the
     /// default (`PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD_DEFAULT`, 256 MiB);
@@ -119,6 +126,7 @@ impl TransferConfig {
             chunk: c.chunk,
             pool_cap: c.pool_cap,
             device_pool: c.device_pool_off == 0,
+            device_pool_shareable: c.device_pool_shareable != 0,
             device_pool_release_threshold: c.device_pool_release_threshold,
         }
     }
@@ -154,6 +162,7 @@ impl TransferConfig {
             chunk: self.chunk,
             pool_cap: self.pool_cap,
             device_pool_off: i32::from(!self.device_pool),
+            device_pool_shareable: i32::from(self.device_pool_shareable),
             device_pool_release_threshold: self.device_pool_release_threshold,
             ..Default::default()
         };

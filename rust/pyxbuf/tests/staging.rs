@@ -70,6 +70,7 @@ fn round_trips_through_staging_at_every_chunk_boundary() {
         threads: 3,
         pool_cap: 64 * CHUNK,
         device_pool: true,
+        device_pool_shareable: false,
         device_pool_release_threshold: 0,
     }
     .apply()
@@ -183,6 +184,7 @@ fn the_device_pool_knobs_apply_and_bad_ones_are_refused() {
     let c = TransferConfig::current();
     assert!(c.device_pool, "the pool is on by default");
     assert_eq!(c.device_pool_release_threshold, 256 << 20);
+    assert!(!c.device_pool_shareable, "the default pool unless asked");
     let off = TransferConfig {
         device_pool: false,
         device_pool_release_threshold: 1 << 20,
@@ -190,6 +192,13 @@ fn the_device_pool_knobs_apply_and_bad_ones_are_refused() {
     };
     off.apply().unwrap();
     assert_eq!(TransferConfig::current(), off);
+    let shareable = TransferConfig {
+        device_pool_shareable: true,
+        ..c
+    };
+    shareable.apply().unwrap();
+    assert_eq!(TransferConfig::current(), shareable);
+    off.apply().unwrap();
     let err = TransferConfig {
         device_pool_release_threshold: 1 << 63,
         ..c

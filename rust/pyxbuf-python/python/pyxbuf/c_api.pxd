@@ -263,7 +263,7 @@ cdef extern from "pyxbuf.h":
         uint64_t chunk
         uint64_t pool_cap
         int32_t device_pool_off
-        int32_t reserved0
+        int32_t device_pool_shareable
         uint64_t device_pool_release_threshold
         int64_t reserved[2]
 

@@ -119,6 +119,7 @@ def transfer_config(
     chunk: int | None = None,
     pool_cap: int | None = None,
     device_pool: bool | None = None,
+    device_pool_shareable: bool | None = None,
     device_pool_release_threshold: int | None = None,
 ) -> dict[str, Any]:
     """How host <-> device copies of pageable memory (64 KiB and more) are
@@ -126,8 +127,10 @@ def transfer_config(
     ``buffers`` in flight from ``threshold`` bytes up, ``chunk`` and
     ``pool_cap`` in bytes), and whether pyxbuf's
     own device memory comes from the backend's stream-ordered pool
-    (``device_pool``; ``device_pool_release_threshold``: bytes a pool keeps
-    cached across a synchronisation, 0 for the default of 256 MiB): the
+    (``device_pool``; ``device_pool_shareable``: from pools other processes
+    can open, which on CUDA keep their memory until exit;
+    ``device_pool_release_threshold``: bytes a pool keeps cached across a
+    synchronisation, 0 for the default of 256 MiB): the
     configuration in force, after replacing the fields given (ValueError
     naming a field out of range)."""
 
