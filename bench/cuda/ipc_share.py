@@ -10,10 +10,12 @@ write in its own array (the same memory, not a copy). A round trip is the
 time from `put` to the answer, median of ROUNDS after one warm-up, for each
 size. Also checked: an array opened in the process that made it is its own
 memory (same address; CUDA refuses such opens, pyxbuf hands back the
-pointer), and memory of pyxbuf's stream-ordered pool is refused with the way
-out named (CUDA's IPC handles cannot name pool memory; PyTorch's
-cudaMallocAsync backend refuses it too), so pyxbuf's own arrays here come
-from cuMemAlloc (`transfer_config(device_pool=False)`).
+pointer), and memory of the device's default pool is refused with the ways
+out named (no process but its own can open it; PyTorch's cudaMallocAsync
+backend refuses it too). pyxbuf's arrays are timed twice: from cuMemAlloc
+(`transfer_config(device_pool=False)`: CUDA's IPC handles) and from
+pyxbuf's shareable pool (`device_pool_shareable=True`: the pool's export
+data, its file descriptor sent beside it by SCM_RIGHTS, imported once).
 
 Needs the pyxbuf Python package (a cp312 wheel unpacked on PYTHONPATH on the
 GPU machine: bench/cuda/run-on-gpu.sh's `ipc` step). IPC_DEVICE=emulated:
@@ -74,8 +76,14 @@ def data_pointer(x):
     return pyxbuf.inspect(x)["data"]
 
 
-def make_pyxbuf(n_items):
-    """pyxbuf's own device array (cuMemAlloc memory: the pool is off)."""
+MODES = {"cuMemAlloc": {"device_pool": False, "device_pool_shareable": False},
+         "shareable pool": {"device_pool": True, "device_pool_shareable": True},
+         "default pool": {"device_pool": True, "device_pool_shareable": False}}
+
+
+def make_pyxbuf(n_items, mode="cuMemAlloc"):
+    """pyxbuf's own device array, from cuMemAlloc or one of the pools."""
+    pyxbuf.transfer_config(**MODES[mode])
     return pyxbuf.to_device(np.arange(n_items, dtype=np.float32), DEVICE)
 
 
@@ -130,39 +138,44 @@ def check_same_process():
 def check_pool_refused():
     if EMULATED:
         return True
-    pyxbuf.transfer_config(device_pool=True)
-    x = make_pyxbuf(1 << 10)
+    x = make_pyxbuf(1 << 10, "default pool")
     try:
         _share_device(x)
     except Exception as err:  # the backend's error, raised as its class
-        ok = "stream-ordered pool" in str(err) and "PYXBUF_DEVICE_POOL=0" in str(err)
-        print(f"- pool memory refused ({type(err).__name__}): {'names the pool and the way out' if ok else 'MESSAGE LACKS THE CAUSE'}")
+        ok = "cannot be opened by other processes" in str(err) and \
+            "PYXBUF_DEVICE_POOL=shareable" in str(err)
+        print(f"- default pool memory refused ({type(err).__name__}): {'names the pool and the ways out' if ok else 'MESSAGE LACKS THE CAUSE'}")
         print(f"  > {err}")
         return ok
     finally:
-        pyxbuf.transfer_config(device_pool=False)
-    print("- pool memory: SHARED (CUDA was expected to refuse it)")
+        pyxbuf.transfer_config(**MODES["cuMemAlloc"])
+    print("- default pool memory: SHARED (CUDA was expected to refuse it)")
     return False
 
 
 def main():
-    pyxbuf.transfer_config(device_pool=False)
+    before = pyxbuf.transfer_config()
     ctx = pmp.get_context("spawn")
     inbox, outbox = ctx.Queue(), ctx.Queue()
     proc = ctx.Process(target=worker, args=(inbox, outbox))
     proc.start()
     print(f"# Device arrays between two processes ({DEVICE}; median of {ROUNDS} round trips)\n")
     peer = "torch.multiprocessing (ms)" if torch is not None else "peer"
-    print(f"| float32 array | pyxbuf.multiprocessing (ms) | {peer} | ratio |")
-    print("|---|---|---|---|")
+    print(f"| float32 array | pyxbuf, cuMemAlloc (ms) | pyxbuf, shareable pool (ms) | {peer} | "
+          f"ratio (pyxbuf's slower / peer) |")
+    print("|---|---|---|---|---|")
     ok = True
     ratios = []
     try:
         for size in SIZES:
             n = size // 4
-            x = make_pyxbuf(n)
             expect = (0.0, float(np.float32(n - 1)))
-            ours = round_trips(inbox, outbox, x, expect, pyxbuf_item_one(x))
+            times = []
+            for mode in ("cuMemAlloc", "shareable pool"):
+                x = make_pyxbuf(n, mode)
+                times.append(round_trips(inbox, outbox, x, expect, pyxbuf_item_one(x)))
+                del x
+            ours = max(times)
             theirs = ratio = None
             if torch is not None:
                 t = torch.arange(n, dtype=torch.float32, device="cuda:0")
@@ -171,16 +184,17 @@ def main():
                 ratio = ours / theirs
                 ratios.append(ratio)
                 del t
-            print(f"| {size >> 20} MiB | {ours:.3f} | "
+            print(f"| {size >> 20} MiB | {times[0]:.3f} | {times[1]:.3f} | "
                   f"{'-' if theirs is None else f'{theirs:.3f}'} | "
                   f"{'-' if ratio is None else f'{ratio:.2f}'} |")
-            del x
         print()
+        pyxbuf.transfer_config(**MODES["cuMemAlloc"])
         ok &= check_same_process()
         ok &= check_pool_refused()
     finally:
         inbox.put(None)
         proc.join(TIMEOUT)
+        pyxbuf.transfer_config(**before)
     ok &= proc.exitcode == 0
     print(f"- worker exit code {proc.exitcode}; every read bit-exact"
           f"{'' if EMULATED else ' and every write seen by the sender'}")

@@ -174,9 +174,15 @@ static int resolve_slots(void *lib, const symbol_slot *slots, size_t n, void *ta
     return 1;
 }
 
+/* cuMemPoolCreate on its own: without it there are no shareable pools. */
 static int resolve_pool_symbols(void *lib) {
-    return resolve_slots(lib, pool_symbols, sizeof pool_symbols / sizeof *pool_symbols,
-                         &drv.pool_api);
+    if (!resolve_slots(lib, pool_symbols, sizeof pool_symbols / sizeof *pool_symbols,
+                       &drv.pool_api))
+        return 0;
+    void *create = pyxbuf__library_symbol(lib, "cuMemPoolCreate");
+    memcpy((char *)&drv.pool_api + offsetof(pyxbuf__cuda_pool_api, mem_pool_create), &create,
+           sizeof create);
+    return 1;
 }
 
 /* Interprocess memory handles (CUDA 4.1; cuIpcOpenMemHandle_v2 is CUDA 11's
@@ -192,12 +198,34 @@ static const symbol_slot ipc_symbols[] = {
     {"cuGetErrorString", offsetof(pyxbuf__cuda_ipc_api, get_error_string)},
 };
 
+/* Pool memory shared (CUDA 11.2), all or none, apart from the rest. */
+static const symbol_slot pool_ipc_symbols[] = {
+    {"cuMemPoolExportToShareableHandle",
+     offsetof(pyxbuf__cuda_ipc_api, mem_pool_export_to_shareable_handle)},
+    {"cuMemPoolImportFromShareableHandle",
+     offsetof(pyxbuf__cuda_ipc_api, mem_pool_import_from_shareable_handle)},
+    {"cuMemPoolExportPointer", offsetof(pyxbuf__cuda_ipc_api, mem_pool_export_pointer)},
+    {"cuMemPoolImportPointer", offsetof(pyxbuf__cuda_ipc_api, mem_pool_import_pointer)},
+    {"cuMemFree_v2", offsetof(pyxbuf__cuda_ipc_api, mem_free)},
+};
+
 static int resolve_ipc_symbols(void *lib) {
     if (!resolve_slots(lib, ipc_symbols, sizeof ipc_symbols / sizeof *ipc_symbols, &drv.ipc_api))
         return 0;
     void *uuid = pyxbuf__library_symbol(lib, "cuDeviceGetUuid");
     memcpy((char *)&drv.ipc_api + offsetof(pyxbuf__cuda_ipc_api, device_get_uuid), &uuid,
            sizeof uuid);
+    pyxbuf__cuda_ipc_api pools;
+    memset(&pools, 0, sizeof pools);
+    if (resolve_slots(lib, pool_ipc_symbols, sizeof pool_ipc_symbols / sizeof *pool_ipc_symbols,
+                      &pools)) {
+        drv.ipc_api.mem_pool_export_to_shareable_handle = pools.mem_pool_export_to_shareable_handle;
+        drv.ipc_api.mem_pool_import_from_shareable_handle =
+            pools.mem_pool_import_from_shareable_handle;
+        drv.ipc_api.mem_pool_export_pointer = pools.mem_pool_export_pointer;
+        drv.ipc_api.mem_pool_import_pointer = pools.mem_pool_import_pointer;
+        drv.ipc_api.mem_free = pools.mem_free;
+    }
     return 1;
 }
 

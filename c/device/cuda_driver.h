@@ -97,6 +97,40 @@ enum { CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4 };
 
 /* Resolved apart from the rest of the driver (cuda.c): a driver without
  * them (before CUDA 11.2) has no pools, and allocates with cuMemAlloc. */
+/* Pools other processes can open (the CUDA programming guide's "IPC Export
+ * Pool"), from the same cuda.h: CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES
+ * = 119 ("Handle types supported with mempool based IPC", line 679; CUDA
+ * 11.3, older drivers answer CUDA_ERROR_INVALID_VALUE),
+ * CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 0x1 ("(int)", line 2921),
+ * CU_MEM_LOCATION_TYPE_DEVICE = 0x1 (2942), CU_MEM_ALLOCATION_TYPE_PINNED =
+ * 0x1 (2955), CUmemLocation (3038-3042), CUmemPoolProps (3185-3197: 88 bytes
+ * with its reserved[64]; CUDA 12 carves maxSize and usage out of it, zero
+ * meaning their defaults), CUmemPoolPtrExportData (3203-3206: 64 opaque
+ * bytes), cuMemPoolCreate (10610), cuMemPoolExportToShareableHandle
+ * (10700: the handle is written through a pointer), cuMemPoolImportFrom-
+ * ShareableHandle (10724: an fd is passed by value, cast to void *; imported
+ * pools allocate nothing), cuMemPoolExportPointer (10748), cuMemPoolImport-
+ * Pointer (10777: "The imported memory must be freed from all importing
+ * processes before being freed in the exporting process. The pointer may be
+ * freed with cuMemFree") and cuMemFree (6349, exported as _v2: line 95). */
+enum { CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES = 119 };
+enum { CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 0x1 };
+enum { CU_MEM_LOCATION_TYPE_DEVICE = 0x1, CU_MEM_ALLOCATION_TYPE_PINNED = 0x1 };
+typedef struct CUmemLocation_st {
+    int type;
+    int id;
+} CUmemLocation;
+typedef struct CUmemPoolProps_st {
+    int allocType;
+    int handleTypes;
+    CUmemLocation location;
+    void *win32SecurityAttributes;
+    unsigned char reserved[64];
+} CUmemPoolProps;
+typedef struct CUmemPoolPtrExportData_st {
+    unsigned char reserved[64];
+} CUmemPoolPtrExportData;
+
 typedef struct pyxbuf__cuda_pool_api {
     CUresult (*device_get)(CUdevice *device, int ordinal);
     CUresult (*device_get_attribute)(int *value, CUdevice_attribute attribute, CUdevice device);
@@ -109,6 +143,8 @@ typedef struct pyxbuf__cuda_pool_api {
     CUresult (*mem_alloc_from_pool_async)(CUdeviceptr *ptr, size_t bytes, CUmemoryPool pool,
                                           CUstream stream);
     CUresult (*mem_free_async)(CUdeviceptr ptr, CUstream stream);
+    /* The shareable pools' (resolved on its own: NULL, none can be made). */
+    CUresult (*mem_pool_create)(CUmemoryPool *pool, const CUmemPoolProps *props);
 } pyxbuf__cuda_pool_api;
 
 /* cuda_pool.c, for cuda.c, which calls these with the device's primary
@@ -118,14 +154,20 @@ typedef struct pyxbuf__cuda_pool_api {
  * init: the pools of `count` devices; `api` NULL when the driver has no
  * stream-ordered allocator. alloc: on `s`, from the device's default pool,
  * whose release threshold becomes the configuration's (unless another
- * library set it higher); out of memory, the pool's idle memory goes back to
- * the device and the allocation is tried once more. */
+ * library set it higher), or, with the configuration's
+ * device_pool_shareable, from a pool of pyxbuf's own created with POSIX
+ * file-descriptor handles (where the device allows them; else the default
+ * pool, and shareable_refusal says why); out of memory, the pool's idle
+ * memory goes back to the device and the allocation is tried once more.
+ * shareable_refusal: NULL, or why device `id` has no shareable pool (once
+ * one was asked for). */
 void pyxbuf__cuda_pools_init(const pyxbuf__cuda_pool_api *api, int count);
 CUresult pyxbuf__cuda_pool_alloc(int32_t id, size_t n, CUstream s, CUdeviceptr *out, int *pooled,
                                  const char **call);
 CUresult pyxbuf__cuda_pool_free(int32_t id, CUdeviceptr ptr, CUstream s, int *pooled,
                                 const char **call);
 CUresult pyxbuf__cuda_pool_trim(int32_t id, uint64_t keep, int *pooled, const char **call);
+const char *pyxbuf__cuda_pool_shareable_refusal(int32_t id);
 
 /* ------------------------------------------------------------------------- */
 /* Interprocess memory handles                                               */
@@ -163,15 +205,29 @@ typedef struct pyxbuf__cuda_ipc_api {
     CUresult (*ipc_close_mem_handle)(CUdeviceptr ptr);
     CUresult (*get_error_name)(CUresult error, const char **name);
     CUresult (*get_error_string)(CUresult error, const char **text);
+    /* Pool memory (CUDA 11.2), all five or none (NULL: such memory is not
+     * shared). */
+    CUresult (*mem_pool_export_to_shareable_handle)(void *handle, CUmemoryPool pool, int type,
+                                                     unsigned long long flags);
+    CUresult (*mem_pool_import_from_shareable_handle)(CUmemoryPool *pool, void *handle, int type,
+                                                       unsigned long long flags);
+    CUresult (*mem_pool_export_pointer)(CUmemPoolPtrExportData *data, CUdeviceptr ptr);
+    CUresult (*mem_pool_import_pointer)(CUdeviceptr *ptr, CUmemoryPool pool,
+                                        CUmemPoolPtrExportData *data);
+    CUresult (*mem_free)(CUdeviceptr ptr);
 } pyxbuf__cuda_ipc_api;
 
 /* cuda_ipc.c, for cuda.c, which calls these with device `id`'s primary
  * context current, after the driver loaded and `id` was checked. `api` NULL:
  * the driver has no IPC (each call then fails saying so). export: the
- * handle naming the cuMemAlloc allocation holding `ptr` and ptr's place in
- * it (pool memory is refused, naming the pool); open, in another process:
- * map it; close: unmap what open mapped. 0, or the error code with err
- * filled. */
+ * handle naming the allocation holding `ptr` and ptr's place in it: CUDA's
+ * IPC handle of a cuMemAlloc allocation, or the export data of an
+ * allocation from a pool with POSIX file-descriptor handles, *fd then that
+ * pool's descriptor (exported once, kept open; other pool memory is
+ * refused, naming the way out); open, in another process: map it (pool
+ * memory: the pool imported from `fd`, once per exporting process and pool,
+ * then the pointer); close: unmap or free what open mapped. 0, or the error
+ * code with err filled. */
 void pyxbuf__cuda_ipc_init(const pyxbuf__cuda_ipc_api *api);
 int pyxbuf__cuda_ipc_export(int32_t id, const void *ptr, void *handle, size_t *handle_len,
                             int *fd, pyxbuf_error *err);

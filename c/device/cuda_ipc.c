@@ -1,8 +1,11 @@
 /* cuda_ipc.c -- the CUDA backend's memory shared with other processes on
  * this machine (the backend's ipc_export, ipc_open and ipc_close): CUDA's
- * interprocess handles, which name a cuMemAlloc allocation, carried in a
- * handle of pyxbuf's own that also says where in the allocation the array
- * starts, which process made it and on which GPU. cuda.c loads the driver,
+ * interprocess handles, which name a cuMemAlloc allocation, or the export
+ * data of an allocation from a pool with POSIX file-descriptor handles
+ * (pyxbuf's shareable pool, cuda_pool.c), whose descriptor travels beside
+ * the handle; either carried in a handle of pyxbuf's own that also says
+ * where in the allocation the array starts, which process made it and on
+ * which GPU. cuda.c loads the driver,
  * checks the device and makes its primary context current around each call;
  * this file keeps the handle's layout and the refusals' reasons. A handle is
  * opened in another process (as CUDA's are): share.c serves the exporting
@@ -12,20 +15,27 @@
 #include "base/platform.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+enum { KIND_IPC_HANDLE = 0, KIND_POOL = 1 };
+
 /* What travels: fixed-width fields, read on the same machine (so the same
- * byte order). 112 bytes. */
+ * byte order). 120 bytes. */
 typedef struct cuda_ipc_handle {
     char magic[8];          /* "pyxbcuda" */
     uint32_t version;       /* 1 */
-    uint32_t reserved;
-    int64_t pid;            /* the exporting process (for messages) */
+    uint32_t kind;          /* KIND_IPC_HANDLE: `mem`; KIND_POOL: `pool_data` */
+    int64_t pid;            /* the exporting process (messages; the pool's name) */
     uint64_t delta;         /* the array's offset in the allocation */
     CUuuid uuid;            /* the GPU (zero: the driver could not say) */
-    CUipcMemHandle mem;     /* the allocation */
+    union {
+        CUipcMemHandle mem;                /* the allocation */
+        CUmemPoolPtrExportData pool_data;  /* the allocation, in its pool */
+    } u;
+    uint64_t pool_key;      /* KIND_POOL: the pool's handle in the exporting process */
 } cuda_ipc_handle;
 
 _Static_assert(sizeof(cuda_ipc_handle) <= PYXBUF_IPC_BACKEND_HANDLE_MAX,
@@ -34,6 +44,34 @@ _Static_assert(sizeof(cuda_ipc_handle) <= PYXBUF_IPC_BACKEND_HANDLE_MAX,
 static const char MAGIC[8] = {'p', 'y', 'x', 'b', 'c', 'u', 'd', 'a'};
 
 static const pyxbuf__cuda_ipc_api *api; /* NULL: the driver has no IPC */
+
+/* Pools exported from this process (each pool's descriptor, made once and
+ * kept open for the process's life: every handle of its memory sends a
+ * duplicate), pools imported into it (one per exporting process and pool:
+ * CUDA imports a pool once, then its pointers), and the pointers imported
+ * from them (freed at close, where legacy mappings are closed). Stale
+ * entries of an exporter that exited stay: a pid reused with the same pool
+ * handle re-imports when the descriptor that arrives proves it. */
+typedef struct exported_pool {
+    CUmemoryPool pool;
+    int fd;
+    struct exported_pool *next;
+} exported_pool;
+typedef struct imported_pool {
+    int64_t pid;
+    uint64_t pool_key;
+    CUuuid uuid;
+    CUmemoryPool pool;
+    struct imported_pool *next;
+} imported_pool;
+typedef struct imported_pointer {
+    CUdeviceptr base;
+    struct imported_pointer *next;
+} imported_pointer;
+static exported_pool *exported;
+static imported_pool *imported;
+static imported_pointer *pool_pointers;
+static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void pyxbuf__cuda_ipc_init(const pyxbuf__cuda_ipc_api *a) { api = a; }
 
@@ -88,26 +126,92 @@ static void format_uuid(const CUuuid *u, char *out, size_t cap) {
     out[k] = '\0';
 }
 
-/* Why cuIpcGetMemHandle refused `ptr`, where the driver can say: memory of a
- * stream-ordered pool, or some other allocation CUDA's legacy IPC cannot name. */
-static const char *export_refusal(CUdeviceptr ptr) {
-    CUpointer_attribute attrs[2] = {CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
-                                    CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE};
+/* The stream-ordered pool `ptr` was allocated from, or NULL (cuMemAlloc
+ * memory, or a driver that cannot say). */
+static CUmemoryPool pool_holding(CUdeviceptr ptr) {
+    CUpointer_attribute attr = CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE;
     void *pool = NULL;
+    void *data[1] = {&pool};
+    if (api->pointer_get_attributes(1, &attr, data, ptr) != CUDA_SUCCESS) return NULL;
+    return (CUmemoryPool)pool;
+}
+
+/* Why cuIpcGetMemHandle refused `ptr`, where the driver can say. */
+static const char *export_refusal(CUdeviceptr ptr) {
+    CUpointer_attribute attr = CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE;
     int capable = 1;
-    void *data[2] = {&pool, &capable};
-    if (api->pointer_get_attributes(2, attrs, data, ptr) != CUDA_SUCCESS) return NULL;
-    if (pool != NULL)
-        return "the memory comes from a stream-ordered pool (cuMemAllocAsync: pyxbuf's device "
-               "pool, CuPy's MemoryAsyncPool, PyTorch's cudaMallocAsync backend), which CUDA's "
-               "IPC handles cannot name; allocate it with cuMemAlloc/cudaMalloc (pyxbuf: "
-               "PYXBUF_DEVICE_POOL=0 or the configuration's device_pool_off = 1), or pickle "
-               "the array (a host copy travels)";
+    void *data[1] = {&capable};
+    if (api->pointer_get_attributes(1, &attr, data, ptr) != CUDA_SUCCESS) return NULL;
     if (!capable)
         return "CUDA says this allocation cannot be shared by IPC handles (only cuMemAlloc/"
                "cudaMalloc memory can: not managed, host-mapped or virtual-memory-API "
                "allocations); copy it into such an allocation, or pickle the array";
     return NULL;
+}
+
+/* Pool memory whose pool has no shareable handle: the way out, and why this
+ * device has no shareable pool when pyxbuf could not make one. */
+static int pool_not_shareable(pyxbuf_error *err, CUresult r, int32_t id) {
+    char hint[PYXBUF_ERROR_MESSAGE_SIZE];
+    const char *why = pyxbuf__cuda_pool_shareable_refusal(id);
+    if (why != NULL)
+        snprintf(hint, sizeof hint,
+                 "this device has no pool other processes can open: %s; set "
+                 "PYXBUF_DEVICE_POOL=0 (cuMemAlloc) or pickle the array",
+                 why);
+    else
+        snprintf(hint, sizeof hint,
+                 "a default pool (pyxbuf's unless PYXBUF_DEVICE_POOL=shareable; CuPy's, "
+                 "PyTorch's cudaMallocAsync) cannot be opened by other processes: set "
+                 "PYXBUF_DEVICE_POOL=shareable or =0 (cuMemAlloc), or pickle the array");
+    return failed(err, r, "cuMemPoolExportToShareableHandle of the pool holding the array", id,
+                  hint);
+}
+
+/* The pool's descriptor, exported once and kept. */
+static CUresult pool_descriptor(CUmemoryPool pool, int *fd) {
+    pthread_mutex_lock(&pools_lock);
+    CUresult r = CUDA_SUCCESS;
+    exported_pool *e = exported;
+    while (e != NULL && e->pool != pool) e = e->next;
+    if (e == NULL) {
+        int made = -1;
+        r = api->mem_pool_export_to_shareable_handle(&made, pool,
+                                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        e = r == CUDA_SUCCESS ? calloc(1, sizeof *e) : NULL;
+        if (e != NULL) {
+            *e = (exported_pool){.pool = pool, .fd = made, .next = exported};
+            exported = e;
+        } else if (r == CUDA_SUCCESS) {
+            r = CUDA_ERROR_OUT_OF_MEMORY; /* the descriptor is kept: it cannot be unexported */
+        }
+    }
+    if (e != NULL) *fd = e->fd;
+    pthread_mutex_unlock(&pools_lock);
+    return r;
+}
+
+/* The handle of memory from `pool`: the pool's export data of the
+ * allocation at `base`, and the pool's descriptor in *fd. */
+static int export_pool_memory(int32_t id, CUmemoryPool pool, CUdeviceptr base,
+                              cuda_ipc_handle *h, int *fd, pyxbuf_error *err) {
+    if (api->mem_pool_export_pointer == NULL)
+        return pyxbuf__error(err, PYXBUF_EUNSUPPORTED, -1,
+                             "cuda ipc_export: the array lies in a stream-ordered pool, and "
+                             "this CUDA driver cannot share pool memory (no "
+                             "cuMemPoolExportPointer: CUDA 11.2 or newer can); set "
+                             "PYXBUF_DEVICE_POOL=0 (cuMemAlloc), or pickle the array");
+    int pool_fd = -1;
+    CUresult r = pool_descriptor(pool, &pool_fd);
+    if (r != CUDA_SUCCESS) return pool_not_shareable(err, r, id);
+    r = api->mem_pool_export_pointer(&h->u.pool_data, base);
+    if (r != CUDA_SUCCESS)
+        return failed(err, r, "cuMemPoolExportPointer of the allocation holding the array", id,
+                      "the address must lie in live memory of the pool");
+    h->kind = KIND_POOL;
+    h->pool_key = (uint64_t)(uintptr_t)pool;
+    *fd = pool_fd;
+    return 0;
 }
 
 int pyxbuf__cuda_ipc_export(int32_t id, const void *ptr, void *handle, size_t *handle_len,
@@ -127,13 +231,19 @@ int pyxbuf__cuda_ipc_export(int32_t id, const void *ptr, void *handle, size_t *h
                       "the address must lie in live device memory of this device");
     cuda_ipc_handle h;
     memset(&h, 0, sizeof h);
-    r = api->ipc_get_mem_handle(&h.mem, base);
-    if (r != CUDA_SUCCESS) {
-        const char *why = export_refusal(p);
-        return failed(err, r, "cuIpcGetMemHandle of the allocation holding the array", id,
-                      why != NULL ? why
-                                  : "only cuMemAlloc/cudaMalloc memory can be shared; pickle "
-                                    "the array instead (a host copy travels)");
+    CUmemoryPool pool = pool_holding(base);
+    if (pool != NULL) {
+        int rc = export_pool_memory(id, pool, base, &h, fd, err);
+        if (rc != 0) return rc;
+    } else {
+        r = api->ipc_get_mem_handle(&h.u.mem, base);
+        if (r != CUDA_SUCCESS) {
+            const char *why = export_refusal(p);
+            return failed(err, r, "cuIpcGetMemHandle of the allocation holding the array", id,
+                          why != NULL ? why
+                                      : "only cuMemAlloc/cudaMalloc memory can be shared; "
+                                        "pickle the array instead (a host copy travels)");
+        }
     }
     memcpy(h.magic, MAGIC, sizeof MAGIC);
     h.version = 1;
@@ -191,19 +301,108 @@ static const char *open_hint(CUresult r) {
     }
 }
 
+/* The pool a handle names, imported here: found, or imported from `fd`
+ * (again when the one found no longer serves). pools_lock held. */
+static imported_pool *import_pool(const cuda_ipc_handle *h, int fd, CUresult *r) {
+    imported_pool *ip = imported;
+    while (ip != NULL && !(ip->pid == h->pid && ip->pool_key == h->pool_key &&
+                           memcmp(&ip->uuid, &h->uuid, sizeof h->uuid) == 0))
+        ip = ip->next;
+    *r = CUDA_SUCCESS;
+    if (ip != NULL || fd < 0) return ip;
+    CUmemoryPool pool = NULL;
+    *r = api->mem_pool_import_from_shareable_handle(&pool, (void *)(intptr_t)fd,
+                                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (*r != CUDA_SUCCESS) return NULL;
+    ip = calloc(1, sizeof *ip);
+    if (ip == NULL) {
+        *r = CUDA_ERROR_OUT_OF_MEMORY;
+        return NULL;
+    }
+    *ip = (imported_pool){.pid = h->pid, .pool_key = h->pool_key, .uuid = h->uuid, .pool = pool,
+                          .next = imported};
+    imported = ip;
+    return ip;
+}
+
+/* Pool memory: the pointer, from the pool imported once per exporting
+ * process and pool (the descriptor `fd` is needed the first time, and is
+ * not kept: CUDA holds the pool). */
+static int open_pool_memory(int32_t id, const cuda_ipc_handle *h, int fd, CUdeviceptr *base,
+                            pyxbuf_error *err) {
+    if (api->mem_pool_import_pointer == NULL)
+        return pyxbuf__error(err, PYXBUF_EUNSUPPORTED, -1,
+                             "cuda ipc_open: process %" PRId64 " shared memory of a "
+                             "stream-ordered pool, and this CUDA driver cannot import pools "
+                             "(no cuMemPoolImportPointer: CUDA 11.2 or newer can); update the "
+                             "NVIDIA driver, or pickle the array",
+                             h->pid);
+    pthread_mutex_lock(&pools_lock);
+    CUresult r;
+    imported_pool *ip = import_pool(h, fd, &r);
+    CUmemPoolPtrExportData data = h->u.pool_data;
+    if (ip != NULL) r = api->mem_pool_import_pointer(base, ip->pool, &data);
+    imported_pointer *rec = r == CUDA_SUCCESS && ip != NULL ? calloc(1, sizeof *rec) : NULL;
+    if (rec != NULL) {
+        *rec = (imported_pointer){.base = *base, .next = pool_pointers};
+        pool_pointers = rec;
+    } else if (r == CUDA_SUCCESS && ip != NULL) {
+        api->mem_free(*base);
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_unlock(&pools_lock);
+    if (ip == NULL && r == CUDA_SUCCESS)
+        return pyxbuf__error(err, PYXBUF_EINVAL, -1,
+                             "cuda ipc_open: the handle names memory of a pool of process "
+                             "%" PRId64 ", whose file descriptor must arrive with it and did "
+                             "not (fd -1); send the array with pyxbuf.multiprocessing, which "
+                             "passes it by SCM_RIGHTS, or pass the descriptor that arrived to "
+                             "pyxbuf_exporter_open_shared",
+                             h->pid);
+    if (r != CUDA_SUCCESS) {
+        char call[112];
+        snprintf(call, sizeof call, "%s of process %" PRId64 "'s pool memory",
+                 ip == NULL ? "cuMemPoolImportFromShareableHandle" : "cuMemPoolImportPointer",
+                 h->pid);
+        return failed(err, r, call, id, open_hint(r));
+    }
+    return 0;
+}
+
+/* Whether `base` is a pointer open_pool_memory imported (then forgotten). */
+static int take_pool_pointer(CUdeviceptr base) {
+    pthread_mutex_lock(&pools_lock);
+    int found = 0;
+    for (imported_pointer **at = &pool_pointers; *at != NULL; at = &(*at)->next) {
+        if ((*at)->base != base) continue;
+        imported_pointer *rec = *at;
+        *at = rec->next;
+        free(rec);
+        found = 1;
+        break;
+    }
+    pthread_mutex_unlock(&pools_lock);
+    return found;
+}
+
 int pyxbuf__cuda_ipc_open(int32_t id, const void *handle, size_t handle_len, int fd, void **ptr,
                           pyxbuf_error *err) {
-    (void)fd;
     if (api == NULL) return no_ipc("ipc_open", err);
     cuda_ipc_handle h;
     if (handle == NULL || handle_len != sizeof h) return bad_handle(err, handle_len);
     memcpy(&h, handle, sizeof h);
-    if (memcmp(h.magic, MAGIC, sizeof MAGIC) != 0 || h.version != 1)
+    if (memcmp(h.magic, MAGIC, sizeof MAGIC) != 0 || h.version != 1 ||
+        (h.kind != KIND_IPC_HANDLE && h.kind != KIND_POOL))
         return bad_handle(err, handle_len);
     int rc = check_same_gpu(id, &h, err);
     if (rc != 0) return rc;
     CUdeviceptr base = 0;
-    CUresult r = api->ipc_open_mem_handle(&base, h.mem, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    if (h.kind == KIND_POOL) {
+        rc = open_pool_memory(id, &h, fd, &base, err);
+        if (rc == 0) *ptr = (void *)(uintptr_t)(base + h.delta);
+        return rc;
+    }
+    CUresult r = api->ipc_open_mem_handle(&base, h.u.mem, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
     if (r != CUDA_SUCCESS) {
         char call[96];
         snprintf(call, sizeof call, "cuIpcOpenMemHandle of process %" PRId64 "'s memory",
@@ -220,9 +419,12 @@ int pyxbuf__cuda_ipc_close(int32_t id, void *ptr, pyxbuf_error *err) {
     CUdeviceptr base = 0;
     size_t size = 0;
     CUresult r = api->mem_get_address_range(&base, &size, (CUdeviceptr)(uintptr_t)ptr);
-    if (r == CUDA_SUCCESS) r = api->ipc_close_mem_handle(base);
+    int pooled = r == CUDA_SUCCESS && take_pool_pointer(base);
+    /* Imported pool memory is freed here, before the exporter may free it
+     * (cuMemPoolImportPointer's rule); a legacy mapping is closed. */
+    if (r == CUDA_SUCCESS) r = pooled ? api->mem_free(base) : api->ipc_close_mem_handle(base);
     if (r != CUDA_SUCCESS)
-        return failed(err, r, "cuIpcCloseMemHandle", id,
-                      "the pointer must be one cuda ipc_open returned, closed once");
+        return failed(err, r, pooled ? "cuMemFree of imported pool memory" : "cuIpcCloseMemHandle",
+                      id, "the pointer must be one cuda ipc_open returned, closed once");
     return 0;
 }

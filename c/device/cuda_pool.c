@@ -1,14 +1,18 @@
 /* cuda_pool.c -- the CUDA backend's stream-ordered pools: each device's
  * default memory pool (cuDeviceGetDefaultMemPool), where the device supports
  * pools (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, asked once per device),
- * for cuda.c's alloc_async, free_async and pool_trim. cuda.c makes the
- * device's primary context current around each call and turns results into
- * messages; this file keeps what it learnt of each device. */
+ * or, when the configuration asks for shareable pools, one pool of pyxbuf's
+ * own per device created with POSIX file-descriptor handles (cuda_ipc.c
+ * exports it to other processes; the default pool cannot be), for cuda.c's
+ * alloc_async, free_async and pool_trim. cuda.c makes the device's primary
+ * context current around each call and turns results into messages; this
+ * file keeps what it learnt of each device. */
 
 #include "device/cuda_driver.h"
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 enum { UNKNOWN = 0, POOLS, NO_POOLS };
 
@@ -17,6 +21,9 @@ typedef struct device_pool {
     CUmemoryPool pool;      /* POOLS: the device's default pool */
     uint64_t threshold_for; /* the configured threshold last made to hold (0: none) */
     cuuint64_t ours;        /* the threshold pyxbuf last set (0: never) */
+    int shareable_state;    /* UNKNOWN until a shareable pool is asked for */
+    CUmemoryPool shareable; /* POOLS: pyxbuf's pool with POSIX fd handles */
+    const char *shareable_refusal; /* NO_POOLS: why there is none */
 } device_pool;
 
 static const pyxbuf__cuda_pool_api *api; /* NULL: the driver has no pools */
@@ -59,6 +66,56 @@ static CUresult find_pool(device_pool *p, int32_t id, const char **call) {
     return r;
 }
 
+/* Device `id`'s shareable pool, made once: pinned device memory whose pool
+ * exports a POSIX file descriptor. A device or driver that cannot make one
+ * keeps the default pool, with the reason kept for sharing's refusal. */
+static CUresult find_shareable(device_pool *p, int32_t id, const char **call) {
+    if (p->shareable_state != UNKNOWN) return CUDA_SUCCESS;
+    if (api->mem_pool_create == NULL) {
+        p->shareable_state = NO_POOLS;
+        p->shareable_refusal = "this CUDA driver has no cuMemPoolCreate (CUDA 11.2 or newer "
+                               "makes pools other processes can open)";
+        return CUDA_SUCCESS;
+    }
+    CUdevice dev = 0;
+    int types = 0;
+    *call = "cuDeviceGet";
+    CUresult r = api->device_get(&dev, (int)id);
+    if (r == CUDA_SUCCESS) {
+        *call = "cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES)";
+        r = api->device_get_attribute(&types, CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES,
+                                      dev);
+        if (r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_NOT_SUPPORTED) {
+            r = CUDA_SUCCESS; /* a driver before CUDA 11.3 does not know the attribute */
+            types = 0;
+        }
+    }
+    if (r != CUDA_SUCCESS) return r;
+    if (!(types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+        p->shareable_state = NO_POOLS;
+        p->shareable_refusal = "the device's pools cannot have POSIX file-descriptor handles "
+                               "(CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES lacks "
+                               "them: drivers before CUDA 11.3, WSL)";
+        return CUDA_SUCCESS;
+    }
+    CUmemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = (int)id;
+    *call = "cuMemPoolCreate(POSIX file-descriptor handles)";
+    r = api->mem_pool_create(&p->shareable, &props);
+    if (r == CUDA_ERROR_NOT_SUPPORTED) {
+        p->shareable_state = NO_POOLS;
+        p->shareable_refusal = "cuMemPoolCreate with POSIX file-descriptor handles is not "
+                               "supported here (CUDA_ERROR_NOT_SUPPORTED)";
+        return CUDA_SUCCESS;
+    }
+    if (r == CUDA_SUCCESS) p->shareable_state = POOLS;
+    return r;
+}
+
 /* The default pool is the process's: the CUDA runtime's cudaMallocAsync,
  * PyTorch's cudaMallocAsync backend and CuPy's MemoryAsyncPool use it too.
  * Its release threshold becomes pyxbuf's where it is lower, or where it is
@@ -81,14 +138,25 @@ static CUresult apply_threshold(device_pool *p, uint64_t threshold, const char *
     return r;
 }
 
-/* Device `id`'s pool in *pool (NULL when it has none), with `threshold`
- * applied unless it is 0. */
-static CUresult pool_of(int32_t id, uint64_t threshold, CUmemoryPool *pool, const char **call) {
+/* Device `id`'s pool in *pool (NULL when it has none): its shareable pool
+ * when `shareable` and it can have one, else its default pool with
+ * `threshold` applied unless it is 0 (a shareable pool keeps its memory
+ * whatever the threshold). */
+static CUresult pool_of(int32_t id, uint64_t threshold, int shareable, CUmemoryPool *pool,
+                        const char **call) {
     *pool = NULL;
     if (api == NULL || id < 0 || id >= pool_count) return CUDA_SUCCESS;
     pthread_mutex_lock(&pools_lock);
     device_pool *p = &pools[id];
     CUresult r = find_pool(p, id, call);
+    if (r == CUDA_SUCCESS && p->state == POOLS && shareable) {
+        r = find_shareable(p, id, call);
+        if (r == CUDA_SUCCESS && p->shareable_state == POOLS) {
+            *pool = p->shareable;
+            pthread_mutex_unlock(&pools_lock);
+            return r;
+        }
+    }
     if (r == CUDA_SUCCESS && p->state == POOLS && threshold != 0 &&
         apply_threshold(p, threshold, call) != CUDA_SUCCESS)
         p->threshold_for = threshold; /* not asked again until it changes */
@@ -97,18 +165,23 @@ static CUresult pool_of(int32_t id, uint64_t threshold, CUmemoryPool *pool, cons
     return r;
 }
 
-/* The configuration's release threshold (0 there means the default). */
-static uint64_t release_threshold(void) {
-    pyxbuf_transfer_config c;
-    pyxbuf__transfer_config(&c, NULL);
-    return c.device_pool_release_threshold ? c.device_pool_release_threshold
-                                           : PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD_DEFAULT;
+const char *pyxbuf__cuda_pool_shareable_refusal(int32_t id) {
+    if (api == NULL || id < 0 || id >= pool_count) return NULL;
+    pthread_mutex_lock(&pools_lock);
+    const char *why = pools[id].shareable_refusal;
+    pthread_mutex_unlock(&pools_lock);
+    return why;
 }
 
 CUresult pyxbuf__cuda_pool_alloc(int32_t id, size_t n, CUstream s, CUdeviceptr *out, int *pooled,
                                  const char **call) {
     CUmemoryPool pool = NULL;
-    CUresult r = pool_of(id, release_threshold(), &pool, call);
+    pyxbuf_transfer_config c;
+    pyxbuf__transfer_config(&c, NULL);
+    uint64_t threshold = c.device_pool_release_threshold
+                             ? c.device_pool_release_threshold
+                             : PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD_DEFAULT;
+    CUresult r = pool_of(id, threshold, c.device_pool_shareable, &pool, call);
     *pooled = pool != NULL;
     if (r != CUDA_SUCCESS || pool == NULL) return r;
     *call = "cuMemAllocFromPoolAsync";
@@ -122,18 +195,18 @@ CUresult pyxbuf__cuda_pool_alloc(int32_t id, size_t n, CUstream s, CUdeviceptr *
 CUresult pyxbuf__cuda_pool_free(int32_t id, CUdeviceptr ptr, CUstream s, int *pooled,
                                 const char **call) {
     CUmemoryPool pool = NULL;
-    CUresult r = pool_of(id, 0, &pool, call);
+    CUresult r = pool_of(id, 0, 0, &pool, call);
     *pooled = pool != NULL;
     if (r != CUDA_SUCCESS || pool == NULL) return r;
-    *call = "cuMemFreeAsync";
+    *call = "cuMemFreeAsync"; /* into the pool it came from, default or shareable */
     return api->mem_free_async(ptr, s);
 }
 
 CUresult pyxbuf__cuda_pool_trim(int32_t id, uint64_t keep, int *pooled, const char **call) {
     CUmemoryPool pool = NULL;
-    CUresult r = pool_of(id, 0, &pool, call);
+    CUresult r = pool_of(id, 0, 0, &pool, call);
     *pooled = pool != NULL;
     if (r != CUDA_SUCCESS || pool == NULL) return r;
-    *call = "cuMemPoolTrimTo";
+    *call = "cuMemPoolTrimTo"; /* the default pool: a shareable one keeps its memory */
     return api->mem_pool_trim_to(pool, keep > SIZE_MAX ? SIZE_MAX : (size_t)keep);
 }

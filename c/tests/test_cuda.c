@@ -264,6 +264,16 @@ static struct {
 } fake;
 
 #define FAKE_POOL_START 0x900000u /* memory "from a pool": cuIpcGetMemHandle refuses it */
+#define FAKE_SHAREABLE_START 0xA00000u /* from a pool with POSIX fd handles */
+#define FAKE_DEFAULT_POOL ((CUmemoryPool)0x77)
+#define FAKE_SHAREABLE_POOL ((CUmemoryPool)0x88)
+#define FAKE_IMPORTED_POOL ((CUmemoryPool)0x99)
+#define FAKE_POOL_FD 42
+
+static struct {
+    int exports, imports, pointer_imports, frees, last_fd;
+    CUdeviceptr freed;
+} fake_pools;
 
 static CUresult fake_device_get(CUdevice *d, int ordinal) {
     *d = ordinal;
@@ -283,7 +293,9 @@ static CUresult fake_range(CUdeviceptr *base, size_t *size, CUdeviceptr p) {
 static CUresult fake_attrs(unsigned n, CUpointer_attribute *a, void **data, CUdeviceptr p) {
     for (unsigned i = 0; i < n; i++) {
         if (a[i] == CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE)
-            *(void **)data[i] = p >= FAKE_POOL_START ? (void *)0x77 : NULL;
+            *(void **)data[i] = p >= FAKE_SHAREABLE_START ? (void *)FAKE_SHAREABLE_POOL
+                                : p >= FAKE_POOL_START    ? (void *)FAKE_DEFAULT_POOL
+                                                          : NULL;
         else if (a[i] == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE)
             *(int *)data[i] = p < FAKE_POOL_START;
     }
@@ -320,6 +332,45 @@ static CUresult fake_error_string(CUresult r, const char **s) {
     return CUDA_SUCCESS;
 }
 
+/* The pool entry points: only the shareable pool exports a descriptor. */
+static CUresult fake_pool_export(void *out, CUmemoryPool pool, int type, unsigned long long flags) {
+    CHECK_INT_EQ(type, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    CHECK(flags == 0);
+    if (pool != FAKE_SHAREABLE_POOL) return CUDA_ERROR_INVALID_VALUE;
+    fake_pools.exports++;
+    *(int *)out = FAKE_POOL_FD;
+    return CUDA_SUCCESS;
+}
+static CUresult fake_pool_import(CUmemoryPool *pool, void *handle, int type,
+                                 unsigned long long flags) {
+    CHECK_INT_EQ(type, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    CHECK(flags == 0);
+    fake_pools.imports++;
+    fake_pools.last_fd = (int)(intptr_t)handle; /* a descriptor is passed by value */
+    *pool = FAKE_IMPORTED_POOL;
+    return CUDA_SUCCESS;
+}
+static CUresult fake_export_pointer(CUmemPoolPtrExportData *data, CUdeviceptr p) {
+    memset(data->reserved, 0, sizeof data->reserved);
+    memcpy(data->reserved, &p, sizeof p);
+    return CUDA_SUCCESS;
+}
+static CUresult fake_import_pointer(CUdeviceptr *p, CUmemoryPool pool,
+                                    CUmemPoolPtrExportData *data) {
+    CHECK(pool == FAKE_IMPORTED_POOL);
+    CUdeviceptr theirs = 0;
+    memcpy(&theirs, data->reserved, sizeof theirs);
+    CHECK(theirs == FAKE_SHAREABLE_START); /* the allocation's base was exported */
+    fake_pools.pointer_imports++;
+    *p = 0x5000000;
+    return CUDA_SUCCESS;
+}
+static CUresult fake_free(CUdeviceptr p) {
+    fake_pools.frees++;
+    fake_pools.freed = p;
+    return CUDA_SUCCESS;
+}
+
 static const pyxbuf__cuda_ipc_api fake_api = {
     .device_get = fake_device_get,
     .device_get_uuid = fake_uuid,
@@ -330,6 +381,23 @@ static const pyxbuf__cuda_ipc_api fake_api = {
     .ipc_close_mem_handle = fake_close,
     .get_error_name = fake_error_name,
     .get_error_string = fake_error_string,
+};
+
+static const pyxbuf__cuda_ipc_api fake_api_with_pools = {
+    .device_get = fake_device_get,
+    .device_get_uuid = fake_uuid,
+    .mem_get_address_range = fake_range,
+    .pointer_get_attributes = fake_attrs,
+    .ipc_get_mem_handle = fake_get_handle,
+    .ipc_open_mem_handle = fake_open,
+    .ipc_close_mem_handle = fake_close,
+    .get_error_name = fake_error_name,
+    .get_error_string = fake_error_string,
+    .mem_pool_export_to_shareable_handle = fake_pool_export,
+    .mem_pool_import_from_shareable_handle = fake_pool_import,
+    .mem_pool_export_pointer = fake_export_pointer,
+    .mem_pool_import_pointer = fake_import_pointer,
+    .mem_free = fake_free,
 };
 
 static void check_ipc_over_fake_driver(void) {
@@ -390,12 +458,12 @@ static void check_ipc_over_fake_driver(void) {
     CHECK_INT_EQ(err.code, PYXBUF_EINVAL);
     CHECK_CONTAINS(err.message, "pass PYXBUF_IPC_BACKEND_HANDLE_MAX");
 
-    /* Pool memory: CUDA's IPC handles cannot name it; the way out. */
+    /* Pool memory, with a driver that cannot share it: the way out. */
     n = sizeof h;
-    CHECK_INT_EQ(pyxbuf__cuda_ipc_export(0, (void *)(FAKE_POOL_START + 0x40), h, &n, &fd, &err), PYXBUF_EDRIVER);
-    CHECK_INT_EQ(err.code, PYXBUF_EDRIVER);
-    CHECK_CONTAINS(err.message, "cuIpcGetMemHandle of the allocation holding the array");
-    CHECK_CONTAINS(err.message, "stream-ordered pool");
+    CHECK_INT_EQ(pyxbuf__cuda_ipc_export(0, (void *)(FAKE_POOL_START + 0x40), h, &n, &fd, &err),
+                 PYXBUF_EUNSUPPORTED);
+    CHECK_CONTAINS(err.message, "lies in a stream-ordered pool, and this CUDA driver cannot share "
+                                "pool memory");
     CHECK_CONTAINS(err.message, "PYXBUF_DEVICE_POOL=0");
 
     /* A driver without IPC. */
@@ -408,9 +476,182 @@ static void check_ipc_over_fake_driver(void) {
 
 TEST_CASE(ipc_handles_over_a_scripted_driver) { in_child(check_ipc_over_fake_driver, NULL); }
 
+/* Pool memory over a scripted driver: a shareable pool's memory travels as
+ * its export data with the pool's descriptor beside it, the receiver imports
+ * the pool once and frees what it imported; a default pool's is refused,
+ * naming PYXBUF_DEVICE_POOL=shareable. */
+static void check_pool_ipc_over_fake_driver(void) {
+    pyxbuf_error err;
+    unsigned char h[PYXBUF_IPC_BACKEND_HANDLE_MAX], again[PYXBUF_IPC_BACKEND_HANDLE_MAX];
+    size_t n = sizeof h, m = sizeof again;
+    void *p = NULL, *q = NULL;
+    int fd = -1, fd2 = -1;
+    fake.uuid_here = 0xAB;
+    pyxbuf__cuda_ipc_init(&fake_api_with_pools);
+
+    CHECK_OK(pyxbuf__cuda_ipc_export(0, (void *)(FAKE_SHAREABLE_START + 0x40), h, &n, &fd, &last));
+    CHECK_INT_EQ(fd, FAKE_POOL_FD);
+    CHECK(memcmp(h, "pyxbcuda", 8) == 0 && n <= PYXBUF_IPC_BACKEND_HANDLE_MAX);
+    /* The pool's descriptor is made once, whatever the arrays. */
+    CHECK_OK(pyxbuf__cuda_ipc_export(0, (void *)(FAKE_SHAREABLE_START + 0x80), again, &m, &fd2,
+                                     &last));
+    CHECK_INT_EQ(fd2, FAKE_POOL_FD);
+    CHECK_INT_EQ(fake_pools.exports, 1);
+
+    /* Opened without the descriptor, before the pool was imported here. */
+    CHECK_INT_EQ(pyxbuf__cuda_ipc_open(0, h, n, -1, &p, &err), PYXBUF_EINVAL);
+    CHECK_CONTAINS(err.message, "whose file descriptor must arrive with it and did not (fd -1)");
+    CHECK_CONTAINS(err.message, "pyxbuf.multiprocessing");
+    CHECK_INT_EQ(fake_pools.imports, 0);
+
+    /* With it (this process's number for it): the pool, then the pointer. */
+    CHECK_OK(pyxbuf__cuda_ipc_open(0, h, n, 7, &p, &last));
+    CHECK(p == (void *)(0x5000000 + 0x40));
+    CHECK_INT_EQ(fake_pools.imports, 1);
+    CHECK_INT_EQ(fake_pools.last_fd, 7);
+    CHECK_INT_EQ(fake_pools.pointer_imports, 1);
+    /* The pool stays imported: the next array needs no descriptor. */
+    CHECK_OK(pyxbuf__cuda_ipc_open(0, again, m, -1, &q, &last));
+    CHECK_INT_EQ(fake_pools.imports, 1);
+    CHECK_INT_EQ(fake_pools.pointer_imports, 2);
+
+    /* Closing frees the imported memory (before the exporter may free it);
+     * no legacy mapping is closed. */
+    int closes = fake.closes;
+    CHECK_OK(pyxbuf__cuda_ipc_close(0, p, &last));
+    CHECK_INT_EQ(fake_pools.frees, 1);
+    CHECK(fake_pools.freed == 0x5000000);
+    CHECK_INT_EQ(fake.closes, closes);
+    CHECK_OK(pyxbuf__cuda_ipc_close(0, q, &last));
+    CHECK_INT_EQ(fake_pools.frees, 2);
+
+    /* A default pool's memory: no shareable handle; the ways out. */
+    n = sizeof h;
+    CHECK_INT_EQ(pyxbuf__cuda_ipc_export(0, (void *)(FAKE_POOL_START + 0x40), h, &n, &fd, &err),
+                 PYXBUF_EDRIVER);
+    CHECK_CONTAINS(err.message, "cuMemPoolExportToShareableHandle of the pool holding the array");
+    CHECK_CONTAINS(err.message, "CUDA_ERROR_INVALID_VALUE");
+    CHECK_CONTAINS(err.message, "PYXBUF_DEVICE_POOL=shareable or =0 (cuMemAlloc)");
+    /* Legacy memory still goes as CUDA's IPC handle, with no descriptor. */
+    n = sizeof h;
+    CHECK_OK(pyxbuf__cuda_ipc_export(0, (void *)0x12345, h, &n, &fd, &last));
+    CHECK_INT_EQ(fd, -1);
+}
+
+TEST_CASE(pool_ipc_over_a_scripted_driver) { in_child(check_pool_ipc_over_fake_driver, NULL); }
+
+/* cuda_pool.c's choice of pool over a scripted driver: the device's default
+ * pool unless the configuration asks for shareable pools; then a pool of
+ * pyxbuf's own with POSIX fd handles on the device, made once, or the
+ * default pool with the reason kept where the device cannot have one. */
+static struct {
+    int creates, supported_types;
+    CUmemPoolProps props;
+    CUmemoryPool last_alloc_pool;
+} fake_alloc;
+
+static CUresult fake_get_attribute(int *v, CUdevice_attribute a, CUdevice d) {
+    (void)d;
+    if (a == CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED) *v = 1;
+    else if (a == CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES) *v = fake_alloc.supported_types;
+    else return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+static CUresult fake_default_pool(CUmemoryPool *pool, CUdevice d) {
+    (void)d;
+    *pool = FAKE_DEFAULT_POOL;
+    return CUDA_SUCCESS;
+}
+static CUresult fake_pool_get(CUmemoryPool pool, CUmemPool_attribute a, void *v) {
+    (void)pool, (void)a;
+    *(cuuint64_t *)v = 0;
+    return CUDA_SUCCESS;
+}
+static CUresult fake_pool_set(CUmemoryPool pool, CUmemPool_attribute a, void *v) {
+    (void)pool, (void)a, (void)v;
+    return CUDA_SUCCESS;
+}
+static CUresult fake_trim(CUmemoryPool pool, size_t keep) {
+    (void)pool, (void)keep;
+    return CUDA_SUCCESS;
+}
+static CUresult fake_alloc_from(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s) {
+    (void)n, (void)s;
+    fake_alloc.last_alloc_pool = pool;
+    *p = 0x1000;
+    return CUDA_SUCCESS;
+}
+static CUresult fake_free_async(CUdeviceptr p, CUstream s) {
+    (void)p, (void)s;
+    return CUDA_SUCCESS;
+}
+static CUresult fake_create(CUmemoryPool *pool, const CUmemPoolProps *props) {
+    fake_alloc.creates++;
+    fake_alloc.props = *props;
+    *pool = FAKE_SHAREABLE_POOL;
+    return CUDA_SUCCESS;
+}
+
+static const pyxbuf__cuda_pool_api fake_pool_api = {
+    .device_get = fake_device_get,
+    .device_get_attribute = fake_get_attribute,
+    .device_get_default_mem_pool = fake_default_pool,
+    .mem_pool_get_attribute = fake_pool_get,
+    .mem_pool_set_attribute = fake_pool_set,
+    .mem_pool_trim_to = fake_trim,
+    .mem_alloc_from_pool_async = fake_alloc_from,
+    .mem_free_async = fake_free_async,
+    .mem_pool_create = fake_create,
+};
+
+static void set_shareable(int shareable) {
+    pyxbuf_transfer_config c = {.size = sizeof c};
+    pyxbuf_transfer_config_get(&c);
+    c.device_pool_shareable = shareable;
+    CHECK_OK(pyxbuf_transfer_config_set(&c, &last));
+}
+
+static void check_shareable_pools_over_fake_driver(void) {
+    CUdeviceptr p = 0;
+    int pooled = 0;
+    const char *call = NULL;
+    fake_alloc.supported_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    pyxbuf__cuda_pools_init(&fake_pool_api, 2);
+    CHECK(pyxbuf__cuda_pool_alloc(1, 64, NULL, &p, &pooled, &call) == CUDA_SUCCESS && pooled);
+    CHECK(fake_alloc.last_alloc_pool == FAKE_DEFAULT_POOL);
+    CHECK_INT_EQ(fake_alloc.creates, 0);
+
+    set_shareable(1);
+    for (int i = 0; i < 3; i++) {
+        CHECK(pyxbuf__cuda_pool_alloc(1, 64, NULL, &p, &pooled, &call) == CUDA_SUCCESS);
+        CHECK(fake_alloc.last_alloc_pool == FAKE_SHAREABLE_POOL);
+    }
+    CHECK_INT_EQ(fake_alloc.creates, 1); /* once per device */
+    CHECK_INT_EQ(fake_alloc.props.allocType, CU_MEM_ALLOCATION_TYPE_PINNED);
+    CHECK_INT_EQ(fake_alloc.props.handleTypes, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    CHECK_INT_EQ(fake_alloc.props.location.type, CU_MEM_LOCATION_TYPE_DEVICE);
+    CHECK_INT_EQ(fake_alloc.props.location.id, 1);
+    CHECK(pyxbuf__cuda_pool_shareable_refusal(1) == NULL);
+
+    /* Device 0 cannot have POSIX fd handles: its default pool, and why. */
+    fake_alloc.supported_types = 0;
+    CHECK(pyxbuf__cuda_pool_alloc(0, 64, NULL, &p, &pooled, &call) == CUDA_SUCCESS);
+    CHECK(fake_alloc.last_alloc_pool == FAKE_DEFAULT_POOL);
+    CHECK_INT_EQ(fake_alloc.creates, 1);
+    CHECK_CONTAINS(pyxbuf__cuda_pool_shareable_refusal(0),
+                   "CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES lacks them");
+    set_shareable(0);
+    CHECK(pyxbuf__cuda_pool_alloc(1, 64, NULL, &p, &pooled, &call) == CUDA_SUCCESS);
+    CHECK(fake_alloc.last_alloc_pool == FAKE_DEFAULT_POOL);
+}
+
+TEST_CASE(shareable_pools_over_a_scripted_driver) {
+    in_child(check_shareable_pools_over_fake_driver, NULL);
+}
+
 /* The real driver: cuMemAlloc memory has a handle; the stream-ordered
  * pool's memory is refused, naming the pool. (Two processes: run-on-gpu.sh.) */
-TEST_CASE(ipc_export_names_cumemalloc_memory_and_refuses_pool_memory) {
+TEST_CASE(ipc_export_shares_cumemalloc_and_shareable_pool_memory) {
     require_gpu();
     const pyxbuf_backend *b = cuda();
     unsigned char h[PYXBUF_IPC_BACKEND_HANDLE_MAX];
@@ -425,11 +666,29 @@ TEST_CASE(ipc_export_names_cumemalloc_memory_and_refuses_pool_memory) {
     CHECK_OK(b->alloc_async(b->ctx, 0, 1 << 20, 0, &pooled, &last));
     n = sizeof h;
     int rc = b->ipc_export(b->ctx, 0, pooled, h, &n, &fd, &err);
-    fprintf(stderr, "pool memory: rc %d: %s\n", rc, rc ? err.message : "(shared)");
+    fprintf(stderr, "default pool memory: rc %d: %s\n", rc, rc ? err.message : "(shared)");
     CHECK_INT_EQ(rc, PYXBUF_EDRIVER);
-    CHECK_CONTAINS(err.message, "stream-ordered pool");
+    CHECK_CONTAINS(err.message, "cannot be opened by other processes");
     CHECK_OK(b->free_async(b->ctx, 0, pooled, 0, &last));
     CHECK_OK(b->synchronize(b->ctx, 0, 0, &last));
+    /* device_pool_shareable: pyxbuf's own pool, whose memory goes as export
+     * data with the pool's descriptor beside it. */
+    pyxbuf_transfer_config before = {.size = sizeof before}, c;
+    pyxbuf_transfer_config_get(&before);
+    c = before, c.device_pool_shareable = 1;
+    CHECK_OK(pyxbuf_transfer_config_set(&c, &last));
+    CHECK_OK(b->alloc_async(b->ctx, 0, 1 << 20, 0, &pooled, &last));
+    CHECK_OK(b->synchronize(b->ctx, 0, 0, &last));
+    n = sizeof h;
+    fd = -1;
+    rc = b->ipc_export(b->ctx, 0, offset(pooled, 256), h, &n, &fd, &err);
+    fprintf(stderr, "shareable pool memory: rc %d, fd %d: %s\n", rc, fd,
+            rc ? err.message : "(shared)");
+    if (rc == 0) CHECK(fd >= 0 && memcmp(h, "pyxbcuda", 8) == 0);
+    else CHECK_CONTAINS(err.message, "this device has no pool other processes can open");
+    CHECK_OK(b->free_async(b->ctx, 0, pooled, 0, &last));
+    CHECK_OK(b->synchronize(b->ctx, 0, 0, &last));
+    CHECK_OK(pyxbuf_transfer_config_set(&before, &last));
 }
 
 /* ------------------------------------------------------------------------- */
@@ -942,7 +1201,9 @@ TEST_CASE(a_device_block_is_freed_after_the_streams_it_was_handed_to) {
 
 TEST_MAIN(TEST_ENTRY(missing_driver_is_a_clear_error), TEST_ENTRY(backend_describes_cuda),
           TEST_ENTRY(ipc_handles_over_a_scripted_driver),
-          TEST_ENTRY(ipc_export_names_cumemalloc_memory_and_refuses_pool_memory),
+          TEST_ENTRY(pool_ipc_over_a_scripted_driver),
+          TEST_ENTRY(shareable_pools_over_a_scripted_driver),
+          TEST_ENTRY(ipc_export_shares_cumemalloc_and_shareable_pool_memory),
           TEST_ENTRY(alloc_copy_roundtrip), TEST_ENTRY(staged_copies_round_trip),
           TEST_ENTRY(device_to_device_copy),
           TEST_ENTRY(pointer_query_on_device_and_host_memory), TEST_ENTRY(events_order_a_copy),
