@@ -179,15 +179,22 @@ def test_the_memfd_travels_beside_the_handle():
     assert fd >= 0 and "pyxbuf-emulated" in os.readlink(f"/proc/self/fd/{fd}")
     rebuild, args = mp.reduce_exporter(d)
     assert args[2] is not None and hasattr(args[2], "detach")
-    args[2].detach()  # nobody unpickles this one: let the resource sharer go
+    os.close(args[2].detach())  # nobody unpickles this one: let the resource sharer go
     # A process that no longer exists (no /proc/<pid>/fd to open): the
     # descriptor that arrived is what maps the memory.
     gone = as_if_from(handle, 2**22 + 12345)
-    e = pyxbuf._pickle.rebuild_shared_device(device, gone, Received(fd), "f", 4, (8,), (4,),
-                                             False)
+    received = Received(fd)
+    e = pyxbuf._pickle.rebuild_shared_device(device, gone, received, "f", 4, (8,), (4,), False)
     assert pyxbuf.inspect(e)["data"] != pyxbuf.inspect(d)["data"]  # mapped again, here
     assert np.asarray(e.to_device("cpu")).tolist() == list(range(8))
+    with pytest.raises(OSError):  # the received descriptor was closed once opened
+        os.fstat(received.fd)
     del e
+    # A descriptor that is not the device's memfd is refused, naming it.
+    with open(os.devnull) as null, pytest.raises(BufferError, match=r"is not the memfd of process "
+                                                                    r"4206649's handle"):
+        pyxbuf._pickle.rebuild_shared_device(device, gone, Received(null.fileno()), "f", 4, (8,),
+                                             (4,), False)
     with pytest.raises(BufferError, match=r"cannot open /proc/4206649/fd/\d+, the device memory "
                                           r"of process 4206649 \(it has exited"):
         pyxbuf._pickle.rebuild_shared_device(device, gone, None, "f", 4, (8,), (4,), False)

@@ -81,9 +81,17 @@ MODES = {"cuMemAlloc": {"device_pool": False, "device_pool_shareable": False},
          "default pool": {"device_pool": True, "device_pool_shareable": False}}
 
 
+SPACERS = []
+
+
 def make_pyxbuf(n_items, mode="cuMemAlloc"):
-    """pyxbuf's own device array, from cuMemAlloc or one of the pools."""
+    """pyxbuf's own device array, from cuMemAlloc or one of the pools. In
+    the shareable pool a small array is made first and kept, so that the
+    shared one does not start the pool's chunk: a handle naming the chunk
+    instead of the allocation would show as wrong items in the worker."""
     pyxbuf.transfer_config(**MODES[mode])
+    if mode == "shareable pool":
+        SPACERS.append(pyxbuf.to_device(np.zeros(1024, dtype=np.float32), DEVICE))
     return pyxbuf.to_device(np.arange(n_items, dtype=np.float32), DEVICE)
 
 

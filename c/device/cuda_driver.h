@@ -168,6 +168,8 @@ CUresult pyxbuf__cuda_pool_free(int32_t id, CUdeviceptr ptr, CUstream s, int *po
                                 const char **call);
 CUresult pyxbuf__cuda_pool_trim(int32_t id, uint64_t keep, int *pooled, const char **call);
 const char *pyxbuf__cuda_pool_shareable_refusal(int32_t id);
+/* Whether `pool` is device `id`'s shareable pool, pyxbuf's own. */
+int pyxbuf__cuda_pool_is_shareable(int32_t id, CUmemoryPool pool);
 
 /* ------------------------------------------------------------------------- */
 /* Interprocess memory handles                                               */

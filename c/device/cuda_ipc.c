@@ -14,19 +14,24 @@
 #include "device/cuda_driver.h"
 #include "base/platform.h"
 
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <time.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
 enum { KIND_IPC_HANDLE = 0, KIND_POOL = 1 };
 
 /* What travels: fixed-width fields, read on the same machine (so the same
- * byte order). 120 bytes. */
+ * byte order). 128 bytes. Version 2: pool memory (version 1 was 112 bytes,
+ * CUDA's IPC handles only). */
+#define HANDLE_VERSION 2u
 typedef struct cuda_ipc_handle {
     char magic[8];          /* "pyxbcuda" */
-    uint32_t version;       /* 1 */
+    uint32_t version;       /* HANDLE_VERSION */
     uint32_t kind;          /* KIND_IPC_HANDLE: `mem`; KIND_POOL: `pool_data` */
     int64_t pid;            /* the exporting process (messages; the pool's name) */
     uint64_t delta;         /* the array's offset in the allocation */
@@ -36,6 +41,7 @@ typedef struct cuda_ipc_handle {
         CUmemPoolPtrExportData pool_data;  /* the allocation, in its pool */
     } u;
     uint64_t pool_key;      /* KIND_POOL: the pool's handle in the exporting process */
+    uint64_t nonce;         /* KIND_POOL: the exporting process's, with pid its name */
 } cuda_ipc_handle;
 
 _Static_assert(sizeof(cuda_ipc_handle) <= PYXBUF_IPC_BACKEND_HANDLE_MAX,
@@ -47,11 +53,15 @@ static const pyxbuf__cuda_ipc_api *api; /* NULL: the driver has no IPC */
 
 /* Pools exported from this process (each pool's descriptor, made once and
  * kept open for the process's life: every handle of its memory sends a
- * duplicate), pools imported into it (one per exporting process and pool:
- * CUDA imports a pool once, then its pointers), and the pointers imported
- * from them (freed at close, where legacy mappings are closed). Stale
- * entries of an exporter that exited stay: a pid reused with the same pool
- * handle re-imports when the descriptor that arrives proves it. */
+ * duplicate); pools imported into it, one per exporting process (pid and
+ * nonce) and pool: CUDA imports a pool once, then its pointers; the
+ * allocations imported from them, each once, counted (two arrays over one
+ * allocation, or one array received twice, share one import, freed when
+ * the last closes: cuMemPoolImportPointer's memory is freed once); and every
+ * open's result, so that close knows what it opened (a legacy mapping's
+ * base, or the imported allocation) without asking the driver. An imported
+ * pool stays for the process's life (pools are few; its pointers are what
+ * holds memory). All under pools_lock. */
 typedef struct exported_pool {
     CUmemoryPool pool;
     int fd;
@@ -59,19 +69,44 @@ typedef struct exported_pool {
 } exported_pool;
 typedef struct imported_pool {
     int64_t pid;
-    uint64_t pool_key;
+    uint64_t nonce, pool_key;
     CUuuid uuid;
     CUmemoryPool pool;
     struct imported_pool *next;
 } imported_pool;
-typedef struct imported_pointer {
+typedef struct imported_allocation {
+    imported_pool *pool;
+    CUmemPoolPtrExportData data;
     CUdeviceptr base;
-    struct imported_pointer *next;
-} imported_pointer;
+    int64_t opens;
+    struct imported_allocation *next;
+} imported_allocation;
+typedef struct open_record {
+    void *ptr;                   /* what ipc_open returned */
+    CUdeviceptr legacy_base;     /* a legacy mapping's base, or 0 */
+    imported_allocation *alloc;  /* or the imported allocation */
+    struct open_record *next;
+} open_record;
 static exported_pool *exported;
 static imported_pool *imported;
-static imported_pointer *pool_pointers;
+static imported_allocation *allocations;
+static open_record *opens;
+static uint64_t own_nonce;
 static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* This process's nonce: a pid names a process only while it lives, the
+ * nonce tells a reused pid from the process an imported pool came from.
+ * pools_lock held. */
+static uint64_t process_nonce(void) {
+    if (own_nonce == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        own_nonce = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^
+                    ((uint64_t)pyxbuf__process_id() << 40);
+        if (own_nonce == 0) own_nonce = 1;
+    }
+    return own_nonce;
+}
 
 void pyxbuf__cuda_ipc_init(const pyxbuf__cuda_ipc_api *a) { api = a; }
 
@@ -149,12 +184,17 @@ static const char *export_refusal(CUdeviceptr ptr) {
     return NULL;
 }
 
-/* Pool memory whose pool has no shareable handle: the way out, and why this
- * device has no shareable pool when pyxbuf could not make one. */
-static int pool_not_shareable(pyxbuf_error *err, CUresult r, int32_t id) {
+/* Pool memory whose pool gave no shareable handle: the way out, and why
+ * this device has no shareable pool when pyxbuf could not make one; or, for
+ * pyxbuf's own shareable pool, what the driver said. */
+static int pool_not_shareable(pyxbuf_error *err, CUresult r, int32_t id, CUmemoryPool pool) {
     char hint[PYXBUF_ERROR_MESSAGE_SIZE];
     const char *why = pyxbuf__cuda_pool_shareable_refusal(id);
-    if (why != NULL)
+    if (pyxbuf__cuda_pool_is_shareable(id, pool) || r == CUDA_ERROR_OUT_OF_MEMORY)
+        snprintf(hint, sizeof hint,
+                 "pyxbuf's shareable pool could not give a descriptor (out of memory or of "
+                 "file descriptors: ulimit -n); free some, or pickle the array");
+    else if (why != NULL)
         snprintf(hint, sizeof hint,
                  "this device has no pool other processes can open: %s; set "
                  "PYXBUF_DEVICE_POOL=0 (cuMemAlloc) or pickle the array",
@@ -168,7 +208,10 @@ static int pool_not_shareable(pyxbuf_error *err, CUresult r, int32_t id) {
                   hint);
 }
 
-/* The pool's descriptor, exported once and kept. */
+/* The pool's descriptor, exported once and kept (close-on-exec: a child
+ * that needs it receives it by SCM_RIGHTS). A pool another library
+ * destroyed whose handle value came back for a new pool would find the old
+ * descriptor: pyxbuf's own pools live until exit. */
 static CUresult pool_descriptor(CUmemoryPool pool, int *fd) {
     pthread_mutex_lock(&pools_lock);
     CUresult r = CUDA_SUCCESS;
@@ -180,10 +223,12 @@ static CUresult pool_descriptor(CUmemoryPool pool, int *fd) {
                                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
         e = r == CUDA_SUCCESS ? calloc(1, sizeof *e) : NULL;
         if (e != NULL) {
+            (void)fcntl(made, F_SETFD, FD_CLOEXEC);
             *e = (exported_pool){.pool = pool, .fd = made, .next = exported};
             exported = e;
         } else if (r == CUDA_SUCCESS) {
-            r = CUDA_ERROR_OUT_OF_MEMORY; /* the descriptor is kept: it cannot be unexported */
+            close(made); /* the pool stays; a later export makes another descriptor */
+            r = CUDA_ERROR_OUT_OF_MEMORY;
         }
     }
     if (e != NULL) *fd = e->fd;
@@ -203,13 +248,16 @@ static int export_pool_memory(int32_t id, CUmemoryPool pool, CUdeviceptr base,
                              "PYXBUF_DEVICE_POOL=0 (cuMemAlloc), or pickle the array");
     int pool_fd = -1;
     CUresult r = pool_descriptor(pool, &pool_fd);
-    if (r != CUDA_SUCCESS) return pool_not_shareable(err, r, id);
+    if (r != CUDA_SUCCESS) return pool_not_shareable(err, r, id, pool);
     r = api->mem_pool_export_pointer(&h->u.pool_data, base);
     if (r != CUDA_SUCCESS)
         return failed(err, r, "cuMemPoolExportPointer of the allocation holding the array", id,
                       "the address must lie in live memory of the pool");
     h->kind = KIND_POOL;
     h->pool_key = (uint64_t)(uintptr_t)pool;
+    pthread_mutex_lock(&pools_lock);
+    h->nonce = process_nonce();
+    pthread_mutex_unlock(&pools_lock);
     *fd = pool_fd;
     return 0;
 }
@@ -246,7 +294,7 @@ int pyxbuf__cuda_ipc_export(int32_t id, const void *ptr, void *handle, size_t *h
         }
     }
     memcpy(h.magic, MAGIC, sizeof MAGIC);
-    h.version = 1;
+    h.version = HANDLE_VERSION;
     h.pid = pyxbuf__process_id();
     h.delta = (uint64_t)(p - base);
     h.uuid = uuid_of(id);
@@ -258,9 +306,10 @@ int pyxbuf__cuda_ipc_export(int32_t id, const void *ptr, void *handle, size_t *h
 static int bad_handle(pyxbuf_error *err, size_t len) {
     return pyxbuf__error(err, PYXBUF_EINVAL, -1,
                          "cuda ipc_open: a %zu-byte handle is not one cuda ipc_export made "
-                         "(%zu bytes starting \"pyxbcuda\", version 1); pass the handle "
-                         "pyxbuf_device_share returned, unchanged",
-                         len, sizeof(cuda_ipc_handle));
+                         "(%zu bytes starting \"pyxbcuda\", version %u: both processes need "
+                         "the same pyxbuf); pass the handle pyxbuf_device_share returned, "
+                         "unchanged",
+                         len, sizeof(cuda_ipc_handle), HANDLE_VERSION);
 }
 
 /* The exporter's GPU must be the one device `id` is here: CUDA_VISIBLE_DEVICES
@@ -301,34 +350,96 @@ static const char *open_hint(CUresult r) {
     }
 }
 
-/* The pool a handle names, imported here: found, or imported from `fd`
- * (again when the one found no longer serves). pools_lock held. */
-static imported_pool *import_pool(const cuda_ipc_handle *h, int fd, CUresult *r) {
+/* The pool a handle names, as imported here, or NULL. pools_lock held. */
+static imported_pool *find_imported_pool(const cuda_ipc_handle *h) {
     imported_pool *ip = imported;
-    while (ip != NULL && !(ip->pid == h->pid && ip->pool_key == h->pool_key &&
+    while (ip != NULL && !(ip->pid == h->pid && ip->nonce == h->nonce &&
+                           ip->pool_key == h->pool_key &&
                            memcmp(&ip->uuid, &h->uuid, sizeof h->uuid) == 0))
         ip = ip->next;
-    *r = CUDA_SUCCESS;
-    if (ip != NULL || fd < 0) return ip;
+    return ip;
+}
+
+/* Import the pool a handle names from `fd` (the descriptor that arrived; not
+ * kept: CUDA holds the pool), replacing an entry that no longer serves.
+ * pools_lock held. */
+static imported_pool *import_pool(const cuda_ipc_handle *h, int fd, imported_pool *stale,
+                                  CUresult *r) {
     CUmemoryPool pool = NULL;
     *r = api->mem_pool_import_from_shareable_handle(&pool, (void *)(intptr_t)fd,
                                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
     if (*r != CUDA_SUCCESS) return NULL;
-    ip = calloc(1, sizeof *ip);
+    if (stale != NULL) {
+        stale->pool = pool; /* the old import is abandoned: its exporter is gone */
+        return stale;
+    }
+    imported_pool *ip = calloc(1, sizeof *ip);
     if (ip == NULL) {
         *r = CUDA_ERROR_OUT_OF_MEMORY;
         return NULL;
     }
-    *ip = (imported_pool){.pid = h->pid, .pool_key = h->pool_key, .uuid = h->uuid, .pool = pool,
-                          .next = imported};
+    *ip = (imported_pool){.pid = h->pid, .nonce = h->nonce, .pool_key = h->pool_key,
+                          .uuid = h->uuid, .pool = pool, .next = imported};
     imported = ip;
     return ip;
 }
 
-/* Pool memory: the pointer, from the pool imported once per exporting
- * process and pool (the descriptor `fd` is needed the first time, and is
- * not kept: CUDA holds the pool). */
-static int open_pool_memory(int32_t id, const cuda_ipc_handle *h, int fd, CUdeviceptr *base,
+/* The allocation `data` names in `pool`, imported once and counted.
+ * pools_lock held. */
+static imported_allocation *import_allocation(imported_pool *ip, const CUmemPoolPtrExportData *data,
+                                              CUresult *r) {
+    for (imported_allocation *a = allocations; a != NULL; a = a->next)
+        if (a->pool == ip && memcmp(&a->data, data, sizeof *data) == 0) {
+            a->opens++;
+            *r = CUDA_SUCCESS;
+            return a;
+        }
+    imported_allocation *a = calloc(1, sizeof *a);
+    if (a == NULL) {
+        *r = CUDA_ERROR_OUT_OF_MEMORY;
+        return NULL;
+    }
+    a->data = *data;
+    *r = api->mem_pool_import_pointer(&a->base, ip->pool, &a->data);
+    if (*r != CUDA_SUCCESS) {
+        free(a);
+        return NULL;
+    }
+    a->pool = ip;
+    a->opens = 1;
+    a->next = allocations;
+    allocations = a;
+    return a;
+}
+
+/* Record what an open returned, for its close. pools_lock held. */
+static int remember_open(void *ptr, CUdeviceptr legacy_base, imported_allocation *alloc) {
+    open_record *o = calloc(1, sizeof *o);
+    if (o == NULL) return -1;
+    *o = (open_record){.ptr = ptr, .legacy_base = legacy_base, .alloc = alloc, .next = opens};
+    opens = o;
+    return 0;
+}
+
+/* One open of an imported allocation fewer: the memory is freed with the
+ * last (CUDA frees an imported pointer once). pools_lock held. */
+static CUresult release_allocation(imported_allocation *a) {
+    if (--a->opens > 0) return CUDA_SUCCESS;
+    for (imported_allocation **at = &allocations; *at != NULL; at = &(*at)->next)
+        if (*at == a) {
+            *at = a->next;
+            break;
+        }
+    CUresult r = api->mem_free(a->base);
+    free(a);
+    return r;
+}
+
+/* Pool memory: the pool, imported once per exporting process and pool (the
+ * descriptor `fd` is needed the first time, or again when the imported pool
+ * no longer serves: a new exporter under a reused pid), then the
+ * allocation, imported once however often it is opened. */
+static int open_pool_memory(int32_t id, const cuda_ipc_handle *h, int fd, void **ptr,
                             pyxbuf_error *err) {
     if (api->mem_pool_import_pointer == NULL)
         return pyxbuf__error(err, PYXBUF_EUNSUPPORTED, -1,
@@ -338,20 +449,28 @@ static int open_pool_memory(int32_t id, const cuda_ipc_handle *h, int fd, CUdevi
                              "NVIDIA driver, or pickle the array",
                              h->pid);
     pthread_mutex_lock(&pools_lock);
-    CUresult r;
-    imported_pool *ip = import_pool(h, fd, &r);
-    CUmemPoolPtrExportData data = h->u.pool_data;
-    if (ip != NULL) r = api->mem_pool_import_pointer(base, ip->pool, &data);
-    imported_pointer *rec = r == CUDA_SUCCESS && ip != NULL ? calloc(1, sizeof *rec) : NULL;
-    if (rec != NULL) {
-        *rec = (imported_pointer){.base = *base, .next = pool_pointers};
-        pool_pointers = rec;
-    } else if (r == CUDA_SUCCESS && ip != NULL) {
-        api->mem_free(*base);
+    CUresult r = CUDA_SUCCESS;
+    const char *call = "cuMemPoolImportPointer";
+    imported_pool *ip = find_imported_pool(h);
+    imported_allocation *a = ip != NULL ? import_allocation(ip, &h->u.pool_data, &r) : NULL;
+    if (a == NULL && fd >= 0 && r != CUDA_ERROR_OUT_OF_MEMORY) {
+        call = "cuMemPoolImportFromShareableHandle";
+        ip = import_pool(h, fd, ip, &r);
+        call = ip != NULL ? "cuMemPoolImportPointer" : call;
+        a = ip != NULL ? import_allocation(ip, &h->u.pool_data, &r) : NULL;
+    }
+    void *p = a != NULL ? (void *)(uintptr_t)(a->base + h->delta) : NULL;
+    if (a != NULL && remember_open(p, 0, a) != 0) {
+        release_allocation(a);
+        a = NULL;
         r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     pthread_mutex_unlock(&pools_lock);
-    if (ip == NULL && r == CUDA_SUCCESS)
+    if (a != NULL) {
+        *ptr = p;
+        return 0;
+    }
+    if (ip == NULL && fd < 0)
         return pyxbuf__error(err, PYXBUF_EINVAL, -1,
                              "cuda ipc_open: the handle names memory of a pool of process "
                              "%" PRId64 ", whose file descriptor must arrive with it and did "
@@ -359,28 +478,21 @@ static int open_pool_memory(int32_t id, const cuda_ipc_handle *h, int fd, CUdevi
                              "passes it by SCM_RIGHTS, or pass the descriptor that arrived to "
                              "pyxbuf_exporter_open_shared",
                              h->pid);
-    if (r != CUDA_SUCCESS) {
-        char call[112];
-        snprintf(call, sizeof call, "%s of process %" PRId64 "'s pool memory",
-                 ip == NULL ? "cuMemPoolImportFromShareableHandle" : "cuMemPoolImportPointer",
-                 h->pid);
-        return failed(err, r, call, id, open_hint(r));
-    }
-    return 0;
+    char what[112];
+    snprintf(what, sizeof what, "%s of process %" PRId64 "'s pool memory", call, h->pid);
+    return failed(err, r, what, id, open_hint(r));
 }
 
-/* Whether `base` is a pointer open_pool_memory imported (then forgotten). */
-static int take_pool_pointer(CUdeviceptr base) {
+/* What open recorded for `ptr`, taken off the list, or NULL. */
+static open_record *take_open(void *ptr) {
     pthread_mutex_lock(&pools_lock);
-    int found = 0;
-    for (imported_pointer **at = &pool_pointers; *at != NULL; at = &(*at)->next) {
-        if ((*at)->base != base) continue;
-        imported_pointer *rec = *at;
-        *at = rec->next;
-        free(rec);
-        found = 1;
-        break;
-    }
+    open_record *found = NULL;
+    for (open_record **at = &opens; *at != NULL; at = &(*at)->next)
+        if ((*at)->ptr == ptr) {
+            found = *at;
+            *at = found->next;
+            break;
+        }
     pthread_mutex_unlock(&pools_lock);
     return found;
 }
@@ -391,17 +503,13 @@ int pyxbuf__cuda_ipc_open(int32_t id, const void *handle, size_t handle_len, int
     cuda_ipc_handle h;
     if (handle == NULL || handle_len != sizeof h) return bad_handle(err, handle_len);
     memcpy(&h, handle, sizeof h);
-    if (memcmp(h.magic, MAGIC, sizeof MAGIC) != 0 || h.version != 1 ||
+    if (memcmp(h.magic, MAGIC, sizeof MAGIC) != 0 || h.version != HANDLE_VERSION ||
         (h.kind != KIND_IPC_HANDLE && h.kind != KIND_POOL))
         return bad_handle(err, handle_len);
     int rc = check_same_gpu(id, &h, err);
     if (rc != 0) return rc;
+    if (h.kind == KIND_POOL) return open_pool_memory(id, &h, fd, ptr, err);
     CUdeviceptr base = 0;
-    if (h.kind == KIND_POOL) {
-        rc = open_pool_memory(id, &h, fd, &base, err);
-        if (rc == 0) *ptr = (void *)(uintptr_t)(base + h.delta);
-        return rc;
-    }
     CUresult r = api->ipc_open_mem_handle(&base, h.u.mem, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
     if (r != CUDA_SUCCESS) {
         char call[96];
@@ -410,21 +518,39 @@ int pyxbuf__cuda_ipc_open(int32_t id, const void *handle, size_t handle_len, int
         return failed(err, r, call, id, open_hint(r));
     }
     *ptr = (void *)(uintptr_t)(base + h.delta);
+    pthread_mutex_lock(&pools_lock);
+    int kept = remember_open(*ptr, base, NULL);
+    pthread_mutex_unlock(&pools_lock);
+    if (kept != 0) {
+        api->ipc_close_mem_handle(base);
+        return pyxbuf__error(err, PYXBUF_ENOMEM, -1, "cuda ipc_open: out of host memory");
+    }
     return 0;
 }
 
 int pyxbuf__cuda_ipc_close(int32_t id, void *ptr, pyxbuf_error *err) {
     if (api == NULL) return no_ipc("ipc_close", err);
-    /* ipc_open returned base + delta: the mapping's start is the base. */
-    CUdeviceptr base = 0;
-    size_t size = 0;
-    CUresult r = api->mem_get_address_range(&base, &size, (CUdeviceptr)(uintptr_t)ptr);
-    int pooled = r == CUDA_SUCCESS && take_pool_pointer(base);
-    /* Imported pool memory is freed here, before the exporter may free it
-     * (cuMemPoolImportPointer's rule); a legacy mapping is closed. */
-    if (r == CUDA_SUCCESS) r = pooled ? api->mem_free(base) : api->ipc_close_mem_handle(base);
+    open_record *o = take_open(ptr);
+    if (o == NULL)
+        return pyxbuf__error(err, PYXBUF_EINVAL, -1,
+                             "cuda ipc_close: %p is not a pointer cuda ipc_open returned (or it "
+                             "was closed already)",
+                             ptr);
+    /* Imported pool memory is freed with its last open, before the exporter
+     * may free it (cuMemPoolImportPointer's rule); a legacy mapping is
+     * closed (CUDA counts the opens of one handle). */
+    CUresult r;
+    if (o->alloc != NULL) {
+        pthread_mutex_lock(&pools_lock);
+        r = release_allocation(o->alloc);
+        pthread_mutex_unlock(&pools_lock);
+    } else {
+        r = api->ipc_close_mem_handle(o->legacy_base);
+    }
+    int pooled = o->alloc != NULL;
+    free(o);
     if (r != CUDA_SUCCESS)
         return failed(err, r, pooled ? "cuMemFree of imported pool memory" : "cuIpcCloseMemHandle",
-                      id, "the pointer must be one cuda ipc_open returned, closed once");
+                      id, "the memory may have been freed by its exporter first");
     return 0;
 }

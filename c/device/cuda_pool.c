@@ -11,6 +11,7 @@
 #include "device/cuda_driver.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,7 +24,7 @@ typedef struct device_pool {
     cuuint64_t ours;        /* the threshold pyxbuf last set (0: never) */
     int shareable_state;    /* UNKNOWN until a shareable pool is asked for */
     CUmemoryPool shareable; /* POOLS: pyxbuf's pool with POSIX fd handles */
-    const char *shareable_refusal; /* NO_POOLS: why there is none */
+    char shareable_refusal[192]; /* NO_POOLS: why there is none */
 } device_pool;
 
 static const pyxbuf__cuda_pool_api *api; /* NULL: the driver has no pools */
@@ -66,37 +67,45 @@ static CUresult find_pool(device_pool *p, int32_t id, const char **call) {
     return r;
 }
 
+/* No shareable pool for this device, and why (kept for sharing's refusal). */
+static void no_shareable(device_pool *p, const char *why, const char *call, CUresult r) {
+    p->shareable_state = NO_POOLS;
+    if (call != NULL)
+        snprintf(p->shareable_refusal, sizeof p->shareable_refusal, "%s failed (CUresult %d)",
+                 call, (int)r);
+    else
+        snprintf(p->shareable_refusal, sizeof p->shareable_refusal, "%s", why);
+}
+
 /* Device `id`'s shareable pool, made once: pinned device memory whose pool
- * exports a POSIX file descriptor. A device or driver that cannot make one
- * keeps the default pool, with the reason kept for sharing's refusal. */
-static CUresult find_shareable(device_pool *p, int32_t id, const char **call) {
-    if (p->shareable_state != UNKNOWN) return CUDA_SUCCESS;
+ * exports a POSIX file descriptor. A device or driver that cannot make one,
+ * for whatever reason, keeps the default pool: allocations go on, and
+ * sharing their memory is refused with the reason. */
+static void find_shareable(device_pool *p, int32_t id) {
+    if (p->shareable_state != UNKNOWN) return;
     if (api->mem_pool_create == NULL) {
-        p->shareable_state = NO_POOLS;
-        p->shareable_refusal = "this CUDA driver has no cuMemPoolCreate (CUDA 11.2 or newer "
-                               "makes pools other processes can open)";
-        return CUDA_SUCCESS;
+        no_shareable(p, "this CUDA driver has no cuMemPoolCreate (CUDA 11.2 or newer makes "
+                        "pools other processes can open)", NULL, CUDA_SUCCESS);
+        return;
     }
     CUdevice dev = 0;
     int types = 0;
-    *call = "cuDeviceGet";
     CUresult r = api->device_get(&dev, (int)id);
-    if (r == CUDA_SUCCESS) {
-        *call = "cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES)";
-        r = api->device_get_attribute(&types, CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES,
-                                      dev);
-        if (r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_NOT_SUPPORTED) {
-            r = CUDA_SUCCESS; /* a driver before CUDA 11.3 does not know the attribute */
-            types = 0;
-        }
+    if (r != CUDA_SUCCESS) {
+        no_shareable(p, NULL, "cuDeviceGet", r);
+        return;
     }
-    if (r != CUDA_SUCCESS) return r;
-    if (!(types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
-        p->shareable_state = NO_POOLS;
-        p->shareable_refusal = "the device's pools cannot have POSIX file-descriptor handles "
-                               "(CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES lacks "
-                               "them: drivers before CUDA 11.3, WSL)";
-        return CUDA_SUCCESS;
+    r = api->device_get_attribute(&types, CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES, dev);
+    if (r != CUDA_SUCCESS && r != CUDA_ERROR_INVALID_VALUE && r != CUDA_ERROR_NOT_SUPPORTED) {
+        no_shareable(p, NULL, "cuDeviceGetAttribute(MEMPOOL_SUPPORTED_HANDLE_TYPES)", r);
+        return;
+    }
+    /* A driver before CUDA 11.3 does not know the attribute: none. */
+    if (r != CUDA_SUCCESS || !(types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+        no_shareable(p, "the device's pools cannot have POSIX file-descriptor handles "
+                        "(CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES lacks them: drivers "
+                        "before CUDA 11.3, WSL)", NULL, CUDA_SUCCESS);
+        return;
     }
     CUmemPoolProps props;
     memset(&props, 0, sizeof props);
@@ -104,16 +113,12 @@ static CUresult find_shareable(device_pool *p, int32_t id, const char **call) {
     props.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     props.location.id = (int)id;
-    *call = "cuMemPoolCreate(POSIX file-descriptor handles)";
     r = api->mem_pool_create(&p->shareable, &props);
-    if (r == CUDA_ERROR_NOT_SUPPORTED) {
-        p->shareable_state = NO_POOLS;
-        p->shareable_refusal = "cuMemPoolCreate with POSIX file-descriptor handles is not "
-                               "supported here (CUDA_ERROR_NOT_SUPPORTED)";
-        return CUDA_SUCCESS;
+    if (r != CUDA_SUCCESS) {
+        no_shareable(p, NULL, "cuMemPoolCreate with POSIX file-descriptor handles", r);
+        return;
     }
-    if (r == CUDA_SUCCESS) p->shareable_state = POOLS;
-    return r;
+    p->shareable_state = POOLS;
 }
 
 /* The default pool is the process's: the CUDA runtime's cudaMallocAsync,
@@ -138,29 +143,29 @@ static CUresult apply_threshold(device_pool *p, uint64_t threshold, const char *
     return r;
 }
 
-/* Device `id`'s pool in *pool (NULL when it has none): its shareable pool
- * when `shareable` and it can have one, else its default pool with
- * `threshold` applied unless it is 0 (a shareable pool keeps its memory
- * whatever the threshold). */
+/* Device `id`'s pool to allocate from in *pool (NULL when it has none):
+ * its shareable pool when `shareable` and it can have one, else its
+ * default pool, with `threshold` applied unless it is 0 (a shareable pool
+ * keeps its memory whatever the threshold); *default_pool the default pool,
+ * the one whose idle memory can go back to the device. */
 static CUresult pool_of(int32_t id, uint64_t threshold, int shareable, CUmemoryPool *pool,
-                        const char **call) {
-    *pool = NULL;
+                        CUmemoryPool *default_pool, const char **call) {
+    *pool = *default_pool = NULL;
     if (api == NULL || id < 0 || id >= pool_count) return CUDA_SUCCESS;
     pthread_mutex_lock(&pools_lock);
     device_pool *p = &pools[id];
     CUresult r = find_pool(p, id, call);
-    if (r == CUDA_SUCCESS && p->state == POOLS && shareable) {
-        r = find_shareable(p, id, call);
-        if (r == CUDA_SUCCESS && p->shareable_state == POOLS) {
+    if (r == CUDA_SUCCESS && p->state == POOLS) {
+        *default_pool = p->pool;
+        if (shareable) find_shareable(p, id);
+        if (shareable && p->shareable_state == POOLS) {
             *pool = p->shareable;
-            pthread_mutex_unlock(&pools_lock);
-            return r;
+        } else {
+            if (threshold != 0 && apply_threshold(p, threshold, call) != CUDA_SUCCESS)
+                p->threshold_for = threshold; /* not asked again until it changes */
+            *pool = p->pool;
         }
     }
-    if (r == CUDA_SUCCESS && p->state == POOLS && threshold != 0 &&
-        apply_threshold(p, threshold, call) != CUDA_SUCCESS)
-        p->threshold_for = threshold; /* not asked again until it changes */
-    if (r == CUDA_SUCCESS && p->state == POOLS) *pool = p->pool;
     pthread_mutex_unlock(&pools_lock);
     return r;
 }
@@ -168,34 +173,44 @@ static CUresult pool_of(int32_t id, uint64_t threshold, int shareable, CUmemoryP
 const char *pyxbuf__cuda_pool_shareable_refusal(int32_t id) {
     if (api == NULL || id < 0 || id >= pool_count) return NULL;
     pthread_mutex_lock(&pools_lock);
-    const char *why = pools[id].shareable_refusal;
+    /* Written once, before the state is NO_POOLS, and never again. */
+    const char *why = pools[id].shareable_state == NO_POOLS ? pools[id].shareable_refusal : NULL;
     pthread_mutex_unlock(&pools_lock);
     return why;
 }
 
+int pyxbuf__cuda_pool_is_shareable(int32_t id, CUmemoryPool pool) {
+    if (api == NULL || id < 0 || id >= pool_count || pool == NULL) return 0;
+    pthread_mutex_lock(&pools_lock);
+    int mine = pools[id].shareable_state == POOLS && pools[id].shareable == pool;
+    pthread_mutex_unlock(&pools_lock);
+    return mine;
+}
+
 CUresult pyxbuf__cuda_pool_alloc(int32_t id, size_t n, CUstream s, CUdeviceptr *out, int *pooled,
                                  const char **call) {
-    CUmemoryPool pool = NULL;
+    CUmemoryPool pool = NULL, default_pool = NULL;
     pyxbuf_transfer_config c;
     pyxbuf__transfer_config(&c, NULL);
     uint64_t threshold = c.device_pool_release_threshold
                              ? c.device_pool_release_threshold
                              : PYXBUF_DEVICE_POOL_RELEASE_THRESHOLD_DEFAULT;
-    CUresult r = pool_of(id, threshold, c.device_pool_shareable, &pool, call);
+    CUresult r = pool_of(id, threshold, c.device_pool_shareable, &pool, &default_pool, call);
     *pooled = pool != NULL;
     if (r != CUDA_SUCCESS || pool == NULL) return r;
     *call = "cuMemAllocFromPoolAsync";
     r = api->mem_alloc_from_pool_async(out, n, pool, s);
-    /* The cap: memory the pool holds idle may be what is missing. */
-    if (r == CUDA_ERROR_OUT_OF_MEMORY && api->mem_pool_trim_to(pool, 0) == CUDA_SUCCESS)
+    /* The cap: memory the default pool holds idle may be what is missing (a
+     * shareable pool gives nothing back before exit). */
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && api->mem_pool_trim_to(default_pool, 0) == CUDA_SUCCESS)
         r = api->mem_alloc_from_pool_async(out, n, pool, s);
     return r;
 }
 
 CUresult pyxbuf__cuda_pool_free(int32_t id, CUdeviceptr ptr, CUstream s, int *pooled,
                                 const char **call) {
-    CUmemoryPool pool = NULL;
-    CUresult r = pool_of(id, 0, 0, &pool, call);
+    CUmemoryPool pool = NULL, default_pool = NULL;
+    CUresult r = pool_of(id, 0, 0, &pool, &default_pool, call);
     *pooled = pool != NULL;
     if (r != CUDA_SUCCESS || pool == NULL) return r;
     *call = "cuMemFreeAsync"; /* into the pool it came from, default or shareable */
@@ -203,8 +218,8 @@ CUresult pyxbuf__cuda_pool_free(int32_t id, CUdeviceptr ptr, CUstream s, int *po
 }
 
 CUresult pyxbuf__cuda_pool_trim(int32_t id, uint64_t keep, int *pooled, const char **call) {
-    CUmemoryPool pool = NULL;
-    CUresult r = pool_of(id, 0, 0, &pool, call);
+    CUmemoryPool pool = NULL, default_pool = NULL;
+    CUresult r = pool_of(id, 0, 0, &pool, &default_pool, call);
     *pooled = pool != NULL;
     if (r != CUDA_SUCCESS || pool == NULL) return r;
     *call = "cuMemPoolTrimTo"; /* the default pool: a shareable one keeps its memory */

@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #endif
 
@@ -76,12 +77,25 @@ static int export_locked(const void *ptr, pyxbuf_emulated_ipc_handle *out, pyxbu
 static int open_memfd(const pyxbuf_emulated_ipc_handle *h, int given, pyxbuf_error *err) {
     if (given >= 0) {
         int fd = fcntl(given, F_DUPFD_CLOEXEC, 0);
-        if (fd < 0)
+        struct stat st;
+        if (fd < 0) {
             emu_error(err, PYXBUF_EDEVICE,
                       "emulated: cannot duplicate descriptor %d, the memfd that arrived with "
                       "process %lld's handle (%s): pass the descriptor that travelled with it, "
                       "still open",
                       given, (long long)h->pid, strerror(errno));
+        } else if (fstat(fd, &st) != 0 || st.st_size < 0 ||
+                   (uint64_t)st.st_size < h->offset + h->size) {
+            /* Not the device's memfd: mapping past its end would fault later. */
+            emu_error(err, PYXBUF_EDEVICE,
+                      "emulated: descriptor %d is not the memfd of process %lld's handle (it "
+                      "holds %lld bytes, the handle names bytes up to %llu): pass the "
+                      "descriptor that travelled with the handle",
+                      given, (long long)h->pid, (long long)st.st_size,
+                      (unsigned long long)(h->offset + h->size));
+            close(fd);
+            fd = -1;
+        }
         return fd;
     }
     char path[64];

@@ -273,6 +273,7 @@ static struct {
 static struct {
     int exports, imports, pointer_imports, frees, last_fd;
     CUdeviceptr freed;
+    CUresult fail_pointer_once; /* the next cuMemPoolImportPointer's result, if set */
 } fake_pools;
 
 static CUresult fake_device_get(CUdevice *d, int ordinal) {
@@ -358,11 +359,16 @@ static CUresult fake_export_pointer(CUmemPoolPtrExportData *data, CUdeviceptr p)
 static CUresult fake_import_pointer(CUdeviceptr *p, CUmemoryPool pool,
                                     CUmemPoolPtrExportData *data) {
     CHECK(pool == FAKE_IMPORTED_POOL);
+    if (fake_pools.fail_pointer_once != CUDA_SUCCESS) {
+        CUresult r = fake_pools.fail_pointer_once;
+        fake_pools.fail_pointer_once = CUDA_SUCCESS;
+        return r;
+    }
     CUdeviceptr theirs = 0;
     memcpy(&theirs, data->reserved, sizeof theirs);
-    CHECK(theirs == FAKE_SHAREABLE_START); /* the allocation's base was exported */
+    CHECK((theirs & 0xFFFF) == 0); /* an allocation's base was exported */
     fake_pools.pointer_imports++;
-    *p = 0x5000000;
+    *p = 0x5000000 + (theirs - FAKE_SHAREABLE_START);
     return CUDA_SUCCESS;
 }
 static CUresult fake_free(CUdeviceptr p) {
@@ -510,20 +516,48 @@ static void check_pool_ipc_over_fake_driver(void) {
     CHECK_INT_EQ(fake_pools.imports, 1);
     CHECK_INT_EQ(fake_pools.last_fd, 7);
     CHECK_INT_EQ(fake_pools.pointer_imports, 1);
-    /* The pool stays imported: the next array needs no descriptor. */
+    /* The pool stays imported: the next array needs no descriptor; another
+     * array over the same allocation shares its import. */
     CHECK_OK(pyxbuf__cuda_ipc_open(0, again, m, -1, &q, &last));
+    CHECK(q == (void *)(0x5000000 + 0x80));
     CHECK_INT_EQ(fake_pools.imports, 1);
-    CHECK_INT_EQ(fake_pools.pointer_imports, 2);
+    CHECK_INT_EQ(fake_pools.pointer_imports, 1);
 
-    /* Closing frees the imported memory (before the exporter may free it);
-     * no legacy mapping is closed. */
+    /* The allocation is freed with its last close (once: before the
+     * exporter may free it); no legacy mapping is closed. */
     int closes = fake.closes;
     CHECK_OK(pyxbuf__cuda_ipc_close(0, p, &last));
+    CHECK_INT_EQ(fake_pools.frees, 0);
+    CHECK_OK(pyxbuf__cuda_ipc_close(0, q, &last));
     CHECK_INT_EQ(fake_pools.frees, 1);
     CHECK(fake_pools.freed == 0x5000000);
     CHECK_INT_EQ(fake.closes, closes);
-    CHECK_OK(pyxbuf__cuda_ipc_close(0, q, &last));
-    CHECK_INT_EQ(fake_pools.frees, 2);
+    CHECK_INT_EQ(pyxbuf__cuda_ipc_close(0, q, &err), PYXBUF_EINVAL); /* closed already */
+    CHECK_CONTAINS(err.message, "is not a pointer cuda ipc_open returned");
+
+    /* Another allocation of the pool: its own import. */
+    unsigned char other[PYXBUF_IPC_BACKEND_HANDLE_MAX];
+    size_t k = sizeof other;
+    CHECK_OK(pyxbuf__cuda_ipc_export(0, (void *)(FAKE_SHAREABLE_START + 0x10008), other, &k, &fd,
+                                     &last));
+    CHECK_OK(pyxbuf__cuda_ipc_open(0, other, k, -1, &p, &last));
+    CHECK(p == (void *)(0x5010000 + 0x8));
+    CHECK_INT_EQ(fake_pools.pointer_imports, 2);
+    CHECK_OK(pyxbuf__cuda_ipc_close(0, p, &last));
+
+    /* The imported pool fails (its exporter gone): without a descriptor the
+     * driver's error, with one the pool is imported again. */
+    fake_pools.fail_pointer_once = CUDA_ERROR_INVALID_VALUE;
+    CHECK_INT_EQ(pyxbuf__cuda_ipc_open(0, h, n, -1, &p, &err), PYXBUF_EDRIVER);
+    CHECK_CONTAINS(err.message, "cuMemPoolImportPointer of process ");
+    CHECK_CONTAINS(err.message, "'s pool memory on CUDA device 0 failed: CUDA_ERROR_INVALID_VALUE");
+    CHECK_CONTAINS(err.message, "may have freed the array or exited");
+    fake_pools.fail_pointer_once = CUDA_ERROR_INVALID_VALUE;
+    CHECK_OK(pyxbuf__cuda_ipc_open(0, h, n, 9, &p, &last));
+    CHECK_INT_EQ(fake_pools.imports, 2);
+    CHECK_INT_EQ(fake_pools.last_fd, 9);
+    CHECK_OK(pyxbuf__cuda_ipc_close(0, p, &last));
+    CHECK_INT_EQ(pyxbuf__cuda_ipc_close(0, (void *)0x1234, &err), PYXBUF_EINVAL);
 
     /* A default pool's memory: no shareable handle; the ways out. */
     n = sizeof h;
@@ -546,8 +580,10 @@ TEST_CASE(pool_ipc_over_a_scripted_driver) { in_child(check_pool_ipc_over_fake_d
  * default pool with the reason kept where the device cannot have one. */
 static struct {
     int creates, supported_types;
+    CUresult create_result;
     CUmemPoolProps props;
-    CUmemoryPool last_alloc_pool;
+    CUmemoryPool last_alloc_pool, trimmed;
+    int out_of_memory_once;
 } fake_alloc;
 
 static CUresult fake_get_attribute(int *v, CUdevice_attribute a, CUdevice d) {
@@ -572,12 +608,17 @@ static CUresult fake_pool_set(CUmemoryPool pool, CUmemPool_attribute a, void *v)
     return CUDA_SUCCESS;
 }
 static CUresult fake_trim(CUmemoryPool pool, size_t keep) {
-    (void)pool, (void)keep;
+    (void)keep;
+    fake_alloc.trimmed = pool;
     return CUDA_SUCCESS;
 }
 static CUresult fake_alloc_from(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s) {
     (void)n, (void)s;
     fake_alloc.last_alloc_pool = pool;
+    if (fake_alloc.out_of_memory_once) {
+        fake_alloc.out_of_memory_once = 0;
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     *p = 0x1000;
     return CUDA_SUCCESS;
 }
@@ -588,6 +629,7 @@ static CUresult fake_free_async(CUdeviceptr p, CUstream s) {
 static CUresult fake_create(CUmemoryPool *pool, const CUmemPoolProps *props) {
     fake_alloc.creates++;
     fake_alloc.props = *props;
+    if (fake_alloc.create_result != CUDA_SUCCESS) return fake_alloc.create_result;
     *pool = FAKE_SHAREABLE_POOL;
     return CUDA_SUCCESS;
 }
@@ -616,7 +658,7 @@ static void check_shareable_pools_over_fake_driver(void) {
     int pooled = 0;
     const char *call = NULL;
     fake_alloc.supported_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    pyxbuf__cuda_pools_init(&fake_pool_api, 2);
+    pyxbuf__cuda_pools_init(&fake_pool_api, 3);
     CHECK(pyxbuf__cuda_pool_alloc(1, 64, NULL, &p, &pooled, &call) == CUDA_SUCCESS && pooled);
     CHECK(fake_alloc.last_alloc_pool == FAKE_DEFAULT_POOL);
     CHECK_INT_EQ(fake_alloc.creates, 0);
@@ -632,12 +674,29 @@ static void check_shareable_pools_over_fake_driver(void) {
     CHECK_INT_EQ(fake_alloc.props.location.type, CU_MEM_LOCATION_TYPE_DEVICE);
     CHECK_INT_EQ(fake_alloc.props.location.id, 1);
     CHECK(pyxbuf__cuda_pool_shareable_refusal(1) == NULL);
+    CHECK(pyxbuf__cuda_pool_is_shareable(1, FAKE_SHAREABLE_POOL));
+    CHECK(!pyxbuf__cuda_pool_is_shareable(1, FAKE_DEFAULT_POOL));
+    /* Out of memory: the default pool's idle memory goes back (the shareable
+     * pool gives nothing back before exit), and the allocation is retried. */
+    fake_alloc.out_of_memory_once = 1;
+    CHECK(pyxbuf__cuda_pool_alloc(1, 64, NULL, &p, &pooled, &call) == CUDA_SUCCESS);
+    CHECK(fake_alloc.trimmed == FAKE_DEFAULT_POOL);
+    CHECK(fake_alloc.last_alloc_pool == FAKE_SHAREABLE_POOL);
+
+    /* Device 2's cuMemPoolCreate fails: allocations go on from the default
+     * pool, and sharing will say why. */
+    fake_alloc.create_result = CUDA_ERROR_OUT_OF_MEMORY;
+    CHECK(pyxbuf__cuda_pool_alloc(2, 64, NULL, &p, &pooled, &call) == CUDA_SUCCESS);
+    CHECK(fake_alloc.last_alloc_pool == FAKE_DEFAULT_POOL);
+    CHECK_CONTAINS(pyxbuf__cuda_pool_shareable_refusal(2),
+                   "cuMemPoolCreate with POSIX file-descriptor handles failed (CUresult 2)");
+    fake_alloc.create_result = CUDA_SUCCESS;
 
     /* Device 0 cannot have POSIX fd handles: its default pool, and why. */
     fake_alloc.supported_types = 0;
     CHECK(pyxbuf__cuda_pool_alloc(0, 64, NULL, &p, &pooled, &call) == CUDA_SUCCESS);
     CHECK(fake_alloc.last_alloc_pool == FAKE_DEFAULT_POOL);
-    CHECK_INT_EQ(fake_alloc.creates, 1);
+    CHECK_INT_EQ(fake_alloc.creates, 2); /* devices 1 and 2 tried; 0 never */
     CHECK_CONTAINS(pyxbuf__cuda_pool_shareable_refusal(0),
                    "CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES lacks them");
     set_shareable(0);

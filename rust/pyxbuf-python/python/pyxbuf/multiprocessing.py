@@ -26,7 +26,9 @@ Lifetime and order, as with CUDA's IPC:
 - a handle that needs a file descriptor (a CUDA pool's shareable handle; the
   emulated device's memfd) sends it beside the handle as multiprocessing
   sends sockets (``multiprocessing.reduction.DupFd``: SCM_RIGHTS), so no
-  process needs the right to read another's descriptors.
+  process needs the right to read another's descriptors. As with sockets,
+  the sender's resource sharer holds a duplicate until the receiver
+  unpickles the array: a message never received keeps its descriptor.
 
 Exporters of another copy of libpyxbuf (a Rust crate's, a C extension's: a
 type of their own) are shared once ``register(type(x))`` names their type.
