@@ -223,7 +223,9 @@ static CUresult pool_descriptor(CUmemoryPool pool, int *fd) {
                                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
         e = r == CUDA_SUCCESS ? calloc(1, sizeof *e) : NULL;
         if (e != NULL) {
+#if defined(F_SETFD) && defined(FD_CLOEXEC) /* POSIX: Windows pools have no fds */
             (void)fcntl(made, F_SETFD, FD_CLOEXEC);
+#endif
             *e = (exported_pool){.pool = pool, .fd = made, .next = exported};
             exported = e;
         } else if (r == CUDA_SUCCESS) {
