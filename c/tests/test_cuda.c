@@ -377,28 +377,18 @@ static CUresult fake_free(CUdeviceptr p) {
     return CUDA_SUCCESS;
 }
 
-static const pyxbuf__cuda_ipc_api fake_api = {
-    .device_get = fake_device_get,
-    .device_get_uuid = fake_uuid,
-    .mem_get_address_range = fake_range,
-    .pointer_get_attributes = fake_attrs,
-    .ipc_get_mem_handle = fake_get_handle,
-    .ipc_open_mem_handle = fake_open,
-    .ipc_close_mem_handle = fake_close,
-    .get_error_name = fake_error_name,
-    .get_error_string = fake_error_string,
-};
+/* The legacy entry points: a driver without pool IPC has these alone. */
+#define FAKE_LEGACY_IPC                                                                    \
+    .device_get = fake_device_get, .device_get_uuid = fake_uuid,                           \
+    .mem_get_address_range = fake_range, .pointer_get_attributes = fake_attrs,             \
+    .ipc_get_mem_handle = fake_get_handle, .ipc_open_mem_handle = fake_open,               \
+    .ipc_close_mem_handle = fake_close, .get_error_name = fake_error_name,                 \
+    .get_error_string = fake_error_string
+
+static const pyxbuf__cuda_ipc_api fake_api = {FAKE_LEGACY_IPC};
 
 static const pyxbuf__cuda_ipc_api fake_api_with_pools = {
-    .device_get = fake_device_get,
-    .device_get_uuid = fake_uuid,
-    .mem_get_address_range = fake_range,
-    .pointer_get_attributes = fake_attrs,
-    .ipc_get_mem_handle = fake_get_handle,
-    .ipc_open_mem_handle = fake_open,
-    .ipc_close_mem_handle = fake_close,
-    .get_error_name = fake_error_name,
-    .get_error_string = fake_error_string,
+    FAKE_LEGACY_IPC,
     .mem_pool_export_to_shareable_handle = fake_pool_export,
     .mem_pool_import_from_shareable_handle = fake_pool_import,
     .mem_pool_export_pointer = fake_export_pointer,
