@@ -12,6 +12,8 @@
 #include "testing.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -270,11 +272,25 @@ static struct {
 #define FAKE_IMPORTED_POOL ((CUmemoryPool)0x99)
 #define FAKE_POOL_FD 42
 
+/* Atomic: the threaded case calls the scripted driver from eight threads. */
 static struct {
-    int exports, imports, pointer_imports, frees, last_fd;
-    CUdeviceptr freed;
-    CUresult fail_pointer_once; /* the next cuMemPoolImportPointer's result, if set */
+    atomic_int exports, imports, pointer_imports, frees, last_fd;
+    _Atomic CUdeviceptr freed;
+    /* The next call's result, if set (then back to success): a fault at
+     * each pool entry point the IPC code calls. */
+    CUresult fail_pointer_once;        /* cuMemPoolImportPointer */
+    CUresult fail_pool_import_once;    /* cuMemPoolImportFromShareableHandle */
+    CUresult fail_export_pointer_once; /* cuMemPoolExportPointer */
+    CUresult fail_free_once;           /* cuMemFree */
 } fake_pools;
+
+/* The scripted fault `*slot`, cleared as it is taken (only then written:
+ * threads that script none only read it). */
+static CUresult take_fault(CUresult *slot) {
+    CUresult r = *slot;
+    if (r != CUDA_SUCCESS) *slot = CUDA_SUCCESS;
+    return r;
+}
 
 static CUresult fake_device_get(CUdevice *d, int ordinal) {
     *d = ordinal;
@@ -346,12 +362,16 @@ static CUresult fake_pool_import(CUmemoryPool *pool, void *handle, int type,
                                  unsigned long long flags) {
     CHECK_INT_EQ(type, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     CHECK(flags == 0);
+    CUresult r = take_fault(&fake_pools.fail_pool_import_once);
+    if (r != CUDA_SUCCESS) return r;
     fake_pools.imports++;
     fake_pools.last_fd = (int)(intptr_t)handle; /* a descriptor is passed by value */
     *pool = FAKE_IMPORTED_POOL;
     return CUDA_SUCCESS;
 }
 static CUresult fake_export_pointer(CUmemPoolPtrExportData *data, CUdeviceptr p) {
+    CUresult r = take_fault(&fake_pools.fail_export_pointer_once);
+    if (r != CUDA_SUCCESS) return r;
     memset(data->reserved, 0, sizeof data->reserved);
     memcpy(data->reserved, &p, sizeof p);
     return CUDA_SUCCESS;
@@ -359,11 +379,8 @@ static CUresult fake_export_pointer(CUmemPoolPtrExportData *data, CUdeviceptr p)
 static CUresult fake_import_pointer(CUdeviceptr *p, CUmemoryPool pool,
                                     CUmemPoolPtrExportData *data) {
     CHECK(pool == FAKE_IMPORTED_POOL);
-    if (fake_pools.fail_pointer_once != CUDA_SUCCESS) {
-        CUresult r = fake_pools.fail_pointer_once;
-        fake_pools.fail_pointer_once = CUDA_SUCCESS;
-        return r;
-    }
+    CUresult r = take_fault(&fake_pools.fail_pointer_once);
+    if (r != CUDA_SUCCESS) return r;
     CUdeviceptr theirs = 0;
     memcpy(&theirs, data->reserved, sizeof theirs);
     CHECK((theirs & 0xFFFF) == 0); /* an allocation's base was exported */
@@ -372,6 +389,8 @@ static CUresult fake_import_pointer(CUdeviceptr *p, CUmemoryPool pool,
     return CUDA_SUCCESS;
 }
 static CUresult fake_free(CUdeviceptr p) {
+    CUresult r = take_fault(&fake_pools.fail_free_once);
+    if (r != CUDA_SUCCESS) return r;
     fake_pools.frees++;
     fake_pools.freed = p;
     return CUDA_SUCCESS;
@@ -472,6 +491,61 @@ static void check_ipc_over_fake_driver(void) {
 
 TEST_CASE(ipc_handles_over_a_scripted_driver) { in_child(check_ipc_over_fake_driver, NULL); }
 
+/* A fault at each pool entry point the IPC code calls: the driver's error,
+ * naming the call, and nothing kept that the next try trips over. `h` is a
+ * handle of shareable-pool memory whose pool this process has imported. */
+static void check_pool_ipc_faults(const unsigned char *h, size_t n) {
+    pyxbuf_error err;
+    unsigned char fresh[PYXBUF_IPC_BACKEND_HANDLE_MAX];
+    size_t k = sizeof fresh;
+    void *p = NULL;
+    int fd = 7;
+
+    /* cuMemPoolExportPointer: no handle, and no descriptor handed out. */
+    fake_pools.fail_export_pointer_once = CUDA_ERROR_INVALID_VALUE;
+    CHECK_INT_EQ(pyxbuf__cuda_ipc_export(0, (void *)(FAKE_SHAREABLE_START + 0x20040), fresh, &k,
+                                         &fd, &err),
+                 PYXBUF_EDRIVER);
+    CHECK_INT_EQ(err.code, PYXBUF_EDRIVER);
+    CHECK_INT_EQ(fd, -1);
+    CHECK_CONTAINS(err.message, "cuMemPoolExportPointer of the allocation holding the array");
+    CHECK_CONTAINS(err.message, "CUDA_ERROR_INVALID_VALUE");
+    CHECK_CONTAINS(err.message, "must lie in live memory of the pool");
+
+    /* cuMemPoolImportFromShareableHandle, when a stale pool is imported
+     * again: the driver's error naming that call; the next descriptor
+     * imports it. */
+    int imports = fake_pools.imports;
+    fake_pools.fail_pointer_once = CUDA_ERROR_INVALID_VALUE;
+    fake_pools.fail_pool_import_once = CUDA_ERROR_INVALID_HANDLE;
+    CHECK_INT_EQ(pyxbuf__cuda_ipc_open(0, h, n, 11, &p, &err), PYXBUF_EDRIVER);
+    CHECK_CONTAINS(err.message, "cuMemPoolImportFromShareableHandle of process ");
+    CHECK_CONTAINS(err.message, "CUDA_ERROR_INVALID_HANDLE");
+    CHECK_INT_EQ(fake_pools.imports, imports);
+    fake_pools.fail_pointer_once = CUDA_ERROR_INVALID_VALUE;
+    CHECK_OK(pyxbuf__cuda_ipc_open(0, h, n, 12, &p, &last));
+    CHECK_INT_EQ(fake_pools.imports, imports + 1);
+    CHECK_INT_EQ(fake_pools.last_fd, 12);
+
+    /* cuMemFree of the imported allocation: the close reports it, naming
+     * the call, and forgets the pointer all the same (CUDA's import is
+     * gone or unusable; a second close would free twice). The next open
+     * imports the allocation again. */
+    int frees = fake_pools.frees, pointer_imports = fake_pools.pointer_imports;
+    fake_pools.fail_free_once = CUDA_ERROR_INVALID_VALUE;
+    CHECK_INT_EQ(pyxbuf__cuda_ipc_close(0, p, &err), PYXBUF_EDRIVER);
+    CHECK_CONTAINS(err.message, "cuMemFree of imported pool memory");
+    CHECK_CONTAINS(err.message, "CUDA_ERROR_INVALID_VALUE");
+    CHECK_CONTAINS(err.message, "freed by its exporter first");
+    CHECK_INT_EQ(fake_pools.frees, frees);
+    CHECK_INT_EQ(pyxbuf__cuda_ipc_close(0, p, &err), PYXBUF_EINVAL);
+    CHECK_CONTAINS(err.message, "is not a pointer cuda ipc_open returned");
+    CHECK_OK(pyxbuf__cuda_ipc_open(0, h, n, -1, &p, &last));
+    CHECK_INT_EQ(fake_pools.pointer_imports, pointer_imports + 1);
+    CHECK_OK(pyxbuf__cuda_ipc_close(0, p, &last));
+    CHECK_INT_EQ(fake_pools.frees, frees + 1);
+}
+
 /* Pool memory over a scripted driver: a shareable pool's memory travels as
  * its export data with the pool's descriptor beside it, the receiver imports
  * the pool once and frees what it imported; a default pool's is refused,
@@ -549,6 +623,8 @@ static void check_pool_ipc_over_fake_driver(void) {
     CHECK_OK(pyxbuf__cuda_ipc_close(0, p, &last));
     CHECK_INT_EQ(pyxbuf__cuda_ipc_close(0, (void *)0x1234, &err), PYXBUF_EINVAL);
 
+    check_pool_ipc_faults(h, n);
+
     /* A default pool's memory: no shareable handle; the ways out. */
     n = sizeof h;
     CHECK_INT_EQ(pyxbuf__cuda_ipc_export(0, (void *)(FAKE_POOL_START + 0x40), h, &n, &fd, &err),
@@ -563,6 +639,77 @@ static void check_pool_ipc_over_fake_driver(void) {
 }
 
 TEST_CASE(pool_ipc_over_a_scripted_driver) { in_child(check_pool_ipc_over_fake_driver, NULL); }
+
+/* Eight threads export, open and close pool memory at once over the
+ * scripted driver: cuda_ipc.c's lists (exported pools, imported pools and
+ * allocations, open records) under its one lock. The pool's descriptor is
+ * made once and the pool imported once, whoever comes first; two threads on
+ * one allocation share its import, which is freed exactly once per import.
+ * `make test-tsan` runs it under ThreadSanitizer. */
+#define IPC_THREADS 8
+#define IPC_THREAD_ROUNDS 300
+
+static atomic_int ipc_thread_failures;
+
+#define TCHECK(cond)                                                                        \
+    do {                                                                                    \
+        if (!(cond)) {                                                                      \
+            fprintf(stderr, "%s:%d: CHECK failed in a thread: %s\n", __FILE__, __LINE__,  \
+                    #cond);                                                                 \
+            atomic_fetch_add(&ipc_thread_failures, 1);                                      \
+        }                                                                                   \
+    } while (0)
+
+typedef struct ipc_worker {
+    int index;
+    pthread_barrier_t *start;
+} ipc_worker;
+
+static void *pool_ipc_worker(void *arg) {
+    ipc_worker *w = arg;
+    pyxbuf_error err;
+    pthread_barrier_wait(w->start);
+    for (int round = 0; round < IPC_THREAD_ROUNDS; round++) {
+        /* Four allocations, each used by two threads; the array's place in
+         * its allocation moves with the round. */
+        size_t at = 0x10000u * (size_t)(w->index % 4) + 0x40u + 8u * (size_t)(round % 16);
+        unsigned char h[PYXBUF_IPC_BACKEND_HANDLE_MAX];
+        size_t n = sizeof h;
+        int fd = -1;
+        TCHECK(pyxbuf__cuda_ipc_export(0, (void *)(uintptr_t)(FAKE_SHAREABLE_START + at), h, &n,
+                                       &fd, &err) == 0);
+        TCHECK(fd == FAKE_POOL_FD);
+        void *p = NULL, *q = NULL;
+        TCHECK(pyxbuf__cuda_ipc_open(0, h, n, 7, &p, &err) == 0);
+        TCHECK(pyxbuf__cuda_ipc_open(0, h, n, -1, &q, &err) == 0);
+        TCHECK(p == (void *)(uintptr_t)(0x5000000 + at) && q == p);
+        TCHECK(pyxbuf__cuda_ipc_close(0, p, &err) == 0);
+        TCHECK(pyxbuf__cuda_ipc_close(0, q, &err) == 0);
+    }
+    return NULL;
+}
+
+static void check_pool_ipc_from_8_threads(void) {
+    fake.uuid_here = 0xAB;
+    pyxbuf__cuda_ipc_init(&fake_api_with_pools);
+    pthread_t threads[IPC_THREADS];
+    ipc_worker workers[IPC_THREADS];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, IPC_THREADS);
+    for (int i = 0; i < IPC_THREADS; i++) {
+        workers[i] = (ipc_worker){i, &start};
+        CHECK(pthread_create(&threads[i], NULL, pool_ipc_worker, &workers[i]) == 0);
+    }
+    for (int i = 0; i < IPC_THREADS; i++) pthread_join(threads[i], NULL);
+    pthread_barrier_destroy(&start);
+    CHECK_INT_EQ(atomic_load(&ipc_thread_failures), 0);
+    CHECK_INT_EQ(fake_pools.exports, 1);
+    CHECK_INT_EQ(fake_pools.imports, 1);
+    CHECK(fake_pools.pointer_imports >= 4); /* each allocation at least once */
+    CHECK_INT_EQ(fake_pools.frees, fake_pools.pointer_imports); /* nothing held, none twice */
+}
+
+TEST_CASE(pool_ipc_from_8_threads) { in_child(check_pool_ipc_from_8_threads, NULL); }
 
 /* cuda_pool.c's choice of pool over a scripted driver: the device's default
  * pool unless the configuration asks for shareable pools; then a pool of
@@ -1251,6 +1398,7 @@ TEST_CASE(a_device_block_is_freed_after_the_streams_it_was_handed_to) {
 TEST_MAIN(TEST_ENTRY(missing_driver_is_a_clear_error), TEST_ENTRY(backend_describes_cuda),
           TEST_ENTRY(ipc_handles_over_a_scripted_driver),
           TEST_ENTRY(pool_ipc_over_a_scripted_driver),
+          TEST_ENTRY(pool_ipc_from_8_threads),
           TEST_ENTRY(shareable_pools_over_a_scripted_driver),
           TEST_ENTRY(ipc_export_shares_cumemalloc_and_shareable_pool_memory),
           TEST_ENTRY(alloc_copy_roundtrip), TEST_ENTRY(staged_copies_round_trip),
