@@ -135,13 +135,17 @@ static int open_locked(const pyxbuf_emulated_ipc_handle *h, int given, void **pt
     emu_import *im = calloc(1, sizeof *im);
     void *g = mmap(NULL, mapped, PROT_NONE, MAP_SHARED, fd, (off_t)first);
     void *k = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)first);
+    int why = im == NULL ? ENOMEM : errno;
     close(fd); /* the mappings keep the memfd */
     if (im == NULL || g == MAP_FAILED || k == MAP_FAILED) {
         if (g != MAP_FAILED) munmap(g, mapped);
         if (k != MAP_FAILED) munmap(k, mapped);
         free(im);
-        return emu_error(err, PYXBUF_ENOMEM, "emulated: cannot map %zu bytes of process %lld's "
-                         "device memory", mapped, (long long)h->pid);
+        return emu_error(err, PYXBUF_ENOMEM, "emulated: process %lld's device memory, %zu "
+                         "bytes mapped twice (guarded and the backend's), cannot be mapped here "
+                         "(%s); raise the address-space limit (ulimit -v) or free memory, or "
+                         "pickle the array (a host copy travels)",
+                         (long long)h->pid, mapped, strerror(why));
     }
     *im = (emu_import){.device_id = h->device_id, .guarded = g, .backing = k, .mapped = mapped,
                        .start = (char *)g + (h->offset - first), .size = (size_t)h->size,

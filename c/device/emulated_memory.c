@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #if PYXBUF_HAVE_MEMFD
+#include <errno.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #endif
@@ -139,12 +140,22 @@ static int map_device(int32_t id, pyxbuf_error *err) {
     if (d->ready) return 0;
     emu_ensure_fork_rules();
     int fd = new_memfd();
-    if (fd < 0) return emu_error(err, PYXBUF_EDEVICE, "emulated: cannot create or size a memfd");
+    if (fd < 0)
+        return emu_error(err, PYXBUF_EDEVICE, "emulated: device %d's memory, a memfd of %zu "
+                         "bytes, cannot be created or sized (%s); free file descriptors or "
+                         "space in /dev/shm",
+                         (int)id, DEVICE_BYTES, strerror(errno));
     void *guarded = mmap(NULL, DEVICE_BYTES, PROT_NONE, MAP_SHARED, fd, 0);
     void *backing = mmap(NULL, DEVICE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (guarded == MAP_FAILED || backing == MAP_FAILED) {
+        int why = errno;
+        if (guarded != MAP_FAILED) munmap(guarded, DEVICE_BYTES);
+        if (backing != MAP_FAILED) munmap(backing, DEVICE_BYTES);
         close(fd);
-        return emu_error(err, PYXBUF_EDEVICE, "emulated: cannot map device memory");
+        return emu_error(err, PYXBUF_EDEVICE, "emulated: device %d's memory (twice %zu bytes "
+                         "of address space: guarded and the backend's) cannot be mapped (mmap: "
+                         "%s); raise the address-space limit (ulimit -v)",
+                         (int)id, DEVICE_BYTES, strerror(why));
     }
     d->fd = fd; /* kept: a forked child's copy is made from it, another process may map it */
     d->guarded = guarded;

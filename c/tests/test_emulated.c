@@ -12,6 +12,9 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <errno.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -369,7 +372,135 @@ TEST_CASE(ipc_refusals_name_their_cause) {
     CHECK(b.free(b.ctx, 0, dev, &err) == 0);
 }
 
+/* ------------------------------------------------------------------------- */
+/* Mapping faults: a real ENOMEM from mmap, under an address-space limit      */
+/* ------------------------------------------------------------------------- */
+
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+#endif
+
+/* Address space this process has mapped (statm's first field, in pages). */
+static size_t mapped_bytes(void) {
+    unsigned long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f != NULL && fscanf(f, "%lu", &pages) != 1) pages = 0;
+    if (f != NULL) fclose(f);
+    return (size_t)pages * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Whether an address-space limit makes a fault here: not under a sanitizer
+ * or valgrind, whose runtimes map memory of their own as they go (a limit
+ * would fail them first, or not bind the program's mmap at all). */
+static int address_space_limits_work(void) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    return 0;
+#else
+#ifdef RUNNING_ON_VALGRIND
+    if (RUNNING_ON_VALGRIND) return 0;
+#endif
+    return mapped_bytes() > 0;
+#endif
+}
+
+/* A soft limit `headroom` bytes above what is mapped now: the next larger
+ * mmap fails with ENOMEM. The hard limit stays, so the old one comes back.
+ * 0, with the old limit back, where the limit does not bind: qemu-user (the
+ * aarch64 run) keeps RLIMIT_AS from the guest; a probe larger than the
+ * headroom tells. */
+static int limit_address_space(size_t headroom, struct rlimit *old) {
+    CHECK(getrlimit(RLIMIT_AS, old) == 0);
+    struct rlimit tight = *old;
+    tight.rlim_cur = (rlim_t)(mapped_bytes() + headroom);
+    CHECK(setrlimit(RLIMIT_AS, &tight) == 0);
+    size_t probe = headroom + 4 * MIB;
+    void *p = mmap(NULL, probe, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return 1;
+    munmap(p, probe);
+    CHECK(setrlimit(RLIMIT_AS, old) == 0);
+    fprintf(stderr, "SKIP mapping faults: RLIMIT_AS does not bind here (qemu-user keeps it)\n");
+    return 0;
+}
+
+/* Run `body` in a forked child; its CHECKs count there, its exit says. */
+static void in_child(void (*body)(void)) {
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        body();
+        _exit(pyxbuf_test_failures == 0 ? 0 : 1);
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+#define UNMAPPED_DEVICE (PYXBUF_EMULATED_MAX_DEVICES - 1) /* no other case here uses it */
+
+/* A device's memory is mapped twice (guarded, and the backend's) at its
+ * first use: the second mmap fails, the first is undone, and the device
+ * maps when the limit is gone. */
+static void device_mapping_fails(void) {
+    pyxbuf_backend b = emulated();
+    pyxbuf_error err;
+    void *p = NULL;
+    struct rlimit old;
+    size_t before = mapped_bytes();
+    if (!limit_address_space(DEVICE_BYTES + DEVICE_BYTES / 2, &old)) return;
+    CHECK_INT_EQ(b.alloc(b.ctx, UNMAPPED_DEVICE, 4096, &p, &err), PYXBUF_EDEVICE);
+    CHECK_INT_EQ(err.code, PYXBUF_EDEVICE);
+    CHECK_CONTAINS(err.message, "emulated: device 3's memory (twice 1073741824 bytes");
+    CHECK_CONTAINS(err.message, strerror(ENOMEM));
+    CHECK_CONTAINS(err.message, "raise the address-space limit (ulimit -v)");
+    CHECK(mapped_bytes() < before + DEVICE_BYTES / 2); /* the first mapping undone */
+    CHECK(setrlimit(RLIMIT_AS, &old) == 0);
+    CHECK_INT_EQ(b.alloc(b.ctx, UNMAPPED_DEVICE, 4096, &p, &err), 0);
+    CHECK_INT_EQ(b.free(b.ctx, UNMAPPED_DEVICE, p, &err), 0);
+}
+
+#define IPC_BYTES (64 * MIB)
+static pyxbuf_emulated_ipc_handle ipc_handle; /* the parent's, as the child inherits it */
+
+/* Another process's 64 MiB, under a limit of 16 MiB more: refused with
+ * the cause and the ways out, nothing kept mapped; opened without it. */
+static void ipc_mapping_fails(void) {
+    pyxbuf_error err;
+    void *p = NULL;
+    struct rlimit old;
+    size_t before = mapped_bytes();
+    if (!limit_address_space(16 * MIB, &old)) return;
+    CHECK_INT_EQ(pyxbuf_emulated_ipc_open(&ipc_handle, &p, &err), PYXBUF_ENOMEM);
+    CHECK_INT_EQ(err.code, PYXBUF_ENOMEM);
+    CHECK_CONTAINS(err.message, "'s device memory, 67108864 bytes mapped twice");
+    CHECK_CONTAINS(err.message, "cannot be mapped here");
+    CHECK_CONTAINS(err.message, strerror(ENOMEM));
+    CHECK_CONTAINS(err.message, "pickle the array");
+    CHECK(mapped_bytes() < before + 16 * MIB);
+    CHECK(setrlimit(RLIMIT_AS, &old) == 0);
+    CHECK_INT_EQ(pyxbuf_emulated_ipc_open(&ipc_handle, &p, &err), 0);
+    CHECK_INT_EQ(pyxbuf_emulated_ipc_close(p, &err), 0);
+}
+
+TEST_CASE(mapping_faults_name_their_cause_and_leave_nothing_mapped) {
+    if (!address_space_limits_work()) {
+        fprintf(stderr, "SKIP mapping faults: a sanitizer or valgrind maps memory of its own\n");
+        return;
+    }
+    in_child(device_mapping_fails);
+    pyxbuf_backend b = emulated();
+    pyxbuf_error err;
+    void *dev = NULL;
+    CHECK(b.alloc(b.ctx, 1, IPC_BYTES, &dev, &err) == 0);
+    CHECK(pyxbuf_emulated_ipc_export(dev, &ipc_handle, &err) == 0);
+    in_child(ipc_mapping_fails);
+    CHECK(b.free(b.ctx, 1, dev, &err) == 0);
+}
+
 PYTHON_TEST_MAIN(TEST_ENTRY(a_forked_child_gets_the_memory_of_the_moment_of_fork),
                  TEST_ENTRY(two_copies_registering_at_once_keep_one_device),
                  TEST_ENTRY(another_process_opens_the_same_device_memory),
-                 TEST_ENTRY(ipc_refusals_name_their_cause))
+                 TEST_ENTRY(ipc_refusals_name_their_cause),
+                 TEST_ENTRY(mapping_faults_name_their_cause_and_leave_nothing_mapped))
