@@ -8,6 +8,12 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 BUILD ?= build
 JOBS ?= 2
+# python-tests/ on PYTEST_JOBS pytest-xdist workers, each test file whole in
+# one of them, in its order (--dist loadfile): the suite is one process's
+# work and the machine has JOBS cores (2 halve its 230 s on the 2-core
+# machine). PYTEST_JOBS=1 runs it in this process, as pytest alone does.
+PYTEST_JOBS ?= $(JOBS)
+PYTEST_XDIST = $(if $(filter 0 1,$(PYTEST_JOBS)),-p no:xdist,-n $(PYTEST_JOBS) --dist loadfile)
 # CI and `make test` build with -Werror; set WERROR=OFF to iterate.
 WERROR ?= ON
 CMAKE_ARGS ?=
@@ -131,7 +137,8 @@ test-c-abi3: build
 	    -DPYXBUF_LIMITED_API=ON $(CMAKE_ARGS)
 	cmake --build build-abi3 -j $(JOBS)
 	ctest --test-dir build-abi3 --output-on-failure -j $(JOBS)
-	PYTHONPATH=$(abspath build-abi3)/python $(VPY) -m pytest -q -p no:cacheprovider python-tests
+	PYTHONPATH=$(abspath build-abi3)/python $(VPY) -m pytest -q -p no:cacheprovider $(PYTEST_XDIST) \
+	    python-tests
 
 # The optimised builds users install, warning-free under -Werror: -O2 and -Os
 # run analyses (maybe-uninitialized) that the default build does not. CI runs it.
@@ -143,7 +150,7 @@ build-release-check: venv
 	done
 
 test-python: build pymodules
-	PYTHONPATH=$(abspath $(BUILD))/python $(VPY) -m pytest -q python-tests
+	PYTHONPATH=$(abspath $(BUILD))/python $(VPY) -m pytest -q $(PYTEST_XDIST) python-tests
 
 # Rust: the embedded interpreter of cargo's tests is the venv's base Python,
 # which finds the venv's packages through PYTHONPATH.
@@ -709,10 +716,21 @@ aarch64-build: aarch64-tools
 test-aarch64-c: aarch64-build
 	$(AARCH64_ENV) ctest --test-dir $(AARCH64_BUILD) -j $(JOBS) --output-on-failure
 
-test-aarch64: test-aarch64-c
+# pytest-xdist for the arm64 interpreter, whose root has Debian's pytest alone:
+# its pure-Python wheels (and execnet's) from PyPI, unpacked by the venv's pip
+# into the cache. Its workers start through sys.executable, which
+# tools/aarch64-site makes the emulator's wrapper.
+AARCH64_XDIST = $(AARCH64_CACHE)/xdist
+$(AARCH64_XDIST)/.ready: | venv
+	rm -rf $(AARCH64_XDIST)
+	PYTHONPATH= $(VPY) -m pip install --quiet --no-deps --target $(AARCH64_XDIST) \
+	    "pytest-xdist>=3.5,<4" "execnet>=2.1"
+	touch $@
+
+test-aarch64: test-aarch64-c $(AARCH64_XDIST)/.ready
 	cd $(CURDIR) && $(AARCH64_ENV) PYXBUF_AARCH64_PYTHON=$(CURDIR)/tools/aarch64-python \
-	    PYTHONPATH=$(CURDIR)/tools/aarch64-site:$(CURDIR)/$(AARCH64_BUILD)/python \
-	    tools/aarch64-python -m pytest -q -rs -p no:cacheprovider python-tests
+	    PYTHONPATH=$(CURDIR)/tools/aarch64-site:$(CURDIR)/$(AARCH64_BUILD)/python:$(AARCH64_XDIST) \
+	    tools/aarch64-python -m pytest -q -rs -p no:cacheprovider $(PYTEST_XDIST) python-tests
 
 # Windows, as far as Linux can check it (tools/check-windows.sh): the library
 # cross-compiled with mingw-w64 gcc and clang against CPython's Windows

