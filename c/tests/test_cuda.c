@@ -10,10 +10,10 @@
 #include "device/device.h" /* the staging entry points (linked statically) */
 #include "device/cuda_driver.h" /* the driver's types; cuda_ipc.c's functions */
 #include "testing.h"
+#include "thread_checks.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -649,17 +649,6 @@ TEST_CASE(pool_ipc_over_a_scripted_driver) { in_child(check_pool_ipc_over_fake_d
 #define IPC_THREADS 8
 #define IPC_THREAD_ROUNDS 300
 
-static atomic_int ipc_thread_failures;
-
-#define TCHECK(cond)                                                                        \
-    do {                                                                                    \
-        if (!(cond)) {                                                                      \
-            fprintf(stderr, "%s:%d: CHECK failed in a thread: %s\n", __FILE__, __LINE__,  \
-                    #cond);                                                                 \
-            atomic_fetch_add(&ipc_thread_failures, 1);                                      \
-        }                                                                                   \
-    } while (0)
-
 typedef struct ipc_worker {
     int index;
     pthread_barrier_t *start;
@@ -702,7 +691,7 @@ static void check_pool_ipc_from_8_threads(void) {
     }
     for (int i = 0; i < IPC_THREADS; i++) pthread_join(threads[i], NULL);
     pthread_barrier_destroy(&start);
-    CHECK_INT_EQ(atomic_load(&ipc_thread_failures), 0);
+    CHECK_INT_EQ(atomic_load(&pyxbuf_thread_failures), 0);
     CHECK_INT_EQ(fake_pools.exports, 1);
     CHECK_INT_EQ(fake_pools.imports, 1);
     CHECK(fake_pools.pointer_imports >= 4); /* each allocation at least once */

@@ -8,10 +8,11 @@
  * (run them with PYTHON_GIL=0), so every worker runs in parallel.
  * `make test-tsan` runs it under ThreadSanitizer, `make test-valgrind` under
  * memcheck, tools/test-tsan-ft.sh on a ThreadSanitizer 3.14t. Threads never
- * touch the harness's failure counter (a plain int): they count into
- * thread_failures, which the main thread checks. */
+ * touch the harness's failure counter (a plain int): they TCHECK
+ * (thread_checks.h), which the main thread checks. */
 #include "python_fixture.h"
 #include "device/emulated.h"
+#include "thread_checks.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -32,17 +33,6 @@ static int rounds(int n) {
 #endif
     return n;
 }
-
-static atomic_int thread_failures;
-
-#define TCHECK(cond)                                                           \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "%s:%d: CHECK failed in a thread: %s\n", __FILE__, \
-                    __LINE__, #cond);                                          \
-            atomic_fetch_add(&thread_failures, 1);                             \
-        }                                                                      \
-    } while (0)
 
 typedef struct worker {
     int index;
@@ -70,7 +60,7 @@ static void run_threads(void *(*fn)(void *), void *shared) {
     worker workers[NTHREADS];
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, NTHREADS);
-    atomic_store(&thread_failures, 0);
+    atomic_store(&pyxbuf_thread_failures, 0);
     PyThreadState *main_state = PyEval_SaveThread();
     for (int i = 0; i < NTHREADS; i++) {
         workers[i] = (worker){i, shared, &start};
@@ -79,7 +69,7 @@ static void run_threads(void *(*fn)(void *), void *shared) {
     for (int i = 0; i < NTHREADS; i++) pthread_join(threads[i], NULL);
     PyEval_RestoreThread(main_state);
     pthread_barrier_destroy(&start);
-    CHECK_INT_EQ(atomic_load(&thread_failures), 0);
+    CHECK_INT_EQ(atomic_load(&pyxbuf_thread_failures), 0);
     check_gil_disabled(); /* nothing the workers imported turned it on */
 }
 
@@ -340,7 +330,7 @@ static void hold(borrow_state *s, int target, int lo, int hi, int kind, int borr
             if (conflict(kind, k) && others > 0) {
                 fprintf(stderr, "ledger: slot %d granted %s while %d %s live\n", g,
                         kind_names[kind], others, kind_names[k]);
-                atomic_fetch_add(&thread_failures, 1);
+                atomic_fetch_add(&pyxbuf_thread_failures, 1);
             }
         }
         /* Writers only: a tracked exclusive grant beside plain readers does not write. */
