@@ -170,6 +170,9 @@ CUresult pyxbuf__cuda_pool_trim(int32_t id, uint64_t keep, int *pooled, const ch
 const char *pyxbuf__cuda_pool_shareable_refusal(int32_t id);
 /* Whether `pool` is device `id`'s shareable pool, pyxbuf's own. */
 int pyxbuf__cuda_pool_is_shareable(int32_t id, CUmemoryPool pool);
+/* 1 with the allocation holding `ptr` (its start and size) when a shareable
+ * pool made it and it is live, else 0. */
+int pyxbuf__cuda_pool_allocation(CUdeviceptr ptr, CUdeviceptr *start, size_t *size);
 
 /* ------------------------------------------------------------------------- */
 /* Interprocess memory handles                                               */

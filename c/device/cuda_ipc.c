@@ -279,6 +279,10 @@ int pyxbuf__cuda_ipc_export(int32_t id, const void *ptr, void *handle, size_t *h
     if (r != CUDA_SUCCESS)
         return failed(err, r, "cuMemGetAddressRange of the array's address", id,
                       "the address must lie in live device memory of this device");
+    /* Memory of pyxbuf's shareable pool: the allocation as it was made (the
+     * address range may be the pool's chunk holding several). */
+    CUdeviceptr start = 0;
+    if (pyxbuf__cuda_pool_allocation(p, &start, &size)) base = start;
     cuda_ipc_handle h;
     memset(&h, 0, sizeof h);
     CUmemoryPool pool = pool_holding(base);

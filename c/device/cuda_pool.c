@@ -11,6 +11,8 @@
 #include "device/cuda_driver.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,96 @@ static const pyxbuf__cuda_pool_api *api; /* NULL: the driver has no pools */
 static device_pool *pools;
 static int pool_count;
 static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The live allocations of the shareable pools, where each starts and its
+ * size, for cuda_ipc.c: cuMemPoolExportPointer names an allocation, and
+ * cuMemGetAddressRange of pool memory may answer the pool's physical chunk
+ * holding several (it does for virtual-memory mappings of several
+ * segments), so export asks here first. Open addressing keyed by the start
+ * (0: empty), at most half full; under its own lock, taken only once a
+ * shareable pool has allocated (`tracking`). */
+typedef struct shared_allocation {
+    CUdeviceptr start;
+    size_t size;
+} shared_allocation;
+
+static shared_allocation *shared;
+static size_t shared_cap, shared_count;
+static atomic_int tracking;
+static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t slot_of(CUdeviceptr start, size_t cap) {
+    return (size_t)(((uint64_t)start * UINT64_C(0x9E3779B97F4A7C15)) >> 32) & (cap - 1);
+}
+
+static void place(shared_allocation *table, size_t cap, shared_allocation a) {
+    size_t i = slot_of(a.start, cap);
+    while (table[i].start != 0) i = (i + 1) & (cap - 1);
+    table[i] = a;
+}
+
+/* Remember [start, start + size); without host memory for the table the
+ * allocation goes unremembered and export falls back to the address range. */
+static void remember_shared(CUdeviceptr start, size_t size) {
+    pthread_mutex_lock(&shared_lock);
+    atomic_store(&tracking, 1);
+    if (2 * (shared_count + 1) > shared_cap) {
+        size_t cap = shared_cap ? 2 * shared_cap : 64;
+        shared_allocation *grown = calloc(cap, sizeof *grown);
+        if (grown != NULL) {
+            for (size_t i = 0; i < shared_cap; i++)
+                if (shared[i].start != 0) place(grown, cap, shared[i]);
+            free(shared);
+            shared = grown;
+            shared_cap = cap;
+        }
+    }
+    if (2 * (shared_count + 1) <= shared_cap) {
+        place(shared, shared_cap, (shared_allocation){start, size});
+        shared_count++;
+    }
+    pthread_mutex_unlock(&shared_lock);
+}
+
+/* Forget the allocation at `start`, if remembered: the entries after it in
+ * its run move back, so that every lookup still finds its own. */
+static void forget_shared(CUdeviceptr start) {
+    if (!atomic_load_explicit(&tracking, memory_order_relaxed)) return;
+    pthread_mutex_lock(&shared_lock);
+    size_t i = shared_cap ? slot_of(start, shared_cap) : 0;
+    while (shared_cap && shared[i].start != 0 && shared[i].start != start)
+        i = (i + 1) & (shared_cap - 1);
+    if (shared_cap && shared[i].start == start) {
+        shared[i].start = 0;
+        shared_count--;
+        for (size_t j = (i + 1) & (shared_cap - 1); shared[j].start != 0;
+             j = (j + 1) & (shared_cap - 1)) {
+            shared_allocation moved = shared[j];
+            shared[j].start = 0;
+            place(shared, shared_cap, moved);
+        }
+    }
+    pthread_mutex_unlock(&shared_lock);
+}
+
+int pyxbuf__cuda_pool_allocation(CUdeviceptr ptr, CUdeviceptr *start, size_t *size) {
+    if (!atomic_load(&tracking)) return 0;
+    pthread_mutex_lock(&shared_lock);
+    const shared_allocation *found = NULL;
+    size_t i = shared_cap ? slot_of(ptr, shared_cap) : 0;
+    while (shared_cap && shared[i].start != 0 && shared[i].start != ptr)
+        i = (i + 1) & (shared_cap - 1);
+    if (shared_cap && shared[i].start == ptr) found = &shared[i];
+    for (size_t k = 0; found == NULL && k < shared_cap; k++) /* inside one: rare */
+        if (shared[k].start != 0 && ptr > shared[k].start && ptr - shared[k].start < shared[k].size)
+            found = &shared[k];
+    if (found != NULL) {
+        *start = found->start;
+        *size = found->size;
+    }
+    pthread_mutex_unlock(&shared_lock);
+    return found != NULL;
+}
 
 void pyxbuf__cuda_pools_init(const pyxbuf__cuda_pool_api *a, int count) {
     pools = a != NULL && count > 0 ? calloc((size_t)count, sizeof *pools) : NULL;
@@ -204,6 +296,7 @@ CUresult pyxbuf__cuda_pool_alloc(int32_t id, size_t n, CUstream s, CUdeviceptr *
      * shareable pool gives nothing back before exit). */
     if (r == CUDA_ERROR_OUT_OF_MEMORY && api->mem_pool_trim_to(default_pool, 0) == CUDA_SUCCESS)
         r = api->mem_alloc_from_pool_async(out, n, pool, s);
+    if (r == CUDA_SUCCESS && pool != default_pool) remember_shared(*out, n);
     return r;
 }
 
@@ -214,6 +307,7 @@ CUresult pyxbuf__cuda_pool_free(int32_t id, CUdeviceptr ptr, CUstream s, int *po
     *pooled = pool != NULL;
     if (r != CUDA_SUCCESS || pool == NULL) return r;
     *call = "cuMemFreeAsync"; /* into the pool it came from, default or shareable */
+    forget_shared(ptr);
     return api->mem_free_async(ptr, s);
 }
 

@@ -271,11 +271,15 @@ static struct {
 #define FAKE_SHAREABLE_POOL ((CUmemoryPool)0x88)
 #define FAKE_IMPORTED_POOL ((CUmemoryPool)0x99)
 #define FAKE_POOL_FD 42
+/* Where the scripted cuMemAllocFromPoolAsync hands out memory: 256-byte
+ * steps, so that several allocations share the 64 KiB range that
+ * cuMemGetAddressRange answers for any of them (a pool's chunk). */
+#define FAKE_ALLOCATIONS (FAKE_SHAREABLE_START + 0x80000u)
 
 /* Atomic: the threaded case calls the scripted driver from eight threads. */
 static struct {
     atomic_int exports, imports, pointer_imports, frees, last_fd;
-    _Atomic CUdeviceptr freed;
+    _Atomic CUdeviceptr freed, exported; /* the last cuMemPoolExportPointer's pointer */
     /* The next call's result, if set (then back to success): a fault at
      * each pool entry point the IPC code calls. */
     CUresult fail_pointer_once;        /* cuMemPoolImportPointer */
@@ -372,6 +376,7 @@ static CUresult fake_pool_import(CUmemoryPool *pool, void *handle, int type,
 static CUresult fake_export_pointer(CUmemPoolPtrExportData *data, CUdeviceptr p) {
     CUresult r = take_fault(&fake_pools.fail_export_pointer_once);
     if (r != CUDA_SUCCESS) return r;
+    fake_pools.exported = p;
     memset(data->reserved, 0, sizeof data->reserved);
     memcpy(data->reserved, &p, sizeof p);
     return CUDA_SUCCESS;
@@ -383,7 +388,9 @@ static CUresult fake_import_pointer(CUdeviceptr *p, CUmemoryPool pool,
     if (r != CUDA_SUCCESS) return r;
     CUdeviceptr theirs = 0;
     memcpy(&theirs, data->reserved, sizeof theirs);
-    CHECK((theirs & 0xFFFF) == 0); /* an allocation's base was exported */
+    /* An allocation's start was exported: a 64 KiB one's, or one the
+     * scripted pool allocator handed out (FAKE_ALLOCATIONS). */
+    CHECK((theirs & 0xFFFF) == 0 || theirs >= FAKE_ALLOCATIONS);
     fake_pools.pointer_imports++;
     *p = 0x5000000 + (theirs - FAKE_SHAREABLE_START);
     return CUDA_SUCCESS;
@@ -710,6 +717,7 @@ static struct {
     CUmemPoolProps props;
     CUmemoryPool last_alloc_pool, trimmed;
     int out_of_memory_once;
+    size_t handed; /* bytes handed out from FAKE_ALLOCATIONS */
 } fake_alloc;
 
 static CUresult fake_get_attribute(int *v, CUdevice_attribute a, CUdevice d) {
@@ -739,13 +747,14 @@ static CUresult fake_trim(CUmemoryPool pool, size_t keep) {
     return CUDA_SUCCESS;
 }
 static CUresult fake_alloc_from(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s) {
-    (void)n, (void)s;
+    (void)s;
     fake_alloc.last_alloc_pool = pool;
     if (fake_alloc.out_of_memory_once) {
         fake_alloc.out_of_memory_once = 0;
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *p = 0x1000;
+    *p = FAKE_ALLOCATIONS + fake_alloc.handed;
+    fake_alloc.handed += (n + 0xFF) & ~(size_t)0xFF;
     return CUDA_SUCCESS;
 }
 static CUresult fake_free_async(CUdeviceptr p, CUstream s) {
@@ -832,6 +841,71 @@ static void check_shareable_pools_over_fake_driver(void) {
 
 TEST_CASE(shareable_pools_over_a_scripted_driver) {
     in_child(check_shareable_pools_over_fake_driver, NULL);
+}
+
+/* Memory of the shareable pool is exported as the allocation it is, where
+ * it starts: cuMemGetAddressRange may answer the pool's chunk holding
+ * several allocations (here, the 64 KiB range), and cuMemPoolExportPointer
+ * names one allocation. cuda_pool.c remembers each live one. */
+static void check_export_names_the_allocation(void) {
+    CUdeviceptr a = 0, b = 0, start = 0;
+    size_t size = 0;
+    int pooled = 0, fd = -1;
+    const char *call = NULL;
+    fake.uuid_here = 0xAB;
+    fake_alloc.supported_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    pyxbuf__cuda_pools_init(&fake_pool_api, 1);
+    pyxbuf__cuda_ipc_init(&fake_api_with_pools);
+    /* The default pool's allocations are not remembered (nothing can
+     * export them). */
+    CHECK(pyxbuf__cuda_pool_alloc(0, 0x300, NULL, &a, &pooled, &call) == CUDA_SUCCESS);
+    CHECK(!pyxbuf__cuda_pool_allocation(a, &start, &size));
+    set_shareable(1);
+    CHECK(pyxbuf__cuda_pool_alloc(0, 0x300, NULL, &a, &pooled, &call) == CUDA_SUCCESS);
+    CHECK(pyxbuf__cuda_pool_alloc(0, 0x300, NULL, &b, &pooled, &call) == CUDA_SUCCESS);
+    CHECK(b == a + 0x300 && (a & ~(CUdeviceptr)0xFFFF) == (b & ~(CUdeviceptr)0xFFFF));
+    CHECK(pyxbuf__cuda_pool_allocation(b + 0x10, &start, &size));
+    CHECK(start == b);
+    CHECK_INT_EQ(size, 0x300);
+    CHECK(!pyxbuf__cuda_pool_allocation(b + 0x300 + 0x40, &start, &size)); /* past its end */
+
+    /* An array 16 bytes into b: b is exported, and opened at b's import
+     * plus 16. */
+    unsigned char h[PYXBUF_IPC_BACKEND_HANDLE_MAX];
+    size_t n = sizeof h;
+    void *p = NULL;
+    CHECK_OK(pyxbuf__cuda_ipc_export(0, (void *)(uintptr_t)(b + 0x10), h, &n, &fd, &last));
+    CHECK(fake_pools.exported == b);
+    CHECK_OK(pyxbuf__cuda_ipc_open(0, h, n, 7, &p, &last));
+    CHECK(p == (void *)(uintptr_t)(0x5000000 + (b - FAKE_SHAREABLE_START) + 0x10));
+    CHECK_OK(pyxbuf__cuda_ipc_close(0, p, &last));
+
+    /* Freed: forgotten; a's entry is still found after b's left. */
+    CHECK(pyxbuf__cuda_pool_free(0, b, NULL, &pooled, &call) == CUDA_SUCCESS);
+    CHECK(!pyxbuf__cuda_pool_allocation(b, &start, &size));
+    CHECK(pyxbuf__cuda_pool_allocation(a + 0x2FF, &start, &size) && start == a);
+
+    /* Many at once (the table grows, and entries move back as others are
+     * forgotten): every live one found, every freed one gone. */
+    enum { MANY = 1000 };
+    static CUdeviceptr many[MANY];
+    for (int i = 0; i < MANY; i++)
+        CHECK(pyxbuf__cuda_pool_alloc(0, (size_t)(1 + i % 3) * 0x100, NULL, &many[i], &pooled,
+                                      &call) == CUDA_SUCCESS);
+    for (int i = 0; i < MANY; i += 2)
+        CHECK(pyxbuf__cuda_pool_free(0, many[i], NULL, &pooled, &call) == CUDA_SUCCESS);
+    int wrong = 0;
+    for (int i = 0; i < MANY; i++) {
+        int found = pyxbuf__cuda_pool_allocation(many[i], &start, &size);
+        if (i % 2 == 0 ? found : !found || start != many[i] || size != (size_t)(1 + i % 3) * 0x100)
+            wrong++;
+    }
+    CHECK_INT_EQ(wrong, 0);
+    CHECK(pyxbuf__cuda_pool_allocation(a, &start, &size) && start == a);
+}
+
+TEST_CASE(shareable_pool_memory_is_exported_where_its_allocation_starts) {
+    in_child(check_export_names_the_allocation, NULL);
 }
 
 /* The real driver: cuMemAlloc memory has a handle; the stream-ordered
@@ -1389,6 +1463,7 @@ TEST_MAIN(TEST_ENTRY(missing_driver_is_a_clear_error), TEST_ENTRY(backend_descri
           TEST_ENTRY(pool_ipc_over_a_scripted_driver),
           TEST_ENTRY(pool_ipc_from_8_threads),
           TEST_ENTRY(shareable_pools_over_a_scripted_driver),
+          TEST_ENTRY(shareable_pool_memory_is_exported_where_its_allocation_starts),
           TEST_ENTRY(ipc_export_shares_cumemalloc_and_shareable_pool_memory),
           TEST_ENTRY(alloc_copy_roundtrip), TEST_ENTRY(staged_copies_round_trip),
           TEST_ENTRY(device_to_device_copy),
