@@ -55,10 +55,14 @@ static size_t slot_of(CUdeviceptr start, size_t cap) {
     return (size_t)(((uint64_t)start * UINT64_C(0x9E3779B97F4A7C15)) >> 32) & (cap - 1);
 }
 
-static void place(shared_allocation *table, size_t cap, shared_allocation a) {
+/* Into its slot, or over an entry of the same start: memory the driver
+ * freed behind pyxbuf's back (a context reset) and handed out again. */
+static int place(shared_allocation *table, size_t cap, shared_allocation a) {
     size_t i = slot_of(a.start, cap);
-    while (table[i].start != 0) i = (i + 1) & (cap - 1);
+    while (table[i].start != 0 && table[i].start != a.start) i = (i + 1) & (cap - 1);
+    int fresh = table[i].start == 0;
     table[i] = a;
+    return fresh;
 }
 
 /* Remember [start, start + size); without host memory for the table the
@@ -77,22 +81,24 @@ static void remember_shared(CUdeviceptr start, size_t size) {
             shared_cap = cap;
         }
     }
-    if (2 * (shared_count + 1) <= shared_cap) {
-        place(shared, shared_cap, (shared_allocation){start, size});
+    if (2 * (shared_count + 1) <= shared_cap &&
+        place(shared, shared_cap, (shared_allocation){start, size}))
         shared_count++;
-    }
     pthread_mutex_unlock(&shared_lock);
 }
 
-/* Forget the allocation at `start`, if remembered: the entries after it in
- * its run move back, so that every lookup still finds its own. */
-static void forget_shared(CUdeviceptr start) {
-    if (!atomic_load_explicit(&tracking, memory_order_relaxed)) return;
+/* Forget the allocation at `start`, if remembered, and say its size (0:
+ * not remembered): the entries after it in its run are placed again, so
+ * that every lookup still finds its own. */
+static size_t forget_shared(CUdeviceptr start) {
+    if (!atomic_load_explicit(&tracking, memory_order_relaxed)) return 0;
+    size_t size = 0;
     pthread_mutex_lock(&shared_lock);
     size_t i = shared_cap ? slot_of(start, shared_cap) : 0;
     while (shared_cap && shared[i].start != 0 && shared[i].start != start)
         i = (i + 1) & (shared_cap - 1);
     if (shared_cap && shared[i].start == start) {
+        size = shared[i].size;
         shared[i].start = 0;
         shared_count--;
         for (size_t j = (i + 1) & (shared_cap - 1); shared[j].start != 0;
@@ -103,6 +109,7 @@ static void forget_shared(CUdeviceptr start) {
         }
     }
     pthread_mutex_unlock(&shared_lock);
+    return size;
 }
 
 int pyxbuf__cuda_pool_allocation(CUdeviceptr ptr, CUdeviceptr *start, size_t *size) {
@@ -307,8 +314,11 @@ CUresult pyxbuf__cuda_pool_free(int32_t id, CUdeviceptr ptr, CUstream s, int *po
     *pooled = pool != NULL;
     if (r != CUDA_SUCCESS || pool == NULL) return r;
     *call = "cuMemFreeAsync"; /* into the pool it came from, default or shareable */
-    forget_shared(ptr);
-    return api->mem_free_async(ptr, s);
+    /* Forgotten first: once freed, the address may be handed out again. */
+    size_t size = forget_shared(ptr);
+    r = api->mem_free_async(ptr, s);
+    if (r != CUDA_SUCCESS && size != 0) remember_shared(ptr, size); /* still live */
+    return r;
 }
 
 CUresult pyxbuf__cuda_pool_trim(int32_t id, uint64_t keep, int *pooled, const char **call) {

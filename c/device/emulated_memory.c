@@ -43,10 +43,13 @@ static int map_device(int32_t id, pyxbuf_error *err) {
 }
 #else
 /* A new sparse memfd of the device's size, or -1. */
+/* A device-sized memfd, or -1 with errno saying why. */
 static int new_memfd(void) {
     int fd = memfd_create("pyxbuf-emulated", MFD_CLOEXEC);
     if (fd >= 0 && ftruncate(fd, (off_t)DEVICE_BYTES) != 0) {
+        int why = errno;
         close(fd);
+        errno = why;
         fd = -1;
     }
     return fd;
@@ -139,19 +142,29 @@ static int map_device(int32_t id, pyxbuf_error *err) {
                          "(its memory could not be copied)", (int)id);
     if (d->ready) return 0;
     emu_ensure_fork_rules();
+    block *whole = calloc(1, sizeof(block));
+    if (whole == NULL) return emu_error(err, PYXBUF_ENOMEM, "emulated: out of host memory");
     int fd = new_memfd();
-    if (fd < 0)
+    if (fd < 0) {
+        int why = errno;
+        free(whole);
         return emu_error(err, PYXBUF_EDEVICE, "emulated: device %d's memory, a memfd of %zu "
                          "bytes, cannot be created or sized (%s); free file descriptors or "
                          "space in /dev/shm",
-                         (int)id, DEVICE_BYTES, strerror(errno));
+                         (int)id, DEVICE_BYTES, strerror(why));
+    }
+    int why = 0;
+    void *backing = MAP_FAILED;
     void *guarded = mmap(NULL, DEVICE_BYTES, PROT_NONE, MAP_SHARED, fd, 0);
-    void *backing = mmap(NULL, DEVICE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (guarded == MAP_FAILED || backing == MAP_FAILED) {
-        int why = errno;
-        if (guarded != MAP_FAILED) munmap(guarded, DEVICE_BYTES);
-        if (backing != MAP_FAILED) munmap(backing, DEVICE_BYTES);
+    if (guarded == MAP_FAILED) why = errno;
+    else backing = mmap(NULL, DEVICE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (guarded != MAP_FAILED && backing == MAP_FAILED) {
+        why = errno;
+        munmap(guarded, DEVICE_BYTES);
+    }
+    if (backing == MAP_FAILED) {
         close(fd);
+        free(whole);
         return emu_error(err, PYXBUF_EDEVICE, "emulated: device %d's memory (twice %zu bytes "
                          "of address space: guarded and the backend's) cannot be mapped (mmap: "
                          "%s); raise the address-space limit (ulimit -v)",
@@ -160,8 +173,7 @@ static int map_device(int32_t id, pyxbuf_error *err) {
     d->fd = fd; /* kept: a forked child's copy is made from it, another process may map it */
     d->guarded = guarded;
     d->backing = backing;
-    d->blocks = calloc(1, sizeof(block));
-    if (d->blocks == NULL) return emu_error(err, PYXBUF_ENOMEM, "emulated: out of memory");
+    d->blocks = whole;
     d->blocks->size = DEVICE_BYTES;
     d->ready = 1;
     return 0;

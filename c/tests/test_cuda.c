@@ -685,20 +685,25 @@ static void *pool_ipc_worker(void *arg) {
     return NULL;
 }
 
-static void check_pool_ipc_from_8_threads(void) {
-    fake.uuid_here = 0xAB;
-    pyxbuf__cuda_ipc_init(&fake_api_with_pools);
+/* Run `fn` on IPC_THREADS threads released together; none may fail. */
+static void run_ipc_threads(void *(*fn)(void *)) {
     pthread_t threads[IPC_THREADS];
     ipc_worker workers[IPC_THREADS];
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, IPC_THREADS);
     for (int i = 0; i < IPC_THREADS; i++) {
         workers[i] = (ipc_worker){i, &start};
-        CHECK(pthread_create(&threads[i], NULL, pool_ipc_worker, &workers[i]) == 0);
+        CHECK(pthread_create(&threads[i], NULL, fn, &workers[i]) == 0);
     }
     for (int i = 0; i < IPC_THREADS; i++) pthread_join(threads[i], NULL);
     pthread_barrier_destroy(&start);
     CHECK_INT_EQ(atomic_load(&pyxbuf_thread_failures), 0);
+}
+
+static void check_pool_ipc_from_8_threads(void) {
+    fake.uuid_here = 0xAB;
+    pyxbuf__cuda_ipc_init(&fake_api_with_pools);
+    run_ipc_threads(pool_ipc_worker);
     CHECK_INT_EQ(fake_pools.exports, 1);
     CHECK_INT_EQ(fake_pools.imports, 1);
     CHECK(fake_pools.pointer_imports >= 4); /* each allocation at least once */
@@ -715,9 +720,11 @@ static struct {
     int creates, supported_types;
     CUresult create_result;
     CUmemPoolProps props;
-    CUmemoryPool last_alloc_pool, trimmed;
+    _Atomic(CUmemoryPool) last_alloc_pool;
+    CUmemoryPool trimmed;
     int out_of_memory_once;
-    size_t handed; /* bytes handed out from FAKE_ALLOCATIONS */
+    CUresult free_result_once; /* the next cuMemFreeAsync's result, if set */
+    _Atomic size_t handed; /* bytes handed out from FAKE_ALLOCATIONS (threads allocate) */
 } fake_alloc;
 
 static CUresult fake_get_attribute(int *v, CUdevice_attribute a, CUdevice d) {
@@ -753,13 +760,12 @@ static CUresult fake_alloc_from(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUs
         fake_alloc.out_of_memory_once = 0;
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *p = FAKE_ALLOCATIONS + fake_alloc.handed;
-    fake_alloc.handed += (n + 0xFF) & ~(size_t)0xFF;
+    *p = FAKE_ALLOCATIONS + atomic_fetch_add(&fake_alloc.handed, (n + 0xFF) & ~(size_t)0xFF);
     return CUDA_SUCCESS;
 }
 static CUresult fake_free_async(CUdeviceptr p, CUstream s) {
     (void)p, (void)s;
-    return CUDA_SUCCESS;
+    return take_fault(&fake_alloc.free_result_once);
 }
 static CUresult fake_create(CUmemoryPool *pool, const CUmemPoolProps *props) {
     fake_alloc.creates++;
@@ -880,7 +886,11 @@ static void check_export_names_the_allocation(void) {
     CHECK(p == (void *)(uintptr_t)(0x5000000 + (b - FAKE_SHAREABLE_START) + 0x10));
     CHECK_OK(pyxbuf__cuda_ipc_close(0, p, &last));
 
-    /* Freed: forgotten; a's entry is still found after b's left. */
+    /* A free the driver refuses leaves the allocation live, and remembered;
+     * freed: forgotten; a's entry is still found after b's left. */
+    fake_alloc.free_result_once = CUDA_ERROR_INVALID_VALUE;
+    CHECK(pyxbuf__cuda_pool_free(0, b, NULL, &pooled, &call) == CUDA_ERROR_INVALID_VALUE);
+    CHECK(pyxbuf__cuda_pool_allocation(b, &start, &size) && start == b && size == 0x300);
     CHECK(pyxbuf__cuda_pool_free(0, b, NULL, &pooled, &call) == CUDA_SUCCESS);
     CHECK(!pyxbuf__cuda_pool_allocation(b, &start, &size));
     CHECK(pyxbuf__cuda_pool_allocation(a + 0x2FF, &start, &size) && start == a);
@@ -906,6 +916,69 @@ static void check_export_names_the_allocation(void) {
 
 TEST_CASE(shareable_pool_memory_is_exported_where_its_allocation_starts) {
     in_child(check_export_names_the_allocation, NULL);
+}
+
+/* Eight threads allocate from the shareable pool, export, look up and free
+ * at once: cuda_pool.c's table of allocations (growing, entries placed
+ * again as others leave) and its choice of pool, under their locks.
+ * `make test-tsan` runs it under ThreadSanitizer. */
+#define TABLE_ROUNDS 200
+#define TABLE_LIVE 24 /* allocations each thread holds at most */
+
+static void *pool_table_worker(void *arg) {
+    ipc_worker *w = arg;
+    CUdeviceptr live[TABLE_LIVE], start = 0;
+    size_t sizes[TABLE_LIVE], size = 0;
+    int pooled = 0, held = 0;
+    const char *call = NULL;
+    pyxbuf_error err;
+    pthread_barrier_wait(w->start);
+    for (int round = 0; round < TABLE_ROUNDS; round++) {
+        while (held < TABLE_LIVE) { /* fill up, sizes 256 to 1280 bytes */
+            sizes[held] = 0x100u * (size_t)(1 + (round + held + w->index) % 5);
+            TCHECK(pyxbuf__cuda_pool_alloc(0, sizes[held], NULL, &live[held], &pooled, &call) ==
+                   CUDA_SUCCESS);
+            held++;
+        }
+        for (int i = 0; i < held; i++) { /* every one found, from inside it too */
+            TCHECK(pyxbuf__cuda_pool_allocation(live[i] + sizes[i] - 1, &start, &size) &&
+                   start == live[i] && size == sizes[i]);
+        }
+        unsigned char h[PYXBUF_IPC_BACKEND_HANDLE_MAX];
+        size_t n = sizeof h;
+        int fd = -1;
+        TCHECK(pyxbuf__cuda_ipc_export(0, (void *)(uintptr_t)(live[round % held] + 8), h, &n, &fd,
+                                       &err) == 0);
+        for (int i = round % 2; i < held; i += 2) { /* half of them go */
+            TCHECK(pyxbuf__cuda_pool_free(0, live[i], NULL, &pooled, &call) == CUDA_SUCCESS);
+            TCHECK(!pyxbuf__cuda_pool_allocation(live[i], &start, &size));
+            live[i] = 0;
+        }
+        int kept = 0;
+        for (int i = 0; i < held; i++)
+            if (live[i] != 0) live[kept] = live[i], sizes[kept++] = sizes[i];
+        held = kept;
+    }
+    for (int i = 0; i < held; i++)
+        TCHECK(pyxbuf__cuda_pool_free(0, live[i], NULL, &pooled, &call) == CUDA_SUCCESS);
+    return NULL;
+}
+
+static void check_pool_table_from_8_threads(void) {
+    fake.uuid_here = 0xAB;
+    fake_alloc.supported_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    pyxbuf__cuda_pools_init(&fake_pool_api, 1);
+    pyxbuf__cuda_ipc_init(&fake_api_with_pools);
+    set_shareable(1);
+    run_ipc_threads(pool_table_worker);
+    CHECK_INT_EQ(fake_alloc.creates, 1); /* the shareable pool made once */
+    CUdeviceptr any = 0;
+    size_t size = 0;
+    CHECK(!pyxbuf__cuda_pool_allocation(FAKE_ALLOCATIONS + 0x100, &any, &size)); /* all freed */
+}
+
+TEST_CASE(shareable_pool_table_from_8_threads) {
+    in_child(check_pool_table_from_8_threads, NULL);
 }
 
 /* The real driver: cuMemAlloc memory has a handle; the stream-ordered
@@ -1464,6 +1537,7 @@ TEST_MAIN(TEST_ENTRY(missing_driver_is_a_clear_error), TEST_ENTRY(backend_descri
           TEST_ENTRY(pool_ipc_from_8_threads),
           TEST_ENTRY(shareable_pools_over_a_scripted_driver),
           TEST_ENTRY(shareable_pool_memory_is_exported_where_its_allocation_starts),
+          TEST_ENTRY(shareable_pool_table_from_8_threads),
           TEST_ENTRY(ipc_export_shares_cumemalloc_and_shareable_pool_memory),
           TEST_ENTRY(alloc_copy_roundtrip), TEST_ENTRY(staged_copies_round_trip),
           TEST_ENTRY(device_to_device_copy),

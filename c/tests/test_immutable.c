@@ -7,7 +7,10 @@
  * strides included, without wrapping. Here it is compared, layout by
  * layout, with the definition itself: every item's address computed in
  * 128-bit integers (no product can wrap) and checked against the object's
- * storage. Linked statically: the check is hidden in the library. */
+ * storage. The layouts are those validation lets through
+ * (acquire/validate.c runs first: itemsize at least 1, shapes not negative,
+ * len the product of shape and itemsize), over every stride a producer may
+ * give. Linked statically: the check is hidden in the library. */
 #include "python_fixture.h"
 #include "acquire/immutable.h"
 
