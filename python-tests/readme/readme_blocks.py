@@ -22,13 +22,20 @@ on GitHub):
                                       ```cython blocks each translated by the
                                       venv's Cython, pyxbuf's .pxd files found
                                       as the guides' builds find them
-  <!-- readme-test: uses-rust LINE --> a doctest run after the compile step,
-                                      its session starting with the
-                                      #[pyfunction]s of the ```rust block at
-                                      LINE (a `compile` block) imported: the
-                                      page's crate is then built as an
-                                      extension module (a migration guide's
-                                      "what a caller sees change")
+  <!-- readme-test: uses LINE -->    a doctest run after the compile step
+                                      with the `compile` block at LINE built
+                                      (a migration guide's "what a caller sees
+                                      change"): a ```rust block's
+                                      #[pyfunction]s imported into its session
+                                      (the page's crate built as an extension
+                                      module); a ```cpp block built by
+                                      nanobind's or pybind11's CMake function
+                                      (pyxbuf's CMake package linked when it
+                                      includes a pyxbuf header) and its
+                                      NB_MODULE/PYBIND11_MODULE imported; a
+                                      ```cython block built as the module
+                                      `ext` (as the Cython guide's setup.py
+                                      builds) and imported
 
 Without a directive:
 
@@ -99,7 +106,7 @@ dlpark = {{ version = "0.10", features = ["pyo3"] }}
 # A `#[pyfunction]`'s name, past any attributes and doc comments after it.
 PYFUNCTION = re.compile(r"#\[pyfunction[^\]]*\]\s*(?:(?:#\[[^\]]*\]|///[^\n]*)\s*)*"
                         r"(?:pub(?:\([^)]*\))?\s+)?fn\s+(?P<name>\w+)")
-# What a `uses-rust` block's module gets appended: its functions into a
+# What a used ```rust block's module gets appended: its functions into a
 # submodule of the page's extension module.
 REGISTER = """
 pub(crate) fn docs_register(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {{
@@ -121,6 +128,28 @@ try:
     print(pybind11.get_include())
 except ImportError:
     pass
+"""
+# A used ```cpp block's module: its name, and the binding that makes it.
+CPP_MODULE = re.compile(r"\b(?P<macro>NB_MODULE|PYBIND11_MODULE)\s*\(\s*(?P<name>\w+)")
+# Where the CMake packages of the ```cpp blocks' builds are, from the venv.
+CMAKE_DIRS = """import importlib
+for name, how in (("nanobind", "cmake_dir"), ("pybind11", "get_cmake_dir"),
+                  ("pyxbuf", "get_cmake_dir")):
+    try:
+        print(f"-D{name}_DIR=" + getattr(importlib.import_module(name), how)())
+    except ImportError:
+        pass
+"""
+# A used ```cython block's build: the Cython guide's setup.py, the module `ext`.
+CYTHON_SETUP = """import pyxbuf
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+setup(name="ext", version="0.0.0", ext_modules=cythonize(
+    [Extension("ext", ["ext.pyx"], include_dirs=[pyxbuf.get_include()],
+               library_dirs=[pyxbuf.get_library_dir()], libraries=["pyxbuf"],
+               define_macros=[("PYXBUF_STATIC", None)])],
+    include_path=[pyxbuf.get_cython_include()], language_level=3))
 """
 # `make help`, `make test-c`, ...: inline code and commands alike.
 MAKE_TARGET = re.compile(r"\bmake\s+(?:-[-\w=]+\s+)*(?P<target>[a-z][\w-]*)")
@@ -147,9 +176,9 @@ class Block:
 
 @dataclasses.dataclass
 class Action:
-    kind: str  # "file", "skip", "doctest", "shell", "shown", "compile", "uses-rust"
+    kind: str  # "file", "skip", "doctest", "shell", "shown", "compile", "uses"
     block: Block
-    path: str | None = None  # for "file" and "shown"; for "uses-rust", the rust block's line
+    path: str | None = None  # for "file" and "shown"; for "uses", the compiled block's line
     reason: str | None = None  # for "skip"
 
 
@@ -230,12 +259,12 @@ def plan(block: Block) -> Action:
         m = re.fullmatch(r"shown-in\s+(?P<path>\S+\.md)", d)
         if m:
             return Action("shown", block, path=m.group("path"))
-        m = re.fullmatch(r"uses-rust\s+(?P<line>[1-9][0-9]*)", d)
+        m = re.fullmatch(r"uses\s+(?P<line>[1-9][0-9]*)", d)
         if m:
             if not (block.lang in PYTHON and ">>>" in block.text):
-                raise ReadmeError(f"line {block.directive_line}: 'uses-rust' takes a doctest "
+                raise ReadmeError(f"line {block.directive_line}: 'uses' takes a doctest "
                                   "(```pycon with >>> lines)")
-            return Action("uses-rust", block, path=m.group("line"))
+            return Action("uses", block, path=m.group("line"))
         if d == "compile":
             if block.lang not in COMPILED:
                 raise ReadmeError(f"line {block.directive_line}: 'compile' takes a block in one of "
@@ -246,7 +275,7 @@ def plan(block: Block) -> Action:
         raise ReadmeError(
             f"line {block.directive_line}: unknown readme-test directive {d!r} "
             "(known: 'file PATH', 'skip (reason)', 'shown-in PATH.md', 'compile', "
-            "'uses-rust LINE')"
+            "'uses LINE')"
         )
     if block.lang in PYTHON and any(line.lstrip().startswith(">>>") for line in block.text.splitlines()):
         return Action("doctest", block)
@@ -277,14 +306,21 @@ def check_shown(markdown_path: pathlib.Path, actions: list[Action]) -> None:
                 "block character for character: copy it from there (or run it here)")
 
 
-def check_uses_rust(actions: list[Action]) -> None:
-    """Every `uses-rust LINE` names a ```rust block marked `compile`."""
-    compiled = {a.block.line for a in actions if a.kind == "compile" and a.block.lang == "rust"}
+def check_uses(actions: list[Action]) -> None:
+    """Every `uses LINE` names a block marked `compile`, and a ```cpp one
+    names its module (NB_MODULE or PYBIND11_MODULE)."""
+    compiled = {a.block.line: a.block for a in actions if a.kind == "compile"}
     for a in actions:
-        if a.kind == "uses-rust" and int(a.path) not in compiled:
-            raise ReadmeError(f"{a.block.where}: uses-rust {a.path}, but the block at line "
-                              f"{a.path} is not a ```rust block marked compile (those: "
+        if a.kind != "uses":
+            continue
+        target = compiled.get(int(a.path))
+        if target is None:
+            raise ReadmeError(f"{a.block.where}: uses {a.path}, but the block at line {a.path} "
+                              f"is not a block marked compile (those: "
                               f"{sorted(compiled) or 'none'})")
+        if target.lang == "cpp" and not CPP_MODULE.search(target.text):
+            raise ReadmeError(f"{a.block.where}: uses {a.path}, a ```cpp block with no "
+                              "NB_MODULE(name, m) or PYBIND11_MODULE(name, m) to import")
 
 
 def make_targets_named(markdown: str) -> dict[str, int]:
@@ -431,7 +467,7 @@ class Runner:
                      f"{name} ```{b.lang} (run in {self.scratch.name}/)")
         elif action.kind == "compile":
             print(f"readme-test: {name} ```{b.lang}: compiled after the page's blocks")
-        elif action.kind == "uses-rust":
+        elif action.kind == "uses":
             print(f"readme-test: {name} ```{b.lang}: run after line {action.path} is built")
         elif action.kind == "doctest":
             group = self.sessions[b.line]
@@ -447,10 +483,11 @@ class Runner:
     def compile_blocks(self, blocks: list[Block], imported: set[int]) -> None:
         """The `compile` blocks: Rust as one crate (each block a module of
         its own, named by its line), checked, or built as the extension
-        module docs_compiled when a doctest imports the blocks at `imported`
-        (each a submodule with its #[pyfunction]s); C++ and Cython one file
-        each."""
+        module docs_compiled when a doctest uses a block at `imported` (each
+        a submodule with its #[pyfunction]s); C++ and Cython one file each,
+        checked, and those a doctest uses built as extension modules."""
         rust = [b for b in blocks if b.lang == "rust"]
+        rust_used = {b.line for b in rust} & imported
         if rust:
             crate = self.scratch / "compile-rust"
             (crate / "src").mkdir(parents=True)
@@ -462,7 +499,7 @@ class Runner:
             init = []
             for b in rust:
                 text = b.text
-                if b.line in imported:
+                if b.line in rust_used:
                     names = PYFUNCTION.findall(text)
                     if not names:
                         raise ReadmeError(f"{b.where}: a doctest uses its functions, and it has "
@@ -480,7 +517,7 @@ class Runner:
             (crate / "src" / "lib.rs").write_text("\n".join(lib) + "\n")
             lines = ", ".join(str(b.line) for b in rust)
             manifest = ["--manifest-path", str(crate / "Cargo.toml")]
-            if not imported:
+            if not rust_used:
                 self.run(["cargo", "check", "--quiet", *manifest], self.logs / "compile-rust.log",
                          f"lines {lines} ```rust (cargo check)")
             else:
@@ -492,6 +529,7 @@ class Runner:
                 (crate / "python").mkdir()
                 shutil.copyfile(self.cargo_target / "debug" / "libdocs_compiled.so",
                                 crate / "python" / "docs_compiled.so")
+        self.build_cpp([b for b in blocks if b.lang == "cpp" and b.line in imported])
         cpp = [b for b in blocks if b.lang == "cpp"]
         if cpp:
             python = str(self.venv / "bin" / "python")
@@ -504,7 +542,9 @@ class Runner:
                 self.run([os.environ.get("CXX", "c++"), "-std=c++17", "-fsyntax-only", "-Wall",
                           *includes, str(src)], self.logs / f"line{b.line}.log",
                          f"line {b.line} ```cpp (c++ -fsyntax-only)")
-        for b in (b for b in blocks if b.lang == "cython"):
+        for b in (b for b in blocks if b.lang == "cython" and b.line in imported):
+            self.build_cython(b)
+        for b in (b for b in blocks if b.lang == "cython" and b.line not in imported):
             src = self.logs / f"line{b.line}.pyx"
             src.write_text(b.text)
             # pyxbuf_xview.pxi where the Cython guide's build finds it
@@ -516,22 +556,80 @@ class Runner:
                       str(src), str(src.with_suffix(".c"))], self.logs / f"line{b.line}.log",
                      f"line {b.line} ```cython (cython -3)")
 
-    def run_uses_rust(self, action: Action) -> None:
-        """A doctest whose session starts with the functions of the rust
-        block at action.path in its namespace (imported on the doctest
-        file's first line, which a page's heading leaves blank, so that the
-        page's line numbers stay)."""
+    def build_cpp(self, blocks: list[Block]) -> None:
+        """The ```cpp blocks doctests use, each an extension module of one
+        CMake project: nanobind_add_module or pybind11_add_module, pyxbuf's
+        CMake package linked where the block includes a pyxbuf header, the
+        module (named by its NB_MODULE/PYBIND11_MODULE) in build/line<N>/."""
+        if not blocks:
+            return
+        project = self.scratch / "compile-cpp"
+        project.mkdir()
+        cmake = ["cmake_minimum_required(VERSION 3.18)", "project(docs_compiled_cpp LANGUAGES CXX)",
+                 "set(CMAKE_CXX_STANDARD 17)",
+                 "find_package(Python 3.11 REQUIRED COMPONENTS Interpreter Development.Module)"]
+        found = set()
+        for b in blocks:
+            m = CPP_MODULE.search(b.text)
+            binding = "nanobind" if m.group("macro") == "NB_MODULE" else "pybind11"
+            needs = [binding] + (["pyxbuf"] if "#include <pyxbuf" in b.text else [])
+            cmake += [f"find_package({n} CONFIG REQUIRED)" for n in needs if n not in found]
+            found.update(needs)
+            (project / f"line{b.line}.cpp").write_text(b.text)
+            add = ("nanobind_add_module(line{n} NB_STATIC line{n}.cpp)" if binding == "nanobind"
+                   else "pybind11_add_module(line{n} line{n}.cpp)").format(n=b.line)
+            cmake += [add,
+                      f"set_target_properties(line{b.line} PROPERTIES OUTPUT_NAME {m.group('name')} "
+                      f"LIBRARY_OUTPUT_DIRECTORY ${{CMAKE_BINARY_DIR}}/line{b.line})"]
+            if "pyxbuf" in needs:
+                cmake.append(f"target_link_libraries(line{b.line} PRIVATE pyxbuf::pyxbuf)")
+        (project / "CMakeLists.txt").write_text("\n".join(cmake) + "\n")
+        python = str(self.venv / "bin" / "python")
+        dirs = subprocess.run([python, "-c", CMAKE_DIRS], capture_output=True, text=True,
+                              check=True, env=self.env()).stdout.split()
+        lines = ", ".join(str(b.line) for b in blocks)
+        self.run(["cmake", "-S", str(project), "-B", str(project / "build"),
+                  f"-DPython_EXECUTABLE={python}", *dirs], self.logs / "compile-cpp.log",
+                 f"lines {lines} ```cpp (cmake, the extension modules)")
+        self.run(["cmake", "--build", str(project / "build"), "-j", str(os.cpu_count() or 2)],
+                 self.logs / "build-cpp.log", f"lines {lines} ```cpp (built)")
+
+    def build_cython(self, b: Block) -> None:
+        """A ```cython block a doctest uses: the module `ext`, built as the
+        Cython guide's setup.py builds, in compile-cython/line<N>/."""
+        folder = self.scratch / "compile-cython" / f"line{b.line}"
+        folder.mkdir(parents=True)
+        (folder / "ext.pyx").write_text(b.text)
+        (folder / "setup.py").write_text(CYTHON_SETUP)
+        self.run(["bash", "-c", f"cd {folder} && {self.venv / 'bin' / 'python'} setup.py -q "
+                  "build_ext --inplace"], self.logs / f"line{b.line}.log",
+                 f"line {b.line} ```cython (built as the module ext)")
+
+    def run_uses(self, action: Action, target: Block) -> None:
+        """A doctest run with the compiled block `target` built: on the
+        doctest file's first line (which a page's heading leaves blank, so
+        that the page's line numbers stay), a ```rust block's functions are
+        imported into the session, a ```cpp or ```cython block's module is
+        imported by its name."""
         b = action.block
         src = self.logs / f"line{b.line}.doctest"
         text = doctest_source([b]).split("\n")
-        text[0] = (f">>> from docs_compiled import line{action.path} as _m; "
-                   "globals().update({k: getattr(_m, k) for k in dir(_m) if not k.startswith('_')})")
+        if target.lang == "rust":
+            path = self.scratch / "compile-rust" / "python"
+            text[0] = (f">>> from docs_compiled import line{target.line} as _m; "
+                       "globals().update({k: getattr(_m, k) for k in dir(_m) "
+                       "if not k.startswith('_')})")
+        elif target.lang == "cpp":
+            path = self.scratch / "compile-cpp" / "build" / f"line{target.line}"
+            text[0] = f">>> import {CPP_MODULE.search(target.text).group('name')}"
+        else:
+            path = self.scratch / "compile-cython" / f"line{target.line}"
+            text[0] = ">>> import ext"
         src.write_text("\n".join(text))
-        argv = ["env", f"PYTHONPATH={self.scratch / 'compile-rust' / 'python'}",
-                str(self.venv / "bin" / "python"), "-m", "doctest", "-o", "ELLIPSIS",
-                "-o", "NORMALIZE_WHITESPACE", str(src)]
+        argv = ["env", f"PYTHONPATH={path}", str(self.venv / "bin" / "python"), "-m", "doctest",
+                "-o", "ELLIPSIS", "-o", "NORMALIZE_WHITESPACE", str(src)]
         self.run(argv, self.logs / f"line{b.line}.log",
-                 f"line {b.line} ```{b.lang} (doctest, the functions of line {action.path})")
+                 f"line {b.line} ```{b.lang} (doctest, with line {target.line} built)")
 
     def check_make_targets(self, markdown: str) -> None:
         out = subprocess.run(["make", "--no-print-directory", "-s", "-C", str(self.root), "help"],
@@ -561,27 +659,27 @@ class Runner:
         blocks = parse(markdown)
         actions = [plan(b) for b in blocks]  # every block judged before anything runs
         check_shown(self.readme, actions)
-        check_uses_rust(actions)
+        check_uses(actions)
         self.sessions = {a.block.line: g for g in doctest_groups(actions) for a in g}
         self.check_make_targets(markdown)
         self.check_links(markdown)
         self.setup()
         for action in actions:
             self.run_action(action)
-        uses = [a for a in actions if a.kind == "uses-rust"]
-        self.compile_blocks([a.block for a in actions if a.kind == "compile"],
-                            {int(a.path) for a in uses})
+        uses = [a for a in actions if a.kind == "uses"]
+        compiled = [a.block for a in actions if a.kind == "compile"]
+        self.compile_blocks(compiled, {int(a.path) for a in uses})
         for a in uses:
-            self.run_uses_rust(a)
+            self.run_uses(a, next(b for b in compiled if b.line == int(a.path)))
         for check in self.checks:
             self.run([str(self.venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
                       "--noconftest", str(check)], self.logs / f"{check.stem}.log", f"check {check.name}")
         counts = {k: sum(a.kind == k for a in actions)
-                  for k in ("shell", "doctest", "file", "skip", "shown", "compile", "uses-rust")}
+                  for k in ("shell", "doctest", "file", "skip", "shown", "compile", "uses")}
         print(
             f"readme-test: {len(blocks)} blocks: {counts['shell']} shell, {counts['doctest']} doctest, "
             f"{counts['file']} files built, {counts['compile']} compiled, "
-            f"{counts['uses-rust']} doctests of compiled functions, "
+            f"{counts['uses']} doctests of compiled code, "
             f"{counts['shown']} run by another page, "
             f"{counts['skip']} skipped (marked); "
             f"{len(self.checks)} checks; {time.monotonic() - start:.0f} s"

@@ -259,19 +259,31 @@ def test_a_cpp_block_that_does_not_compile_fails_the_run(tmp_path, capsys, monke
     assert "line 2 ```cpp (c++ -fsyntax-only) failed" in err and "undeclared_name" in err
 
 
-def test_uses_rust_takes_a_doctest_naming_a_compiled_rust_block():
+def test_uses_takes_a_doctest_naming_a_compiled_block():
     md = ("<!-- readme-test: compile -->\n```rust\n#[pyfunction]\nfn f() {}\n```\n"
-          "<!-- readme-test: uses-rust 2 -->\n```pycon\n>>> f()\n```\n")
+          "<!-- readme-test: uses 2 -->\n```pycon\n>>> f()\n```\n")
     actions = [rb.plan(b) for b in rb.parse(md)]
-    assert [(a.kind, a.path) for a in actions] == [("compile", None), ("uses-rust", "2")]
-    rb.check_uses_rust(actions)
-    wrong = md.replace("uses-rust 2", "uses-rust 7")
-    with pytest.raises(rb.ReadmeError, match=r"uses-rust 7, but the block at line 7 is not a "
-                                             r"```rust block marked compile \(those: \[2\]\)"):
-        rb.check_uses_rust([rb.plan(b) for b in rb.parse(wrong)])
-    [b] = rb.parse("<!-- readme-test: uses-rust 2 -->\n```sh\ntrue\n```\n")
-    with pytest.raises(rb.ReadmeError, match="'uses-rust' takes a doctest"):
+    assert [(a.kind, a.path) for a in actions] == [("compile", None), ("uses", "2")]
+    rb.check_uses(actions)
+    wrong = md.replace("uses 2", "uses 7")
+    with pytest.raises(rb.ReadmeError, match=r"uses 7, but the block at line 7 is not a "
+                                             r"block marked compile \(those: \[2\]\)"):
+        rb.check_uses([rb.plan(b) for b in rb.parse(wrong)])
+    [b] = rb.parse("<!-- readme-test: uses 2 -->\n```sh\ntrue\n```\n")
+    with pytest.raises(rb.ReadmeError, match="'uses' takes a doctest"):
         rb.plan(b)
+
+
+def test_a_used_cpp_block_names_its_module():
+    md = ("<!-- readme-test: compile -->\n```cpp\n#include <pyxbuf_nanobind.hpp>\n"
+          "NB_MODULE(ext, m) {}\n```\n<!-- readme-test: uses 2 -->\n```pycon\n>>> ext\n```\n")
+    rb.check_uses([rb.plan(b) for b in rb.parse(md)])
+    assert rb.CPP_MODULE.search(rb.parse(md)[0].text).group("macro", "name") == ("NB_MODULE", "ext")
+    assert rb.CPP_MODULE.search("PYBIND11_MODULE( pb_ext , m)").group("name") == "pb_ext"
+    nameless = md.replace("NB_MODULE(ext, m) {}", "int f();")
+    with pytest.raises(rb.ReadmeError, match=r"uses 2, a ```cpp block with no NB_MODULE\(name, m\) "
+                                             r"or PYBIND11_MODULE\(name, m\) to import"):
+        rb.check_uses([rb.plan(b) for b in rb.parse(nameless)])
 
 
 def test_the_pyfunctions_of_a_block_are_found_past_attributes_and_doc_comments():
