@@ -55,11 +55,18 @@ static size_t slot_of(CUdeviceptr start, size_t cap) {
     return (size_t)(((uint64_t)start * UINT64_C(0x9E3779B97F4A7C15)) >> 32) & (cap - 1);
 }
 
+/* The slot of `start` in a table of `cap` (a power of two) slots: its
+ * entry, or the empty slot ending its run. */
+static size_t probe(const shared_allocation *table, size_t cap, CUdeviceptr start) {
+    size_t i = slot_of(start, cap);
+    while (table[i].start != 0 && table[i].start != start) i = (i + 1) & (cap - 1);
+    return i;
+}
+
 /* Into its slot, or over an entry of the same start: memory the driver
  * freed behind pyxbuf's back (a context reset) and handed out again. */
 static int place(shared_allocation *table, size_t cap, shared_allocation a) {
-    size_t i = slot_of(a.start, cap);
-    while (table[i].start != 0 && table[i].start != a.start) i = (i + 1) & (cap - 1);
+    size_t i = probe(table, cap, a.start);
     int fresh = table[i].start == 0;
     table[i] = a;
     return fresh;
@@ -94,9 +101,7 @@ static size_t forget_shared(CUdeviceptr start) {
     if (!atomic_load_explicit(&tracking, memory_order_relaxed)) return 0;
     size_t size = 0;
     pthread_mutex_lock(&shared_lock);
-    size_t i = shared_cap ? slot_of(start, shared_cap) : 0;
-    while (shared_cap && shared[i].start != 0 && shared[i].start != start)
-        i = (i + 1) & (shared_cap - 1);
+    size_t i = shared_cap ? probe(shared, shared_cap, start) : 0;
     if (shared_cap && shared[i].start == start) {
         size = shared[i].size;
         shared[i].start = 0;
@@ -116,9 +121,7 @@ int pyxbuf__cuda_pool_allocation(CUdeviceptr ptr, CUdeviceptr *start, size_t *si
     if (!atomic_load(&tracking)) return 0;
     pthread_mutex_lock(&shared_lock);
     const shared_allocation *found = NULL;
-    size_t i = shared_cap ? slot_of(ptr, shared_cap) : 0;
-    while (shared_cap && shared[i].start != 0 && shared[i].start != ptr)
-        i = (i + 1) & (shared_cap - 1);
+    size_t i = shared_cap ? probe(shared, shared_cap, ptr) : 0;
     if (shared_cap && shared[i].start == ptr) found = &shared[i];
     for (size_t k = 0; found == NULL && k < shared_cap; k++) /* inside one: rare */
         if (shared[k].start != 0 && ptr > shared[k].start && ptr - shared[k].start < shared[k].size)

@@ -72,6 +72,10 @@ extern EMU_HIDDEN device emu_devices[PYXBUF_EMULATED_MAX_DEVICES];
 EMU_HIDDEN int emu_error(pyxbuf_error *err, int32_t code, const char *fmt, ...);
 /* Register the fork rules (once), before the lock is first taken. */
 EMU_HIDDEN void emu_ensure_fork_rules(void);
+/* Map `len` bytes of memfd `fd` from `offset` twice, as the device's own
+ * memory is: PROT_NONE (the address handed out, so a host access faults)
+ * and read-write (the backend's). 0, or errno with neither left mapped. */
+EMU_HIDDEN int emu_map_twice(int fd, size_t len, size_t offset, void **guarded, void **backing);
 /* 0 when `id` names an emulated device, mapped now if it was not; else an
  * error. Under the lock, as are the functions below. */
 EMU_HIDDEN int emu_check_id(int32_t id, pyxbuf_error *err);

@@ -133,18 +133,10 @@ static int open_locked(const pyxbuf_emulated_ipc_handle *h, int given, void **pt
     size_t first = (size_t)h->offset / page * page;
     size_t mapped = ((size_t)(h->offset + h->size) - first + page - 1) / page * page;
     emu_import *im = calloc(1, sizeof *im);
-    int why = im == NULL ? ENOMEM : 0;
-    void *g = MAP_FAILED, *k = MAP_FAILED;
-    if (im != NULL && (g = mmap(NULL, mapped, PROT_NONE, MAP_SHARED, fd, (off_t)first)) ==
-                          MAP_FAILED)
-        why = errno;
-    if (g != MAP_FAILED &&
-        (k = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)first)) ==
-            MAP_FAILED)
-        why = errno;
+    void *g = NULL, *k = NULL;
+    int why = im == NULL ? ENOMEM : emu_map_twice(fd, mapped, first, &g, &k);
     close(fd); /* the mappings keep the memfd */
-    if (k == MAP_FAILED) {
-        if (g != MAP_FAILED) munmap(g, mapped);
+    if (why != 0) {
         free(im);
         return emu_error(err, PYXBUF_ENOMEM, "emulated: process %lld's device memory, %zu "
                          "bytes mapped twice (guarded and the backend's), cannot be mapped here "

@@ -42,8 +42,7 @@ static int map_device(int32_t id, pyxbuf_error *err) {
                      "device tests on Linux");
 }
 #else
-/* A new sparse memfd of the device's size, or -1. */
-/* A device-sized memfd, or -1 with errno saying why. */
+/* A new sparse memfd of the device's size, or -1 with errno saying why. */
 static int new_memfd(void) {
     int fd = memfd_create("pyxbuf-emulated", MFD_CLOEXEC);
     if (fd >= 0 && ftruncate(fd, (off_t)DEVICE_BYTES) != 0) {
@@ -53,6 +52,20 @@ static int new_memfd(void) {
         fd = -1;
     }
     return fd;
+}
+
+int emu_map_twice(int fd, size_t len, size_t offset, void **guarded, void **backing) {
+    void *g = mmap(NULL, len, PROT_NONE, MAP_SHARED, fd, (off_t)offset);
+    if (g == MAP_FAILED) return errno;
+    void *k = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)offset);
+    if (k == MAP_FAILED) {
+        int why = errno;
+        munmap(g, len);
+        return why;
+    }
+    *guarded = g;
+    *backing = k;
+    return 0;
 }
 
 /* The fork rules of a real device, whose memory a forked child never
@@ -153,16 +166,9 @@ static int map_device(int32_t id, pyxbuf_error *err) {
                          "space in /dev/shm",
                          (int)id, DEVICE_BYTES, strerror(why));
     }
-    int why = 0;
-    void *backing = MAP_FAILED;
-    void *guarded = mmap(NULL, DEVICE_BYTES, PROT_NONE, MAP_SHARED, fd, 0);
-    if (guarded == MAP_FAILED) why = errno;
-    else backing = mmap(NULL, DEVICE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (guarded != MAP_FAILED && backing == MAP_FAILED) {
-        why = errno;
-        munmap(guarded, DEVICE_BYTES);
-    }
-    if (backing == MAP_FAILED) {
+    void *guarded = NULL, *backing = NULL;
+    int why = emu_map_twice(fd, DEVICE_BYTES, 0, &guarded, &backing);
+    if (why != 0) {
         close(fd);
         free(whole);
         return emu_error(err, PYXBUF_EDEVICE, "emulated: device %d's memory (twice %zu bytes "
